@@ -1,0 +1,32 @@
+"""Typed errors. Each names the problem in its message; the server maps them to HTTP statuses."""
+
+
+class PagedockError(Exception):
+    """Base class of every error pagedock raises on purpose."""
+
+
+class InvalidRequestError(PagedockError, ValueError):
+    """The request itself is wrong (empty prompt, bad sampling parameter, too long): HTTP 400."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class PromptTooLongError(InvalidRequestError):
+    """The prompt (plus what it asks to generate) does not fit the model's context."""
+
+
+class UnknownRequestError(PagedockError, KeyError):
+    """An operation named a request id the engine does not know."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "unknown request"
+
+
+class ModelLoadError(PagedockError, RuntimeError):
+    """A model could not be found, read or understood. The message names the file and the problem."""
+
+
+class EngineDeadError(PagedockError, RuntimeError):
+    """The engine loop stopped and can serve no more requests."""

@@ -1,0 +1,135 @@
+"""Paged attention in plain torch: the CPU path, and the reference the Triton kernels are tested against."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from engine.attention import AttentionMetadata
+
+
+def write_kv_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Scatter the step's K/V ([num_tokens, num_kv_heads, head_dim]) into their slots."""
+    num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
+    flat_shape = (num_blocks * block_size, num_kv_heads, head_dim)
+    k_cache.view(flat_shape).index_copy_(0, slot_mapping, key)
+    v_cache.view(flat_shape).index_copy_(0, slot_mapping, value)
+
+
+def gather_kv(
+    cache: torch.Tensor, block_tables: torch.Tensor, num_blocks: int
+) -> torch.Tensor:
+    """[num_seqs, num_blocks * block_size, num_kv_heads, head_dim]: each sequence's first slots."""
+    blocks = cache[block_tables[:, :num_blocks].long()]  # [S, nb, bs, H, D]
+    num_seqs, nb, bs, heads, dim = blocks.shape
+    return blocks.view(num_seqs, nb * bs, heads, dim)
+
+
+def paged_decode_attention(
+    query: torch.Tensor,  # [num_seqs, num_heads, head_dim]
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_seq_len: int,
+    scale: float,
+) -> torch.Tensor:
+    """One query token per sequence, batched: keys beyond each sequence's length are masked."""
+    num_seqs, num_heads, head_dim = query.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    num_blocks = (max_seq_len + block_size - 1) // block_size
+    keys = gather_kv(k_cache, block_tables, num_blocks).transpose(1, 2)  # [S, Hkv, L, D]
+    values = gather_kv(v_cache, block_tables, num_blocks).transpose(1, 2)
+    # GQA: the group of query heads sharing a KV head becomes SDPA's "query length".
+    group = num_heads // num_kv_heads
+    q = query.view(num_seqs, num_kv_heads, group, head_dim)
+    positions = torch.arange(keys.shape[2], device=query.device)
+    mask = (positions[None, :] < seq_lens[:, None].to(positions.dtype)).view(num_seqs, 1, 1, -1)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
+    return out.reshape(num_seqs, num_heads, head_dim)
+
+
+def prefill_attention_one(
+    query: torch.Tensor,  # [query_len, num_heads, head_dim]
+    keys: torch.Tensor,  # [seq_len, num_kv_heads, head_dim]: cached prefix + this step's tokens
+    values: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of a chunk of queries that sit at the end of a sequence."""
+    query_len, seq_len = query.shape[0], keys.shape[0]
+    q = query.transpose(0, 1).unsqueeze(0)  # [1, H, Lq, D]
+    k = keys.transpose(0, 1).unsqueeze(0)
+    v = values.transpose(0, 1).unsqueeze(0)
+    gqa = q.shape[1] != k.shape[1]
+    if query_len == seq_len:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    else:
+        # Query i sits at absolute position (seq_len - query_len + i).
+        q_pos = torch.arange(seq_len - query_len, seq_len, device=query.device)
+        k_pos = torch.arange(seq_len, device=query.device)
+        mask = k_pos[None, :] <= q_pos[:, None]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    return out.squeeze(0).transpose(0, 1)
+
+
+def paged_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """Attention for a whole step whose K/V are already in the cache (reference semantics)."""
+    out = torch.empty_like(query)
+    nd = meta.num_decodes
+    if nd:
+        out[:nd] = paged_decode_attention(
+            query[:nd],
+            k_cache,
+            v_cache,
+            meta.block_tables[:nd],
+            meta.seq_lens[:nd],
+            max(meta.seq_lens_cpu[:nd]),
+            scale,
+        )
+    block_size = k_cache.shape[1]
+    starts, seq_lens = meta.query_start_loc_cpu, meta.seq_lens_cpu
+    for s in range(nd, meta.num_seqs):
+        begin, end, seq_len = starts[s], starts[s + 1], seq_lens[s]
+        if end - begin == seq_len:
+            # No cached prefix: the step's own K/V are the whole context; skip the gather.
+            keys, values = key[begin:end], value[begin:end]
+        else:
+            num_blocks = (seq_len + block_size - 1) // block_size
+            table = meta.block_tables[s : s + 1]
+            keys = gather_kv(k_cache, table, num_blocks)[0, :seq_len]
+            values = gather_kv(v_cache, table, num_blocks)[0, :seq_len]
+        out[begin:end] = prefill_attention_one(query[begin:end], keys, values, scale)
+    return out
+
+
+class TorchAttentionBackend:
+    """The CPU backend: index_copy_ into the cache, then SDPA over gathered blocks."""
+
+    name = "torch"
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
+        return paged_attention(query, key, value, k_cache, v_cache, meta, scale)
