@@ -1,0 +1,55 @@
+"""Chained block hashes: the one definition shared by the engine and the router (torch-free).
+
+    h_0 = sha256(b"pagedock-kv-v1" + model identity + extra keys)
+    h_i = sha256(h_{i-1} + token ids of block i as little-endian int32)
+
+Only full blocks are hashed. A block's hash names its whole prefix, so two requests share a block
+exactly when they share every token up to its end. sha256 keeps one tenant from crafting a prompt
+whose hash collides with another's cached KV.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterable, Sequence
+
+BlockHash = bytes
+
+_DOMAIN = b"pagedock-kv-v1"
+
+
+def root_hash(model_identity: str, extra_keys: Iterable[str] = ()) -> BlockHash:
+    """h_0: the seed of every chain; different models (or LoRA, cache salts) never share blocks."""
+    digest = hashlib.sha256(_DOMAIN)
+    digest.update(model_identity.encode())
+    for key in extra_keys:
+        digest.update(b"\x00" + key.encode())
+    return digest.digest()
+
+
+def hash_block(parent: BlockHash, token_ids: Sequence[int]) -> BlockHash:
+    """h_i from h_{i-1} and the tokens of block i."""
+    packed = struct.pack(f"<{len(token_ids)}i", *token_ids)
+    return hashlib.sha256(parent + packed).digest()
+
+
+def hash_blocks(
+    token_ids: Sequence[int],
+    block_size: int,
+    root: BlockHash,
+    parent: BlockHash | None = None,
+    start_block: int = 0,
+) -> list[BlockHash]:
+    """Hashes of the full blocks of token_ids from block `start_block` on.
+
+    `parent` is the hash of block start_block - 1 (or `root` when start_block is 0), so callers
+    can extend a chain incrementally as tokens arrive.
+    """
+    hashes: list[BlockHash] = []
+    prev = root if parent is None else parent
+    num_full = len(token_ids) // block_size
+    for i in range(start_block, num_full):
+        prev = hash_block(prev, token_ids[i * block_size : (i + 1) * block_size])
+        hashes.append(prev)
+    return hashes

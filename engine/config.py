@@ -1,0 +1,94 @@
+"""Engine configuration: one dataclass, validated at construction. CLI flags, PAGEDOCK_* env vars,
+CRD fields and Helm values mirror these field names."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engine.errors import InvalidRequestError
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+# KV cache budget when num_kv_blocks is not given. On CPU the cache shares RAM with everything
+# else, so the default is a fixed, modest amount rather than a fraction of the machine.
+DEFAULT_CPU_KV_CACHE_MEMORY = 2 * 1024**3
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+BLOCK_SIZES = (8, 16, 32, 64, 128)
+
+
+@dataclass
+class EngineConfig:
+    model: str = DEFAULT_MODEL
+    """Built-in model name, local .gguf file, or local HF directory."""
+    dtype: str = "auto"
+    """Weights and activations: auto (float32 on CPU, bfloat16 on GPU), float32, float16, bfloat16."""
+    device: str = "auto"
+    """cpu, cuda, or auto (cuda when available)."""
+    block_size: int = 16
+    """Tokens per KV block."""
+    num_kv_blocks: int | None = None
+    """KV blocks in the pool; None sizes the pool from kv_cache_memory."""
+    kv_cache_memory: int | str | None = None
+    """Bytes for the KV cache (int or '2GiB'); None = 2 GiB on CPU, 90 % of free memory on GPU."""
+    max_num_seqs: int = 256
+    """Sequences running at once."""
+    max_num_batched_tokens: int = 2048
+    """Tokens computed per step, decodes and prefill chunks together."""
+    max_model_len: int | None = None
+    """Context length (prompt + output); None = the model's own."""
+    enable_prefix_caching: bool = True
+    """Reuse the KV blocks of shared prompt prefixes across requests."""
+    enable_chunked_prefill: bool = True
+    """Split prompts longer than the step's remaining token budget across steps."""
+    scheduling_policy: str = "fcfs"
+    """fcfs, or priority (lower value first)."""
+    seed: int = 0
+    """Seed of the sampling of requests that carry no seed of their own."""
+    attention_backend: str | None = None
+    """Force 'torch' or 'triton'; None chooses by device."""
+    served_model_name: str | None = None
+    """Name the API reports; None = the built-in name or the model path's basename."""
+    num_threads: int | None = None
+    """torch intra-op threads on CPU; None = every core this process may use."""
+
+    def __post_init__(self) -> None:
+        _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        _check(self.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {self.device!r}")
+        _check(self.block_size in BLOCK_SIZES, f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}")
+        _check(self.max_num_seqs >= 1, f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
+        _check(
+            self.max_num_batched_tokens >= 1,
+            f"max_num_batched_tokens must be at least 1, got {self.max_num_batched_tokens}",
+        )
+        _check(self.num_kv_blocks is None or self.num_kv_blocks >= 1,
+               f"num_kv_blocks must be at least 1, got {self.num_kv_blocks}")
+        _check(self.max_model_len is None or self.max_model_len >= 1,
+               f"max_model_len must be at least 1, got {self.max_model_len}")
+        _check(self.scheduling_policy in ("fcfs", "priority"),
+               f"scheduling_policy must be fcfs or priority, got {self.scheduling_policy!r}")
+        if self.kv_cache_memory is not None:
+            self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
+
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "ki": 1024, "kib": 1024, "m": 1000**2,
+          "mb": 1000**2, "mi": 1024**2, "mib": 1024**2, "g": 1000**3, "gb": 1000**3,
+          "gi": 1024**3, "gib": 1024**3}
+
+
+def parse_bytes(value: int | str) -> int:
+    """'2GiB', '512Mi', '1.5G' or a plain integer, as Kubernetes quantities are written."""
+    if isinstance(value, int):
+        amount = value
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise InvalidRequestError(f"cannot read {value!r} as a size in bytes (e.g. '2GiB')")
+        amount = int(float(match.group(1)) * _UNITS[unit])
+    _check(amount > 0, f"a memory size must be positive, got {value!r}")
+    return amount
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise InvalidRequestError(message)

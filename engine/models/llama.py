@@ -1,0 +1,205 @@
+"""The llama family (Llama 2/3, Mistral-style, SmolLM2) over a paged KV cache.
+
+One forward pass computes one step's flat varlen batch: tokens of every scheduled request side by
+side, no padding. QKV and gate/up projections are fused into one GEMM each; logits are computed
+only at the positions that sample.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.attention import AttentionBackend, AttentionMetadata
+from engine.errors import ModelLoadError
+from engine.model_config import ModelConfig
+from engine.rotary import RotaryEmbedding
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 whatever the dtype, as the reference implementation does.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.scale = self.head_dim**-0.5
+        self.qkv_proj = nn.Linear(
+            config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias
+        )
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.attention_bias)
+        self.rotary = rotary
+        self.backend = backend
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden: torch.Tensor,
+        kv_cache: tuple[torch.Tensor, torch.Tensor],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        num_tokens = hidden.shape[0]
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(num_tokens, self.num_heads, self.head_dim)
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary(positions, q, k)
+        out = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
+        return self.o_proj(out.reshape(num_tokens, self.q_size))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = nn.Linear(
+            config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias
+        )
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = LlamaAttention(config, rotary, backend)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = LlamaMLP(config)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden: torch.Tensor,
+        kv_cache: tuple[torch.Tensor, torch.Tensor],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        hidden = hidden + self.self_attn(positions, self.input_layernorm(hidden), kv_cache, meta)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, config: ModelConfig, max_positions: int, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # Shared by every layer (one table, not thirty).
+        self.rotary = RotaryEmbedding(config, max_positions)
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, self.rotary, backend) for _ in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [num_tokens]
+        positions: torch.Tensor,  # [num_tokens]
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+        sample_indices: torch.Tensor,  # [num_sampled]: rows of the batch whose logits are needed
+    ) -> torch.Tensor:  # [num_sampled, vocab_size], float32
+        hidden = self.embed_tokens(input_ids)
+        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+            hidden = layer(positions, hidden, kv_cache, meta)
+        hidden = self.norm(hidden[sample_indices])
+        return self.lm_head(hidden).float()
+
+    # ---- weights -------------------------------------------------------------------------
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load HF-named tensors (q/k/v and gate/up land in their fused shards)."""
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        for hf_name, tensor in weights:
+            target = _map_hf_name(hf_name)
+            if target is None:
+                continue
+            name, shard = target
+            if name == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue
+            param = params.get(name)
+            if param is None:
+                raise ModelLoadError(f"unexpected weight {hf_name!r} for this architecture")
+            self._copy_shard(param, name, shard, tensor, hf_name)
+            loaded.add(f"{name}:{shard}")
+        missing = sorted(set(self._expected_shards()) - loaded)
+        if missing:
+            raise ModelLoadError(f"weights missing from the checkpoint: {missing[:8]}")
+
+    def _copy_shard(
+        self, param: nn.Parameter, name: str, shard: str | None, tensor: torch.Tensor, hf_name: str
+    ) -> None:
+        rows = self._shard_rows(name, shard)
+        target = param.data if rows is None else param.data[rows[0] : rows[1]]
+        if target.shape != tensor.shape:
+            raise ModelLoadError(
+                f"weight {hf_name!r} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}"
+            )
+        target.copy_(tensor)
+
+    def _shard_rows(self, name: str, shard: str | None) -> tuple[int, int] | None:
+        if shard is None:
+            return None
+        cfg = self.config
+        q, kv, inter = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim, cfg.intermediate_size
+        offsets = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv), "gate": (0, inter), "up": (inter, 2 * inter)}
+        return offsets[shard]
+
+    def _expected_shards(self) -> list[str]:
+        expected = []
+        for name, _ in self.named_parameters():
+            if name == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue
+            if ".qkv_proj." in name:
+                expected += [f"{name}:{s}" for s in ("q", "k", "v")]
+            elif ".gate_up_proj." in name:
+                expected += [f"{name}:{s}" for s in ("gate", "up")]
+            else:
+                expected.append(f"{name}:None")
+        return expected
+
+
+_FUSED = {
+    "q_proj": ("qkv_proj", "q"),
+    "k_proj": ("qkv_proj", "k"),
+    "v_proj": ("qkv_proj", "v"),
+    "gate_proj": ("gate_up_proj", "gate"),
+    "up_proj": ("gate_up_proj", "up"),
+}
+_SHARD_RE = re.compile(r"\.(q_proj|k_proj|v_proj|gate_proj|up_proj)\.")
+
+
+def _map_hf_name(hf_name: str) -> tuple[str, str | None] | None:
+    """HF parameter name -> (our parameter name, fused shard or None); None for ignorable tensors."""
+    if "rotary_emb" in hf_name:
+        return None
+    name = hf_name.removeprefix("model.")
+    match = _SHARD_RE.search(name)
+    if match is None:
+        return name, None
+    fused, shard = _FUSED[match.group(1)]
+    return name.replace(f".{match.group(1)}.", f".{fused}."), shard

@@ -1,0 +1,105 @@
+"""How to sample a request's tokens; validated at construction so bad input fails before it queues."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.errors import InvalidRequestError
+
+# Below this, a temperature is treated as greedy (as vLLM does): dividing logits by ~0 overflows.
+_GREEDY_EPS = 1e-5
+
+
+@dataclass
+class SamplingParams:
+    """Sampling parameters of one request, with the names OpenAI's and vLLM's APIs use."""
+
+    max_tokens: int | None = 16
+    """Tokens to generate at most; None = up to the model's context length."""
+    temperature: float = 1.0
+    """0 = greedy. Higher flattens the distribution."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p, in (0, 1]."""
+    top_k: int = 0
+    """Keep the k most likely tokens; 0 or -1 = all."""
+    min_p: float = 0.0
+    """Drop tokens whose probability is below min_p times the most likely token's, in [0, 1]."""
+    seed: int | None = None
+    """Per-request seed: the same seed and prompt give the same tokens, whatever else is batched."""
+    stop: list[str] = field(default_factory=list)
+    """Strings that end generation; not included in the output."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Token ids that end generation (in addition to the model's end-of-sequence tokens)."""
+    ignore_eos: bool = False
+    """Keep generating past the end-of-sequence token (benchmarks)."""
+    min_tokens: int = 0
+    """End-of-sequence and stop tokens are suppressed until this many tokens are generated."""
+    presence_penalty: float = 0.0
+    """Subtracted once from the logit of every token already generated, in [-2, 2]."""
+    frequency_penalty: float = 0.0
+    """Subtracted from a token's logit per occurrence in the output, in [-2, 2]."""
+    repetition_penalty: float = 1.0
+    """Divides positive / multiplies negative logits of tokens seen in prompt or output; > 0."""
+    logprobs: int | None = None
+    """Return the sampled token's log-probability and this many top alternatives (0..20)."""
+    n: int = 1
+    """Completions per prompt; they share the prompt's KV blocks."""
+    skip_special_tokens: bool = True
+    """Leave special tokens out of the returned text."""
+    include_stop_str_in_output: bool = False
+    """Keep the matched stop string at the end of the text."""
+
+    def __post_init__(self) -> None:
+        self._validate()
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if self.top_k == -1:
+            self.top_k = 0
+
+    def _validate(self) -> None:
+        if self.max_tokens is not None and self.max_tokens < 1:
+            _fail(f"max_tokens must be at least 1, got {self.max_tokens}", "max_tokens")
+        if self.temperature < 0:
+            _fail(f"temperature must be non-negative, got {self.temperature}", "temperature")
+        if not 0.0 < self.top_p <= 1.0:
+            _fail(f"top_p must be in (0, 1], got {self.top_p}", "top_p")
+        if self.top_k < -1:
+            _fail(f"top_k must be -1 (disable) or at least 1, got {self.top_k}", "top_k")
+        if not 0.0 <= self.min_p <= 1.0:
+            _fail(f"min_p must be in [0, 1], got {self.min_p}", "min_p")
+        if self.min_tokens < 0:
+            _fail(f"min_tokens must be non-negative, got {self.min_tokens}", "min_tokens")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            _fail(
+                f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
+                "min_tokens",
+            )
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not -2.0 <= value <= 2.0:
+                _fail(f"{name} must be in [-2, 2], got {value}", name)
+        if self.repetition_penalty <= 0:
+            _fail(f"repetition_penalty must be positive, got {self.repetition_penalty}",
+                  "repetition_penalty")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            _fail(f"logprobs must be in [0, 20], got {self.logprobs}", "logprobs")
+        if self.n < 1:
+            _fail(f"n must be at least 1, got {self.n}", "n")
+        if any(not s for s in ([self.stop] if isinstance(self.stop, str) else self.stop)):
+            _fail("stop strings must be non-empty", "stop")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature < _GREEDY_EPS
+
+    @property
+    def has_penalties(self) -> bool:
+        return (
+            self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+            or self.repetition_penalty != 1.0
+        )
+
+
+def _fail(message: str, param: str) -> None:
+    raise InvalidRequestError(message, param=param)

@@ -1,0 +1,72 @@
+"""What crosses the scheduler / model-runner boundary: plain data, no manager internals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.sampling_params import SamplingParams
+
+
+@dataclass
+class ScheduledRequest:
+    """One request's share of a step: compute `new_token_ids` at positions from
+    `num_computed_tokens` on, writing their KV into `block_ids`."""
+
+    request_id: str
+    new_token_ids: list[int]
+    num_computed_tokens: int
+    block_ids: list[int]
+    # True when this step reaches the end of the request's tokens: sample its next token.
+    do_sample: bool
+    sampling_params: SamplingParams
+    # Live views (not copies) for penalties; the runner only reads them.
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    # Token ids that may not be sampled this step (end-of-sequence before min_tokens).
+    banned_token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def num_new_tokens(self) -> int:
+        return len(self.new_token_ids)
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledRequest]
+    num_scheduled_tokens: int
+    preempted_req_ids: list[str] = field(default_factory=list)
+    # Requests finished since the previous step: the runner drops its state for them.
+    finished_req_ids: set[str] = field(default_factory=set)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+@dataclass
+class SampledToken:
+    token_id: int
+    # The sampled token's log-probability and the top alternatives, when logprobs were asked for.
+    logprob: float | None = None
+    top_logprobs: dict[int, float] | None = None
+
+
+@dataclass
+class ModelRunnerOutput:
+    """Sampled tokens by request id (only requests that sampled this step), and per-request errors."""
+
+    sampled: dict[str, SampledToken]
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class EngineCoreOutput:
+    """What one step produced for one request."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    logprobs: list[SampledToken] = field(default_factory=list)
+    num_cached_tokens: int = 0
+    error: str | None = None
