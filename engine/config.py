@@ -53,26 +53,51 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        _check(self.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {self.device!r}")
-        _check(self.block_size in BLOCK_SIZES, f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}")
+        _check(
+            self.device in ("auto", "cpu", "cuda"),
+            f"device must be auto, cpu or cuda, got {self.device!r}",
+        )
+        _check(
+            self.block_size in BLOCK_SIZES,
+            f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}",
+        )
         _check(self.max_num_seqs >= 1, f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         _check(
             self.max_num_batched_tokens >= 1,
             f"max_num_batched_tokens must be at least 1, got {self.max_num_batched_tokens}",
         )
-        _check(self.num_kv_blocks is None or self.num_kv_blocks >= 1,
-               f"num_kv_blocks must be at least 1, got {self.num_kv_blocks}")
-        _check(self.max_model_len is None or self.max_model_len >= 1,
-               f"max_model_len must be at least 1, got {self.max_model_len}")
-        _check(self.scheduling_policy in ("fcfs", "priority"),
-               f"scheduling_policy must be fcfs or priority, got {self.scheduling_policy!r}")
+        _check(
+            self.num_kv_blocks is None or self.num_kv_blocks >= 1,
+            f"num_kv_blocks must be at least 1, got {self.num_kv_blocks}",
+        )
+        _check(
+            self.max_model_len is None or self.max_model_len >= 1,
+            f"max_model_len must be at least 1, got {self.max_model_len}",
+        )
+        _check(
+            self.scheduling_policy in ("fcfs", "priority"),
+            f"scheduling_policy must be fcfs or priority, got {self.scheduling_policy!r}",
+        )
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
 
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "ki": 1024, "kib": 1024, "m": 1000**2,
-          "mb": 1000**2, "mi": 1024**2, "mib": 1024**2, "g": 1000**3, "gb": 1000**3,
-          "gi": 1024**3, "gib": 1024**3}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "ki": 1024,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mi": 1024**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gi": 1024**3,
+    "gib": 1024**3,
+}
 
 
 def parse_bytes(value: int | str) -> int:

@@ -35,6 +35,8 @@ class KVCacheManager:
         self.root_hash = root_hash
         self.pool = BlockPool(num_blocks, block_size, enable_caching)
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        # The same blocks as ids, kept incrementally: the block table the runner reads each step.
+        self.req_to_block_ids: dict[str, list[int]] = {}
         # How many leading blocks of each request are already published in the prefix cache.
         self.num_cached_blocks: dict[str, int] = {}
         self.prefix_cache_stats = PrefixCacheStats()
@@ -93,6 +95,9 @@ class KVCacheManager:
         blocks = self.req_to_blocks.setdefault(request.request_id, [])
         blocks.extend(computed)
         blocks.extend(new_blocks)
+        block_ids = self.req_to_block_ids.setdefault(request.request_id, [])
+        block_ids.extend(block.block_id for block in computed)
+        block_ids.extend(block.block_id for block in new_blocks)
         if computed:
             # Blocks found in the cache are already published.
             self.num_cached_blocks[request.request_id] = len(blocks) - len(new_blocks)
@@ -118,11 +123,13 @@ class KVCacheManager:
     def free(self, request: Request) -> None:
         """Return the request's blocks; its last blocks (least likely shared) are evicted first."""
         blocks = self.req_to_blocks.pop(request.request_id, [])
+        self.req_to_block_ids.pop(request.request_id, None)
         self.num_cached_blocks.pop(request.request_id, None)
         self.pool.free_blocks(reversed(blocks))
 
     def get_block_ids(self, request_id: str) -> list[int]:
-        return [block.block_id for block in self.req_to_blocks.get(request_id, [])]
+        """The request's block table (a live list: read it before the next allocation)."""
+        return self.req_to_block_ids.get(request_id, [])
 
     def num_blocks_of(self, request_id: str) -> int:
         return len(self.req_to_blocks.get(request_id, ()))

@@ -45,7 +45,11 @@ class LLM:
             from engine.errors import InvalidRequestError
 
             raise InvalidRequestError("this model has no tokenizer or chat template")
-        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        conversations: list[list[dict[str, str]]]
+        if messages and isinstance(messages[0], dict):
+            conversations = [messages]  # one conversation
+        else:
+            conversations = messages  # type: ignore[assignment]
         prompts = [
             tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
             for conv in conversations

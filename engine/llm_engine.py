@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,9 +12,10 @@ import torch
 from engine.attention import get_attention_backend
 from engine.block_hash import root_hash
 from engine.config import DEFAULT_CPU_KV_CACHE_MEMORY, EngineConfig
-from engine.errors import InvalidRequestError, ModelLoadError, PromptTooLongError
+from engine.errors import InvalidRequestError, PromptTooLongError
 from engine.kv_events import KVEventLog
 from engine.model_loader import load_model, read_model_config
+from engine.model_registry import resolve_model
 from engine.model_runner import ModelRunner, kv_cache_bytes_per_block
 from engine.output_processor import OutputProcessor
 from engine.outputs import RequestOutput
@@ -23,6 +23,7 @@ from engine.request import Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from engine.tokenizer import Tokenizer
 
 logger = logging.getLogger("pagedock.engine")
 
@@ -66,8 +67,14 @@ class LLMEngine:
         self.root_hash = root_hash(f"{self.model_config.name}:{self.dtype}")
         self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
         self.runner = ModelRunner(
-            self.model, self.model_config, backend, self.num_kv_blocks, config.block_size,
-            self.dtype, self.device, seed=config.seed,
+            self.model,
+            self.model_config,
+            backend,
+            self.num_kv_blocks,
+            config.block_size,
+            self.dtype,
+            self.device,
+            seed=config.seed,
         )
         self.output_processor = OutputProcessor(self.tokenizer)
         self.kv_events = KVEventLog()
@@ -86,7 +93,10 @@ class LLMEngine:
         return wanted
 
     def _check_batching_limits(self) -> None:
-        if not self.config.enable_chunked_prefill and self.config.max_num_batched_tokens < self.max_model_len:
+        if (
+            not self.config.enable_chunked_prefill
+            and self.config.max_num_batched_tokens < self.max_model_len
+        ):
             raise InvalidRequestError(
                 f"with chunked prefill off, max_num_batched_tokens ({self.config.max_num_batched_tokens}) "
                 f"must be at least max_model_len ({self.max_model_len}), or a long prompt could "
@@ -105,7 +115,9 @@ class LLMEngine:
             per_block = kv_cache_bytes_per_block(self.model_config, bs, self.dtype)
             num_blocks = budget // per_block
             # No point holding more than max_num_seqs full-length sequences.
-            num_blocks = min(num_blocks, self.config.max_num_seqs * -(-self.max_model_len // bs) + 1)
+            num_blocks = min(
+                num_blocks, self.config.max_num_seqs * -(-self.max_model_len // bs) + 1
+            )
         needed = -(-self.max_model_len // bs)
         if num_blocks < needed:
             raise InvalidRequestError(
@@ -175,8 +187,9 @@ class LLMEngine:
             return limit - num_prompt_tokens
         if num_prompt_tokens + params.max_tokens > limit:
             raise PromptTooLongError(
-                f"this model's maximum context length is {limit} tokens, but {num_prompt_tokens + params.max_tokens} "
-                f"were requested ({num_prompt_tokens} in the prompt, {params.max_tokens} to generate)",
+                f"this model's maximum context length is {limit} tokens, but "
+                f"{num_prompt_tokens + params.max_tokens} were requested "
+                f"({num_prompt_tokens} in the prompt, {params.max_tokens} to generate)",
                 "max_tokens",
             )
         return params.max_tokens
@@ -205,10 +218,14 @@ class LLMEngine:
         """Run the step; a failure fails the step's requests, never the engine."""
         try:
             return self.runner.execute(scheduler_output)
-        except Exception as e:  # noqa: BLE001 - isolate the failure to this step's requests
-            logger.exception("step failed; failing its %d requests", len(scheduler_output.scheduled))
+        except Exception as e:
+            logger.exception(
+                "step failed; failing its %d requests", len(scheduler_output.scheduled)
+            )
             message = f"internal error while computing this request: {type(e).__name__}: {e}"
-            return ModelRunnerOutput({}, {s.request_id: message for s in scheduler_output.scheduled})
+            return ModelRunnerOutput(
+                {}, {s.request_id: message for s in scheduler_output.scheduled}
+            )
 
     def stats(self) -> EngineStats:
         sched = self.scheduler
@@ -246,22 +263,13 @@ def _pick_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def _resolve_model(config: EngineConfig) -> tuple[Path, str]:
-    try:
-        from engine.model_registry import resolve_model
-    except ImportError:  # the registry lands with the real-model work; local paths work without
-        path = Path(config.model).expanduser()
-        if not path.exists():
-            raise ModelLoadError(f"{config.model}: no such model file or directory") from None
-        return path, config.served_model_name or path.name
     resolved = resolve_model(config.model)
     return resolved.path, config.served_model_name or resolved.name
 
 
-def _load_tokenizer(path: Path):  # type: ignore[no-untyped-def]
-    try:
-        from engine.tokenizer import Tokenizer
-    except ImportError:
-        return None
+def _load_tokenizer(path: Path) -> Tokenizer | None:
+    """The GGUF's own tokenizer, or the HF directory's tokenizer.json; None for a bare checkpoint
+    (such a model takes token ids only)."""
     if path.suffix == ".gguf":
         return Tokenizer.from_gguf(path)
     if (path / "tokenizer.json").exists():

@@ -72,7 +72,9 @@ class ModelConfig:
                 f"pagedock serves {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
         if cfg.get("hidden_act", "silu") != "silu":
-            raise ModelLoadError(f"unsupported hidden_act {cfg.get('hidden_act')!r}; expected 'silu'")
+            raise ModelLoadError(
+                f"unsupported hidden_act {cfg.get('hidden_act')!r}; expected 'silu'"
+            )
         rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
         rope_theta = float(rope.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
         heads = int(cfg["num_attention_heads"])
@@ -88,7 +90,9 @@ class ModelConfig:
             head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             rope_theta=rope_theta,
-            rope_scaling=rope if rope.get("rope_type", rope.get("type", "default")) != "default" else None,
+            rope_scaling=rope
+            if rope.get("rope_type", rope.get("type", "default")) != "default"
+            else None,
             max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             attention_bias=bool(cfg.get("attention_bias", False)),

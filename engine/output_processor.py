@@ -54,7 +54,10 @@ class OutputProcessor:
             from engine.detokenizer import IncrementalDetokenizer
 
             detok = IncrementalDetokenizer(
-                self.tokenizer, prompt_token_ids, params.skip_special_tokens, params.stop,
+                self.tokenizer,
+                prompt_token_ids,
+                params.skip_special_tokens,
+                params.stop,
                 params.include_stop_str_in_output,
             )
         self.states[request_id] = RequestState(
@@ -95,7 +98,12 @@ class OutputProcessor:
                 del self.states[core.request_id]
             outputs.append(
                 self._make_output(
-                    state, core.new_token_ids, new_text, finish_reason, stop_reason, finished,
+                    state,
+                    core.new_token_ids,
+                    new_text,
+                    finish_reason,
+                    stop_reason,
+                    finished,
                     error=core.error,
                 )
             )
@@ -122,6 +130,11 @@ class OutputProcessor:
             new_token_ids=list(new_token_ids),
         )
         return RequestOutput(
-            state.request_id, state.prompt, state.prompt_token_ids, [completion], finished,
-            state.metrics, error,
+            state.request_id,
+            state.prompt,
+            state.prompt_token_ids,
+            [completion],
+            finished,
+            state.metrics,
+            error,
         )

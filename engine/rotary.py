@@ -44,16 +44,20 @@ def _yarn_inv_freq(
     beta_slow = float(scaling.get("beta_slow", 1.0))
 
     def correction_dim(num_rotations: float) -> float:
-        return (head_dim * math.log(original / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+        return (head_dim * math.log(original / (num_rotations * 2 * math.pi))) / (
+            2 * math.log(base)
+        )
 
-    low = max(math.floor(correction_dim(beta_fast)), 0)
-    high = min(math.ceil(correction_dim(beta_slow)), head_dim - 1)
+    low = float(max(math.floor(correction_dim(beta_fast)), 0))
+    high = float(min(math.ceil(correction_dim(beta_slow)), head_dim - 1))
     if low == high:
         high += 0.001
     ramp = (torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)
     extrapolation = 1 - ramp.clamp(0, 1)
     pos_freqs = base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (
+        1.0 / pos_freqs
+    ) * extrapolation
     attention_factor = scaling.get("attention_factor")
     if attention_factor is None:
         attention_factor = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0

@@ -45,10 +45,7 @@ class Sampler:
         logits = self._apply_bans(logits, t.banned)
         if t.needs_penalties:
             logits = apply_penalties(logits, t)
-        if t.all_greedy:
-            token_ids = logits.argmax(dim=-1)
-        else:
-            token_ids = self._sample(logits, t)
+        token_ids = logits.argmax(dim=-1) if t.all_greedy else self._sample(logits, t)
         return self._to_outputs(raw_logits, token_ids, t.num_logprobs)
 
     def _apply_bans(self, logits: torch.Tensor, banned: list[list[int]]) -> torch.Tensor:
@@ -130,7 +127,9 @@ def _token_counts(tokens: torch.Tensor, num_rows: int, vocab: int) -> torch.Tens
     return counts[:, :vocab]
 
 
-def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def apply_top_k_top_p(
+    logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
     """Mask everything outside each row's top-k and top-p nucleus with -inf (one sort per step)."""
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     vocab = logits.shape[-1]

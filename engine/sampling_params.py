@@ -79,8 +79,10 @@ class SamplingParams:
             if not -2.0 <= value <= 2.0:
                 _fail(f"{name} must be in [-2, 2], got {value}", name)
         if self.repetition_penalty <= 0:
-            _fail(f"repetition_penalty must be positive, got {self.repetition_penalty}",
-                  "repetition_penalty")
+            _fail(
+                f"repetition_penalty must be positive, got {self.repetition_penalty}",
+                "repetition_penalty",
+            )
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
             _fail(f"logprobs must be in [0, 20], got {self.logprobs}", "logprobs")
         if self.n < 1:

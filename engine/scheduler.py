@@ -142,7 +142,9 @@ class Scheduler:
         params = request.sampling_params
         banned: list[int] = []
         if request.num_output_tokens < params.min_tokens:
-            banned = sorted(request.stop_token_ids | (set() if params.ignore_eos else request.eos_token_ids))
+            banned = sorted(
+                request.stop_token_ids | (set() if params.ignore_eos else request.eos_token_ids)
+            )
         return ScheduledRequest(
             request_id=request.request_id,
             new_token_ids=request.all_token_ids[start : start + num_new],
@@ -185,9 +187,7 @@ class Scheduler:
             error = runner_output.errors.get(item.request_id)
             if error is not None:
                 self._finish_running(request, RequestStatus.FINISHED_ERROR)
-                core_outputs.append(
-                    EngineCoreOutput(request.request_id, [], "error", error=error)
-                )
+                core_outputs.append(EngineCoreOutput(request.request_id, [], "error", error=error))
                 continue
             sampled = runner_output.sampled.get(item.request_id)
             if sampled is not None:
@@ -220,7 +220,10 @@ class Scheduler:
             if token_id in request.stop_token_ids:
                 request.stop_reason = token_id
                 return RequestStatus.FINISHED_STOPPED
-        if request.num_output_tokens >= request.max_tokens or request.num_tokens >= self.max_model_len:
+        if (
+            request.num_output_tokens >= request.max_tokens
+            or request.num_tokens >= self.max_model_len
+        ):
             return RequestStatus.FINISHED_LENGTH
         return None
 

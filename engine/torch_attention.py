@@ -22,9 +22,7 @@ def write_kv_cache(
     v_cache.view(flat_shape).index_copy_(0, slot_mapping, value)
 
 
-def gather_kv(
-    cache: torch.Tensor, block_tables: torch.Tensor, num_blocks: int
-) -> torch.Tensor:
+def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, num_blocks: int) -> torch.Tensor:
     """[num_seqs, num_blocks * block_size, num_kv_heads, head_dim]: each sequence's first slots."""
     blocks = cache[block_tables[:, :num_blocks].long()]  # [S, nb, bs, H, D]
     num_seqs, nb, bs, heads, dim = blocks.shape

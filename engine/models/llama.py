@@ -34,7 +34,9 @@ class RMSNorm(nn.Module):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend) -> None:
+    def __init__(
+        self, config: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend
+    ) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -73,7 +75,9 @@ class LlamaMLP(nn.Module):
         self.gate_up_proj = nn.Linear(
             config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias
         )
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(
+            config.intermediate_size, config.hidden_size, bias=config.mlp_bias
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
@@ -81,7 +85,9 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend) -> None:
+    def __init__(
+        self, config: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend
+    ) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = LlamaAttention(config, rotary, backend)
@@ -165,8 +171,18 @@ class LlamaForCausalLM(nn.Module):
         if shard is None:
             return None
         cfg = self.config
-        q, kv, inter = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim, cfg.intermediate_size
-        offsets = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv), "gate": (0, inter), "up": (inter, 2 * inter)}
+        q, kv, inter = (
+            cfg.num_attention_heads * cfg.head_dim,
+            cfg.num_key_value_heads * cfg.head_dim,
+            cfg.intermediate_size,
+        )
+        offsets = {
+            "q": (0, q),
+            "k": (q, q + kv),
+            "v": (q + kv, q + 2 * kv),
+            "gate": (0, inter),
+            "up": (inter, 2 * inter),
+        }
         return offsets[shard]
 
     def _expected_shards(self) -> list[str]:

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
-from engine.scheduler_output import ScheduledRequest, SchedulerOutput
+from engine.input_batch import build_model_inputs
+from engine.scheduler_output import ScheduledRequest
 from tests.engine.conftest import hf_greedy, make_prompts
 
 NUM_NEW_TOKENS = 32
@@ -44,10 +45,15 @@ def test_prefill_logits_match_transformers(tiny_model_dir: Path, hf_tiny_model: 
     engine = llm.engine
     blocks = list(range(3))
     item = ScheduledRequest("r", prompt, 0, blocks, True, GREEDY, prompt, [])
-    input_ids, positions, meta, _ = engine.runner._prepare_inputs([item])
+    inputs = build_model_inputs([item], 16, torch.device("cpu"))
     with torch.inference_mode():
-        ours = engine.model(input_ids, positions, engine.runner.kv_caches, meta,
-                            torch.arange(len(prompt)))
+        ours = engine.model(
+            inputs.input_ids,
+            inputs.positions,
+            engine.runner.kv_caches,
+            inputs.meta,
+            torch.arange(len(prompt)),
+        )
         theirs = hf_tiny_model(torch.tensor([prompt])).logits[0]
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
 

@@ -1,0 +1,47 @@
+"""The standard workloads, seeded so every system in a run sees the same requests."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    prompts: list[list[int]]
+    max_tokens: int
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(len(p) for p in self.prompts)
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return len(self.prompts) * self.max_tokens
+
+
+def workload_a(vocab_size: int, num_requests: int = 64, seed: int = 0) -> Workload:
+    """Workload A: 64 requests, synthetic prompts of 32-512 tokens, exactly 128 generated each
+    (greedy, ignore_eos). Token ids avoid the first 100 (special tokens live there)."""
+    rng = random.Random(seed)
+    low = min(100, vocab_size // 4)
+    prompts = [
+        [rng.randrange(low, vocab_size) for _ in range(rng.randint(32, 512))]
+        for _ in range(num_requests)
+    ]
+    return Workload("A", prompts, max_tokens=128)
+
+
+def shared_prefix_workload(
+    vocab_size: int, num_requests: int = 32, prefix_len: int = 400, seed: int = 0
+) -> Workload:
+    """32 requests sharing a 400-token prefix, each with a short unique tail, 32 new tokens."""
+    rng = random.Random(seed)
+    low = min(100, vocab_size // 4)
+    prefix = [rng.randrange(low, vocab_size) for _ in range(prefix_len)]
+    prompts = [
+        prefix + [rng.randrange(low, vocab_size) for _ in range(rng.randint(8, 24))]
+        for _ in range(num_requests)
+    ]
+    return Workload("shared-prefix", prompts, max_tokens=32)

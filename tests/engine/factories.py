@@ -1,0 +1,56 @@
+"""Torch-free factories for the bookkeeping tests: requests, schedulers, fake model outputs."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from engine.block_hash import root_hash
+from engine.config import EngineConfig
+from engine.request import Request
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.scheduler_output import ModelRunnerOutput, SampledToken, SchedulerOutput
+
+ROOT = root_hash("test-model")
+EOS = 2
+_ids = itertools.count()
+
+
+def make_request(
+    prompt: list[int] | int = 20,
+    max_tokens: int = 8,
+    request_id: str | None = None,
+    priority: int = 0,
+    arrival_time: float | None = None,
+    **params: Any,
+) -> Request:
+    """A request; `prompt` is token ids, or a length (distinct ids per request)."""
+    rid = request_id or f"req-{next(_ids)}"
+    if isinstance(prompt, int):
+        base = 1000 + 100 * (hash(rid) % 1000)
+        prompt = [base + i for i in range(prompt)]
+    sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0, **params)
+    return Request(rid, prompt, sampling, max_tokens, (EOS,), priority, arrival_time)
+
+
+def make_scheduler(num_blocks: int = 64, max_model_len: int = 512, **config: Any) -> Scheduler:
+    cfg = EngineConfig(**config)
+    return Scheduler(cfg, num_blocks, max_model_len, ROOT)
+
+
+def fake_runner_output(output: SchedulerOutput, token_id: int = 7) -> ModelRunnerOutput:
+    """What a model would return: one token for every request that samples this step."""
+    return ModelRunnerOutput(
+        {s.request_id: SampledToken(token_id) for s in output.scheduled if s.do_sample}
+    )
+
+
+def run_to_completion(scheduler: Scheduler, max_steps: int = 10_000) -> list[SchedulerOutput]:
+    steps = []
+    while scheduler.has_unfinished_requests():
+        output = scheduler.schedule()
+        scheduler.update(output, fake_runner_output(output))
+        steps.append(output)
+        assert len(steps) < max_steps, "scheduler made no progress"
+    return steps

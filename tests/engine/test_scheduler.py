@@ -1,0 +1,148 @@
+from engine.request import RequestStatus
+from tests.engine.factories import (
+    EOS,
+    fake_runner_output,
+    make_request,
+    make_scheduler,
+    run_to_completion,
+)
+
+
+def test_decodes_and_prefill_chunks_share_one_step() -> None:
+    sched = make_scheduler(max_num_batched_tokens=32)
+    first = make_request(10)
+    sched.add_request(first)
+    out = sched.schedule()
+    sched.update(out, fake_runner_output(out))
+    sched.add_request(make_request(100))
+    out = sched.schedule()
+    assert [s.num_new_tokens for s in out.scheduled] == [1, 31]
+    assert out.num_scheduled_tokens == 32
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_and_samples_only_at_its_end() -> None:
+    sched = make_scheduler(max_num_batched_tokens=16)
+    sched.add_request(make_request(40, max_tokens=1))
+    chunks = []
+    for _ in range(3):
+        out = sched.schedule()
+        chunks.append((out.scheduled[0].num_new_tokens, out.scheduled[0].do_sample))
+        sched.update(out, fake_runner_output(out))
+    assert chunks == [(16, False), (16, False), (8, True)]
+    assert not sched.has_unfinished_requests()
+
+
+def test_without_chunked_prefill_a_prompt_waits_for_a_step_with_room() -> None:
+    sched = make_scheduler(max_num_batched_tokens=64, enable_chunked_prefill=False)
+    sched.add_request(make_request(40))
+    sched.add_request(make_request(40))
+    out = sched.schedule()
+    assert [s.num_new_tokens for s in out.scheduled] == [40]
+
+
+def test_max_num_seqs_caps_the_running_set() -> None:
+    sched = make_scheduler(max_num_seqs=2)
+    for _ in range(3):
+        sched.add_request(make_request(4))
+    out = sched.schedule()
+    assert len(out.scheduled) == 2
+    assert len(sched.waiting) == 1
+
+
+def test_when_blocks_run_out_the_newest_running_request_is_preempted() -> None:
+    sched = make_scheduler(num_blocks=4, block_size=16, max_model_len=64)
+    old, new = make_request(30, max_tokens=20), make_request(30, max_tokens=20)
+    sched.add_request(old)
+    sched.add_request(new)
+    preempted: list[str] = []
+    while sched.has_unfinished_requests():
+        out = sched.schedule()
+        preempted += out.preempted_req_ids
+        sched.update(out, fake_runner_output(out))
+    assert preempted and set(preempted) == {new.request_id}
+    assert old.status == new.status == RequestStatus.FINISHED_LENGTH
+    assert old.num_output_tokens == new.num_output_tokens == 20
+    assert sched.kv_cache_manager.pool.num_free_blocks == 4
+
+
+def test_priority_policy_preempts_the_least_important_request() -> None:
+    sched = make_scheduler(num_blocks=4, max_model_len=64, scheduling_policy="priority")
+    urgent = make_request(30, max_tokens=20, priority=0, arrival_time=2.0)
+    lazy = make_request(30, max_tokens=20, priority=5, arrival_time=1.0)
+    sched.add_request(lazy)
+    sched.add_request(urgent)
+    preempted: list[str] = []
+    while sched.has_unfinished_requests():
+        out = sched.schedule()
+        preempted += out.preempted_req_ids
+        sched.update(out, fake_runner_output(out))
+    assert set(preempted) == {lazy.request_id}
+
+
+def test_eos_stops_a_request_unless_ignored_or_before_min_tokens() -> None:
+    sched = make_scheduler()
+    plain, ignoring, patient = (
+        make_request(4),
+        make_request(4, ignore_eos=True),
+        make_request(4, min_tokens=3),
+    )
+    for r in (plain, ignoring, patient):
+        sched.add_request(r)
+    for _ in range(4):
+        out = sched.schedule()
+        if out.is_empty:
+            break
+        sched.update(out, fake_runner_output(out, token_id=EOS))
+    assert plain.num_output_tokens == 1 and plain.status == RequestStatus.FINISHED_STOPPED
+    assert patient.num_output_tokens == 3
+    assert ignoring.num_output_tokens == 4
+
+
+def test_eos_is_banned_from_sampling_until_min_tokens() -> None:
+    sched = make_scheduler()
+    sched.add_request(make_request(4, min_tokens=2, stop_token_ids=[9]))
+    out = sched.schedule()
+    assert out.scheduled[0].banned_token_ids == [EOS, 9]
+
+
+def test_stop_token_ids_stop_with_the_token_as_stop_reason() -> None:
+    sched = make_scheduler()
+    r = make_request(4, stop_token_ids=[7])
+    sched.add_request(r)
+    run_to_completion(sched)
+    assert r.status == RequestStatus.FINISHED_STOPPED and r.stop_reason == 7
+
+
+def test_an_aborted_request_returns_its_blocks_even_mid_prefill() -> None:
+    sched = make_scheduler(max_num_batched_tokens=16)
+    r = make_request(100)
+    sched.add_request(r)
+    sched.schedule()
+    sched.finish_request(r.request_id, RequestStatus.FINISHED_ABORTED)
+    assert sched.kv_cache_manager.pool.num_free_blocks == 64
+    assert r.request_id in sched.schedule().finished_req_ids
+
+
+def test_a_request_sharing_a_cached_3_block_prefix_computes_only_the_rest() -> None:
+    sched = make_scheduler(block_size=16)
+    prefix = list(range(100, 148))  # 3 full blocks
+    first = make_request([*prefix, 1, 2, 3], max_tokens=2)
+    sched.add_request(first)
+    run_to_completion(sched)
+    second = make_request([*prefix, 4, 5, 6, 7, 8], max_tokens=2)
+    sched.add_request(second)
+    out = sched.schedule()
+    assert out.scheduled[0].num_computed_tokens == 48
+    assert out.scheduled[0].num_new_tokens == 5
+    assert second.num_cached_tokens == 48
+
+
+def test_a_full_prefix_hit_still_recomputes_the_last_token() -> None:
+    sched = make_scheduler(block_size=16)
+    prompt = list(range(100, 132))  # exactly 2 blocks
+    sched.add_request(make_request(prompt, max_tokens=1))
+    run_to_completion(sched)
+    sched.add_request(make_request(prompt, max_tokens=1))
+    out = sched.schedule()
+    # The last block is recomputed whole: a cached block is never written into.
+    assert (out.scheduled[0].num_computed_tokens, out.scheduled[0].num_new_tokens) == (16, 16)
