@@ -8,7 +8,7 @@ from typing import Any
 
 from engine.config import DEFAULT_MODEL, EngineConfig
 from engine.llm_engine import EngineStats, LLMEngine
-from engine.outputs import RequestOutput
+from engine.outputs import CompletionOutput, RequestOutput
 from engine.sampling_params import SamplingParams
 
 Prompt = str | list[int]
@@ -61,15 +61,22 @@ class LLM:
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         finished: dict[str, RequestOutput] = {}
+        # Completions are cumulative; with n > 1 a step reports only those that advanced, so
+        # keep the latest of each index.
+        latest: dict[str, dict[int, CompletionOutput]] = {r: {} for r in request_ids}
         bar = _progress_bar(len(request_ids)) if use_tqdm else None
         while self.engine.has_unfinished_requests():
             for output in self.engine.step():
+                for completion in output.outputs:
+                    latest[output.request_id][completion.index] = completion
                 if output.finished:
                     finished[output.request_id] = output
                     if bar is not None:
                         bar.update(1)
         if bar is not None:
             bar.close()
+        for request_id, output in finished.items():
+            output.outputs = [c for _, c in sorted(latest[request_id].items())]
         return [finished[r] for r in request_ids]
 
 

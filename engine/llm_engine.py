@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from engine.model_registry import resolve_model
 from engine.model_runner import ModelRunner, kv_cache_bytes_per_block
 from engine.output_processor import OutputProcessor
 from engine.outputs import RequestOutput
+from engine.parallel_sampling import ParallelSampling, child_params, child_request_id
 from engine.request import Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
@@ -77,6 +79,7 @@ class LLMEngine:
             seed=config.seed,
         )
         self.output_processor = OutputProcessor(self.tokenizer)
+        self.parallel = ParallelSampling()
         self.kv_events = KVEventLog()
 
     # ---- configuration ---------------------------------------------------------------------
@@ -144,17 +147,52 @@ class LLMEngine:
         arrival_time: float | None = None,
     ) -> None:
         params = params or SamplingParams()
+        if request_id in self.scheduler.requests or self.parallel.is_parent(request_id):
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
         text, token_ids = self._tokenize(prompt)
         max_tokens = self._check_length(len(token_ids), params)
-        if params.n != 1:
-            raise InvalidRequestError("n > 1 is not supported by LLMEngine.add_request", "n")
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
-        request = Request(
-            request_id, token_ids, params, max_tokens, self.eos_token_ids, priority, arrival_time
-        )
+        arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        if params.n == 1:
+            self._enqueue(
+                Request(
+                    request_id,
+                    token_ids,
+                    params,
+                    max_tokens,
+                    self.eos_token_ids,
+                    priority,
+                    arrival_time,
+                ),
+                text,
+            )
+            return
+        children = [
+            Request(
+                child_request_id(request_id, i),
+                token_ids,
+                child_params(params, i),
+                max_tokens,
+                self.eos_token_ids,
+                priority,
+                arrival_time,
+            )
+            for i in range(params.n)
+        ]
+        defer = self.config.enable_prefix_caching
+        for child in self.parallel.register(request_id, text, children, defer):
+            self._enqueue(child, text)
+
+    def _enqueue(self, request: Request, text: str | None) -> None:
         self.scheduler.add_request(request)
-        self.output_processor.add_request(request_id, text, token_ids, params, request.arrival_time)
+        self.output_processor.add_request(
+            request.request_id,
+            text,
+            request.prompt_token_ids,
+            request.sampling_params,
+            request.arrival_time,
+        )
 
     def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -195,9 +233,24 @@ class LLMEngine:
         return params.max_tokens
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
-        """Stop a request and free its blocks. UnknownRequestError when the id is not running."""
-        self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
-        return self.output_processor.abort(request_id)
+        """Stop a request (all n of it) and free its blocks. UnknownRequestError when the id is
+        not in flight."""
+        if not self.parallel.is_parent(request_id):
+            self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
+            return self.output_processor.abort(request_id)
+        child_ids, _ = self.parallel.children_to_abort(request_id)
+        outputs = []
+        for child_id in child_ids:
+            self.scheduler.finish_request(child_id, RequestStatus.FINISHED_ABORTED)
+            output = self.output_processor.abort(child_id)
+            if output is not None:
+                outputs.append(output)
+        completions = [c for o in outputs for c in o.outputs]
+        if not outputs:
+            return None
+        return RequestOutput(
+            request_id, outputs[0].prompt, outputs[0].prompt_token_ids, completions, True
+        )
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
@@ -212,7 +265,14 @@ class LLMEngine:
         for request_id in processed.stopped_by_string:
             self.scheduler.finish_request(request_id, RequestStatus.FINISHED_STOPPED)
         self.kv_events.publish(self.scheduler.kv_cache_manager.pool.take_events())
-        return processed.outputs
+        outputs, released = self.parallel.merge(processed.outputs)
+        for child in released:
+            self._enqueue(child, self._prompt_of(child))
+        return outputs
+
+    def _prompt_of(self, child: Request) -> str | None:
+        entry = self.parallel.child_to_parent.get(child.request_id)
+        return entry[0].prompt if entry else None
 
     def _execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         """Run the step; a failure fails the step's requests, never the engine."""
