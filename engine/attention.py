@@ -64,15 +64,19 @@ class AttentionBackend(Protocol):
         ...
 
 
+ATTENTION_BACKENDS = ("torch", "torch-sdpa", "triton")
+
+
 def get_attention_backend(device: torch.device, name: str | None = None) -> AttentionBackend:
-    """The torch backend on CPU, Triton on CUDA; `name` ("torch" / "triton") forces one."""
+    """The torch backend on CPU (decodes through the C++ paged kernel when it builds), Triton on
+    CUDA; `name` forces one: "torch", "torch-sdpa" (pure torch, no C++), "triton"."""
     choice = name or ("triton" if device.type == "cuda" else "torch")
-    if choice == "torch":
+    if choice in ("torch", "torch-sdpa"):
         from engine.torch_attention import TorchAttentionBackend
 
-        return TorchAttentionBackend()
+        return TorchAttentionBackend(use_cpu_kernels=choice == "torch")
     if choice == "triton":
         from engine.triton_attention import TritonAttentionBackend
 
         return TritonAttentionBackend()
-    raise ValueError(f"unknown attention backend {choice!r}; expected 'torch' or 'triton'")
+    raise ValueError(f"unknown attention backend {choice!r}; expected one of {ATTENTION_BACKENDS}")

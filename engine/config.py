@@ -45,7 +45,8 @@ class EngineConfig:
     seed: int = 0
     """Seed of the sampling of requests that carry no seed of their own."""
     attention_backend: str | None = None
-    """Force 'torch' or 'triton'; None chooses by device."""
+    """Force 'torch' (CPU, C++ decode kernel), 'torch-sdpa' (pure torch) or 'triton'; None
+    chooses by device."""
     served_model_name: str | None = None
     """Name the API reports; None = the built-in name or the model path's basename."""
     num_threads: int | None = None
@@ -77,6 +78,10 @@ class EngineConfig:
         _check(
             self.scheduling_policy in ("fcfs", "priority"),
             f"scheduling_policy must be fcfs or priority, got {self.scheduling_policy!r}",
+        )
+        _check(
+            self.attention_backend in (None, "torch", "torch-sdpa", "triton"),
+            f"attention_backend must be torch, torch-sdpa or triton, got {self.attention_backend!r}",
         )
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_bytes(self.kv_cache_memory)

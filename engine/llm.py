@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from engine.config import DEFAULT_MODEL, EngineConfig
 from engine.llm_engine import EngineStats, LLMEngine
@@ -45,11 +45,8 @@ class LLM:
             from engine.errors import InvalidRequestError
 
             raise InvalidRequestError("this model has no tokenizer or chat template")
-        conversations: list[list[dict[str, str]]]
-        if messages and isinstance(messages[0], dict):
-            conversations = [messages]  # one conversation
-        else:
-            conversations = messages  # type: ignore[assignment]
+        one = bool(messages) and isinstance(messages[0], dict)
+        conversations = cast(list[list[dict[str, str]]], [messages] if one else messages)
         prompts = [
             tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
             for conv in conversations

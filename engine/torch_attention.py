@@ -98,9 +98,24 @@ def paged_attention(
             max(meta.seq_lens_cpu[:nd]),
             scale,
         )
+    _prefill_attention(query, key, value, k_cache, v_cache, meta, scale, out)
+    return out
+
+
+def _prefill_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    out: torch.Tensor,
+) -> None:
+    """The sequences after the decodes, one at a time (their chunks are long: SDPA's GEMMs win)."""
     block_size = k_cache.shape[1]
     starts, seq_lens = meta.query_start_loc_cpu, meta.seq_lens_cpu
-    for s in range(nd, meta.num_seqs):
+    for s in range(meta.num_decodes, meta.num_seqs):
         begin, end, seq_len = starts[s], starts[s + 1], seq_lens[s]
         if end - begin == seq_len:
             # No cached prefix: the step's own K/V are the whole context; skip the gather.
@@ -111,13 +126,20 @@ def paged_attention(
             keys = gather_kv(k_cache, table, num_blocks)[0, :seq_len]
             values = gather_kv(v_cache, table, num_blocks)[0, :seq_len]
         out[begin:end] = prefill_attention_one(query[begin:end], keys, values, scale)
-    return out
 
 
 class TorchAttentionBackend:
-    """The CPU backend: index_copy_ into the cache, then SDPA over gathered blocks."""
+    """The CPU backend: index_copy_ into the cache; decodes through the C++ paged kernel when it
+    is available (float32), prefill chunks through SDPA over gathered blocks."""
 
     name = "torch"
+
+    def __init__(self, use_cpu_kernels: bool = True) -> None:
+        self.cpu_kernels = None
+        if use_cpu_kernels:
+            from engine.cpu_kernels import load_cpu_kernels
+
+            self.cpu_kernels = load_cpu_kernels()
 
     def forward(
         self,
@@ -130,4 +152,29 @@ class TorchAttentionBackend:
         scale: float,
     ) -> torch.Tensor:
         write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
-        return paged_attention(query, key, value, k_cache, v_cache, meta, scale)
+        nd = meta.num_decodes
+        if not nd or not self._kernel_fits(query, k_cache):
+            return paged_attention(query, key, value, k_cache, v_cache, meta, scale)
+        out = torch.empty_like(query)
+        assert self.cpu_kernels is not None
+        self.cpu_kernels.paged_decode(
+            query[:nd].contiguous(),
+            k_cache,
+            v_cache,
+            meta.block_tables[:nd].contiguous(),
+            meta.seq_lens[:nd].contiguous(),
+            scale,
+            out[:nd],
+        )
+        if nd < meta.num_seqs:
+            _prefill_attention(query, key, value, k_cache, v_cache, meta, scale, out)
+        return out
+
+    def _kernel_fits(self, query: torch.Tensor, k_cache: torch.Tensor) -> bool:
+        return (
+            self.cpu_kernels is not None
+            and query.device.type == "cpu"
+            and query.dtype == torch.float32
+            and k_cache.dtype == torch.float32
+            and self.cpu_kernels.supports(query.shape[2], query.shape[1] // k_cache.shape[2])
+        )

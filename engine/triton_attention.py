@@ -40,7 +40,13 @@ _LOG2_E = 1.4426950408889634
 _TARGET_PROGRAMS_PER_SM = 4
 _MIN_TOKENS_PER_SPLIT = 256
 _MAX_SPLITS = 32
-_PREFILL_BLOCK_M = 64  # query rows per prefill program: BLOCK_Q tokens x GROUP_PAD heads
+# Tile sizes and warps, picked from register counts of sm_90 builds (no spills, several programs
+# per SM for decode); benchmarks/gpu/kernel_bench.py sweeps them on a GPU.
+DECODE_BLOCK_N = 32  # K/V tokens per decode loop step
+DECODE_NUM_WARPS = 4
+PREFILL_BLOCK_M = 64  # query rows per prefill program: BLOCK_Q tokens x GROUP_PAD heads
+PREFILL_BLOCK_N = 64
+PREFILL_NUM_WARPS = 8
 
 
 @triton.jit
@@ -71,19 +77,23 @@ def _attend_tile(
     q, acc, m_i, l_i, n, valid, keep, table_row_ptr, k_cache_ptr, v_cache_ptr, kv_head,
     scale_log2, stride_cb, stride_ct, stride_ch,
     HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    INT64_OFFSETS: tl.constexpr,
 ):  # fmt: skip
     """One online-softmax step over a tile of tokens n: `valid` [BLOCK_N] says which tokens exist
     (only those are loaded), `keep` [rows or 1, BLOCK_N] which ones each query row attends to."""
-    block = tl.load(table_row_ptr + n // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
+    block = tl.load(table_row_ptr + n // BLOCK_SIZE, mask=valid, other=0)
+    if INT64_OFFSETS:  # NOTE: int32 offsets save registers; only caches of >= 2**31 elements pay
+        block = block.to(tl.int64)
     row = block * stride_cb + (n % BLOCK_SIZE) * stride_ct + kv_head * stride_ch
-    offs = row[:, None] + tl.arange(0, HEAD_DIM)[None, :]
-    k = tl.load(k_cache_ptr + offs, mask=valid[:, None], other=0.0)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+    d = tl.arange(0, HEAD_DIM)
+    # K is loaded transposed ([HEAD_DIM, BLOCK_N]) so the dot needs no layout change.
+    k_t = tl.load(k_cache_ptr + row[None, :] + d[:, None], mask=valid[None, :], other=0.0)
+    s = tl.dot(q, k_t, input_precision=DOT_PRECISION) * scale_log2
     s = tl.where(keep, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
-    v = tl.load(v_cache_ptr + offs, mask=valid[:, None], other=0.0)
+    v = tl.load(v_cache_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return acc, m_new, l_i * alpha + tl.sum(p, 1)
 
@@ -95,7 +105,7 @@ def _paged_decode_kernel(
     stride_qs, stride_qh, stride_os, stride_oh, stride_cb, stride_ct, stride_ch, stride_bt,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, INT64_OFFSETS: tl.constexpr,
 ):  # fmt: skip
     """One (sequence, kv head, split): the GROUP query heads of the kv head read K/V once.
 
@@ -127,7 +137,7 @@ def _paged_decode_kernel(
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, n, valid, valid[None, :], table_row_ptr, k_cache_ptr, v_cache_ptr,
             kv_head, scale_log2, stride_cb, stride_ct, stride_ch,
-            HEAD_DIM, BLOCK_SIZE, DOT_PRECISION,
+            HEAD_DIM, BLOCK_SIZE, DOT_PRECISION, INT64_OFFSETS,
         )  # fmt: skip
     if SPLIT:
         part = (seq * (GROUP * tl.num_programs(1)) + head) * tl.num_programs(2) + split
@@ -172,7 +182,7 @@ def _paged_prefill_kernel(
     stride_bt,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, INT64_OFFSETS: tl.constexpr,
 ):  # fmt: skip
     """One (sequence, tile of BLOCK_Q query tokens, kv head), causal over the whole context.
 
@@ -210,7 +220,8 @@ def _paged_prefill_kernel(
         keep = (n[None, :] <= q_pos[:, None]) & valid[None, :]
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, n, valid, keep, table_row_ptr, k_cache_ptr, v_cache_ptr, kv_head,
-            scale_log2, stride_cb, stride_ct, stride_ch, HEAD_DIM, BLOCK_SIZE, DOT_PRECISION,
+            scale_log2, stride_cb, stride_ct, stride_ch,
+            HEAD_DIM, BLOCK_SIZE, DOT_PRECISION, INT64_OFFSETS,
         )  # fmt: skip
     out = acc / l_i[:, None]
     o_offs = (q_start + token).to(tl.int64)[:, None] * stride_ot + head[:, None] * stride_oh
@@ -247,8 +258,8 @@ def _dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _tile_n(head_dim: int) -> int:
-    return 64 if head_dim <= 128 else 32
+def _int64_offsets(cache: torch.Tensor) -> bool:
+    return cache.numel() >= 2**31
 
 
 def write_kv_cache_triton(
@@ -337,8 +348,9 @@ def paged_decode_attention_triton(
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size, BLOCK_N=_tile_n(head_dim), SPLIT=split,
-        DOT_PRECISION=_dot_precision(query.dtype),
+        BLOCK_SIZE=block_size, BLOCK_N=DECODE_BLOCK_N, SPLIT=split,
+        DOT_PRECISION=_dot_precision(query.dtype), INT64_OFFSETS=_int64_offsets(k_cache),
+        num_warps=DECODE_NUM_WARPS,
     )  # fmt: skip
     if split:
         merge_splits_triton(part_acc, part_max, part_sum, seq_lens, tokens_per_split, out)
@@ -415,14 +427,15 @@ def paged_prefill_attention_triton(
         return out
     group = num_heads // num_kv_heads
     group_pad = triton.next_power_of_2(group)
-    block_q = max(1, _PREFILL_BLOCK_M // group_pad)
+    block_q = max(1, PREFILL_BLOCK_M // group_pad)
     grid = (num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads)
     _paged_prefill_kernel[grid](
         out, query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale * _LOG2_E,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
-        BLOCK_Q=block_q, BLOCK_N=_tile_n(head_dim), DOT_PRECISION=_dot_precision(query.dtype),
+        BLOCK_Q=block_q, BLOCK_N=PREFILL_BLOCK_N, DOT_PRECISION=_dot_precision(query.dtype),
+        INT64_OFFSETS=_int64_offsets(k_cache), num_warps=PREFILL_NUM_WARPS,
     )  # fmt: skip
     return out
 

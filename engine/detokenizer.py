@@ -1,0 +1,162 @@
+"""Streaming text from generated token ids: incremental detokenization and stop strings.
+
+Decoding one token at a time is wrong twice over: a character may span tokens (its first bytes
+alone decode to U+FFFD), and some decoders change a token's text by what precedes it (spaces).
+So each step decodes a short window that starts a little before the new tokens:
+
+    token ids:   ... | prefix_offset ......... read_offset ......... end
+                       \\__ already emitted __/ \\__ new this step __/
+    delta = decode(ids[prefix_offset:end])[len(decode(ids[prefix_offset:read_offset])):]
+
+and emits nothing while the window's text ends in U+FFFD (a character still incomplete). The
+concatenated deltas equal a one-shot decode of all output ids.
+
+Stop strings are matched on the text, so they are found even when they span tokens; text that
+could be the start of a stop string is held back until it is known not to be one, so a stream
+never shows part of a stop string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+REPLACEMENT_CHAR = "\ufffd"
+# Prompt tokens decoded ahead of the first output token, so that its spacing comes out right.
+_NUM_PROMPT_CONTEXT_TOKENS = 5
+
+
+class SupportsDecode(Protocol):
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+
+class StopStringMatcher:
+    """Finds stop strings in streamed text; says what may be shown so far.
+
+    Semantics are those of a character-by-character scan, whatever the chunking: generation stops
+    at the first position where some stop string is complete (earliest end; on a tie, the
+    longest). The stop string itself is excluded unless `include_stop_str_in_output`.
+    """
+
+    def __init__(self, stop: Sequence[str], include_stop_str_in_output: bool = False) -> None:
+        self.stop = tuple(s for s in stop if s)
+        self.include_stop_str_in_output = include_stop_str_in_output
+        self.matched: str | None = None
+        self._held = ""  # text not yet emitted because it could begin a stop string
+
+    @property
+    def stopped(self) -> bool:
+        return self.matched is not None
+
+    def feed(self, delta: str) -> str:
+        """Add newly decoded text; return the part that may be emitted now."""
+        if self.stopped:
+            return ""
+        text = self._held + delta
+        found = find_stop_string(text, self.stop)
+        if found is not None:
+            start, self.matched = found
+            self._held = ""
+            end = start + len(self.matched) if self.include_stop_str_in_output else start
+            return text[:end]
+        keep = partial_stop_length(text, self.stop)
+        self._held = text[len(text) - keep :]
+        return text[: len(text) - keep]
+
+    def flush(self) -> str:
+        """At the end of generation: release text held back as a possible stop-string start."""
+        held, self._held = ("" if self.stopped else self._held), ""
+        return held
+
+
+def find_stop_string(text: str, stop: Sequence[str]) -> tuple[int, str] | None:
+    """(start index, stop string) of the stop string that completes first in `text`, or None."""
+    best: tuple[int, int, str] | None = None  # (end, -len, stop) orders by earliest end, longest
+    for s in stop:
+        start = text.find(s)
+        if start >= 0:
+            candidate = (start + len(s), -len(s), s)
+            best = candidate if best is None or candidate < best else best
+    if best is None:
+        return None
+    end, _, s = best
+    return end - len(s), s
+
+
+def partial_stop_length(text: str, stop: Sequence[str]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
+    longest = min(len(text), max((len(s) - 1 for s in stop), default=0))
+    for length in range(longest, 0, -1):
+        tail = text[-length:]
+        if any(s.startswith(tail) for s in stop):
+            return length
+    return 0
+
+
+class IncrementalDetokenizer:
+    """Per-request streaming text: feed generated ids, get the new text (stop strings applied)."""
+
+    def __init__(
+        self,
+        tokenizer: SupportsDecode,
+        prompt_token_ids: Sequence[int] = (),
+        skip_special_tokens: bool = True,
+        stop: Sequence[str] | None = None,
+        include_stop_str_in_output: bool = False,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        # The window keeps a few prompt tokens as left context; they are never emitted.
+        self._ids = list(prompt_token_ids[-_NUM_PROMPT_CONTEXT_TOKENS:])
+        self._prefix_offset = 0
+        self._read_offset = len(self._ids)
+        self._stop = StopStringMatcher(stop or (), include_stop_str_in_output)
+        self.output_text = ""
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The stop string that ended generation, if one did."""
+        return self._stop.matched
+
+    def update(
+        self, new_token_ids: Sequence[int], finished: bool = False
+    ) -> tuple[str, str | None]:
+        """Add generated ids; return (text to emit now, matched stop string or None).
+
+        `finished`: generation ends with these ids (EOS, length, ...), so text held back (an
+        incomplete character, a possible stop-string start) is released now.
+        """
+        if self._stop.stopped:
+            return "", self._stop.matched
+        text = self.decode_step(new_token_ids)
+        if finished:
+            text += self._flush_window()
+        emitted = self._stop.feed(text)
+        if finished and not self._stop.stopped:
+            emitted += self._stop.flush()
+        self.output_text += emitted
+        return emitted, self._stop.matched
+
+    def decode_step(self, new_token_ids: Sequence[int]) -> str:
+        """Decoded text that `new_token_ids` add (no stop strings); "" while a char is incomplete."""
+        self._ids.extend(new_token_ids)
+        prefix_text = self._decode(self._prefix_offset, self._read_offset)
+        full_text = self._decode(self._prefix_offset, len(self._ids))
+        if len(full_text) <= len(prefix_text) or full_text.endswith(REPLACEMENT_CHAR):
+            return ""
+        self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
+        return full_text[len(prefix_text) :]
+
+    def _flush_window(self) -> str:
+        """Whatever the window still holds back, U+FFFD and all (as a one-shot decode shows it)."""
+        if self._read_offset == len(self._ids):
+            return ""
+        prefix_text = self._decode(self._prefix_offset, self._read_offset)
+        full_text = self._decode(self._prefix_offset, len(self._ids))
+        self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
+        return full_text[len(prefix_text) :]
+
+    def _decode(self, start: int, end: int) -> str:
+        return self.tokenizer.decode(
+            self._ids[start:end], skip_special_tokens=self.skip_special_tokens
+        )

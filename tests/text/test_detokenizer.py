@@ -1,0 +1,182 @@
+"""Streaming detokenization equals a one-shot decode; stop strings never leak into the stream."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import AddedToken, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as BackendTokenizer
+
+from engine.detokenizer import (
+    IncrementalDetokenizer,
+    StopStringMatcher,
+    find_stop_string,
+    partial_stop_length,
+)
+from engine.tokenizer import Tokenizer
+from tests.text.test_tokenizer import SAMPLES
+
+
+def stream(detok: IncrementalDetokenizer, ids: Sequence[int], chunk: int = 1) -> list[str]:
+    """Feed ids `chunk` at a time, the last call marked finished; return the deltas."""
+    deltas = []
+    for start in range(0, len(ids), chunk):
+        piece = ids[start : start + chunk]
+        text, _ = detok.update(piece, finished=start + chunk >= len(ids))
+        deltas.append(text)
+    return deltas
+
+
+@pytest.mark.parametrize("text", SAMPLES.values(), ids=SAMPLES.keys())
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_stream_equals_one_shot_decode(smollm2_tokenizer: Tokenizer, text: str, chunk: int) -> None:
+    ids = smollm2_tokenizer.encode(text)
+    for skip in (True, False):
+        deltas = stream(
+            IncrementalDetokenizer(smollm2_tokenizer, skip_special_tokens=skip), ids, chunk
+        )
+        assert "".join(deltas) == smollm2_tokenizer.decode(ids, skip_special_tokens=skip)
+        assert not any("\ufffd" in d for d in deltas)  # never a broken character
+
+
+def test_character_split_over_tokens_is_held_until_complete(smollm2_tokenizer: Tokenizer) -> None:
+    ids = smollm2_tokenizer.encode("🤖!")  # the emoji's 4 bytes span 3 tokens
+    assert len(ids) == 4
+    assert stream(IncrementalDetokenizer(smollm2_tokenizer), ids) == ["", "", "🤖", "!"]
+
+
+def test_random_token_streams_equal_one_shot_decode(smollm2_tokenizer: Tokenizer) -> None:
+    """Arbitrary ids, including stray UTF-8 continuation and lead bytes that never complete."""
+    rng = random.Random(0)
+    for _ in range(200):
+        ids = [rng.randrange(smollm2_tokenizer.vocab_size) for _ in range(rng.randrange(1, 24))]
+        deltas = stream(IncrementalDetokenizer(smollm2_tokenizer), ids, rng.choice([1, 2, 5]))
+        assert "".join(deltas) == smollm2_tokenizer.decode(ids)
+
+
+def test_prompt_gives_context_but_is_not_emitted(smollm2_tokenizer: Tokenizer) -> None:
+    prompt = smollm2_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=True
+    )
+    assert isinstance(prompt, list)
+    output = smollm2_tokenizer.encode("Hello there, how are you?")
+    detok = IncrementalDetokenizer(smollm2_tokenizer, prompt)
+    assert "".join(stream(detok, output)) == "Hello there, how are you?"
+    assert detok.output_text == "Hello there, how are you?"
+
+
+def byte_fallback_tokenizer() -> Tokenizer:
+    """A llama-style (sentencepiece) BPE: ▁ for spaces, <0xNN> tokens for unknown characters."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({f"<0x{b:02X}>": 3 + b for b in range(256)})
+    for piece in ["▁", "h", "i", "e", "l", "o", "▁h", "▁hi", "he", "ll", "▁he", "▁hell", "▁hello"]:
+        vocab[piece] = len(vocab)
+    merges = [("▁", "h"), ("▁h", "i"), ("h", "e"), ("l", "l"), ("▁h", "e"), ("▁he", "ll")]
+    merges.append(("▁hell", "o"))
+    backend = BackendTokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    backend.decoder = decoders.Sequence(
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
+    backend.add_special_tokens([AddedToken(t, special=True) for t in ("<unk>", "<s>", "</s>")])
+    return Tokenizer(backend, {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
+
+
+def test_byte_fallback_tokens_stream_with_right_spacing() -> None:
+    tokenizer = byte_fallback_tokenizer()
+    ids = [*tokenizer.encode("hello hi 你好 héllo 🤖 hi"), 2]
+    assert {"<0xE4>", "<0xF0>"} <= set(tokenizer.convert_ids_to_tokens(ids))  # byte fallback
+    expected = tokenizer.decode(ids)
+    assert expected == "hello hi 你好 héllo 🤖 hi"
+    deltas = stream(IncrementalDetokenizer(tokenizer), ids)
+    assert "".join(deltas) == expected
+    assert not any("\ufffd" in d for d in deltas)
+    # Decoding token by token would drop every word's leading space (the decoder strips it).
+    assert "".join(tokenizer.decode([i]) for i in ids) != expected
+
+
+def test_stream_ending_mid_character_shows_what_a_one_shot_decode_shows() -> None:
+    tokenizer = byte_fallback_tokenizer()
+    ids = tokenizer.encode("hi 你")[:-1]  # the last byte of 你 never arrives
+    deltas = stream(IncrementalDetokenizer(tokenizer), ids)
+    assert "".join(deltas) == tokenizer.decode(ids) == "hi \ufffd\ufffd"
+
+
+# --- stop strings -------------------------------------------------------------------------
+
+
+def test_stop_string_spanning_tokens_ends_the_stream_without_it(
+    smollm2_tokenizer: Tokenizer,
+) -> None:
+    ids = smollm2_tokenizer.encode("The answer is 42.\nUser: and then more")
+    detok = IncrementalDetokenizer(smollm2_tokenizer, stop=["\nUser:"])
+    deltas = []
+    for token_id in ids:
+        text, stop = detok.update([token_id])
+        deltas.append(text)
+        if stop is not None:
+            break
+    assert stop == "\nUser:"
+    assert "".join(deltas) == detok.output_text == "The answer is 42."
+    assert detok.update([ids[-1]]) == ("", "\nUser:")  # nothing more after the stop
+
+
+def test_text_that_may_start_a_stop_string_is_held_then_released() -> None:
+    matcher = StopStringMatcher(["STOP"])
+    assert matcher.feed("go S") == "go "
+    assert matcher.feed("T") == ""
+    assert matcher.feed("AR") == "STAR"  # not the stop string after all
+    assert matcher.feed(" ST") == " "
+    assert matcher.flush() == "ST"  # generation ended: the held tail is plain text
+
+
+def test_stop_string_can_be_kept_in_the_output() -> None:
+    matcher = StopStringMatcher(["</answer>"], include_stop_str_in_output=True)
+    assert matcher.feed("42</ans") == "42"
+    assert matcher.feed("wer> trailing") == "</answer>"
+    assert matcher.matched == "</answer>" and matcher.feed("more") == ""
+
+
+def test_first_completed_stop_string_wins() -> None:
+    assert find_stop_string("abcd", ["abcd", "bc"]) == (1, "bc")  # bc completes first
+    assert find_stop_string("xabc", ["abc", "bc"]) == (1, "abc")  # same end: the longer one
+    assert find_stop_string("abc", ["z"]) is None
+    assert partial_stop_length("the e", ["end", "xyz"]) == 1
+    assert partial_stop_length("the en", ["end"]) == 2
+    assert partial_stop_length("end", ["end"]) == 0  # a whole match is not a partial one
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(alphabet="ab\n", max_size=24),
+    stops=st.lists(st.text(alphabet="ab\n", min_size=1, max_size=4), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(min_value=0, max_value=24), max_size=6),
+)
+def test_stop_matching_does_not_depend_on_chunking(
+    text: str, stops: list[str], cuts: list[int]
+) -> None:
+    whole = StopStringMatcher(stops)
+    expected = whole.feed(text) + whole.flush()
+    chunked = StopStringMatcher(stops)
+    bounds = [0, *sorted(c for c in cuts if c <= len(text)), len(text)]
+    emitted = []
+    for start, end in itertools.pairwise(bounds):
+        piece = chunked.feed(text[start:end])
+        emitted.append(piece)
+        # What was shown can never be taken back: it is a prefix of the final text.
+        assert expected.startswith("".join(emitted))
+    assert "".join(emitted) + chunked.flush() == expected
+    assert chunked.matched == whole.matched
+    if whole.matched is not None:
+        start, _ = find_stop_string(text, stops) or (0, "")
+        assert expected == text[:start]
