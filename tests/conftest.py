@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Triton kernels run on the CPU through the interpreter unless the suite targets a GPU; the
+# variable must be set before triton is first imported.
+if os.environ.get("PAGEDOCK_TEST_DEVICE", "cpu") == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # --- the built-in SmolLM2 model (real weights, tokenizer and chat template) -------------------
 # Fetched once through the model registry into the user cache (~/.cache/pagedock, or

@@ -15,6 +15,7 @@ from tests.engine.conftest import hf_greedy, make_prompts
 
 NUM_NEW_TOKENS = 32
 GREEDY = SamplingParams(max_tokens=NUM_NEW_TOKENS, temperature=0.0, ignore_eos=True)
+SHORT = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +108,24 @@ def test_greedy_under_preemption_matches_transformers(
     assert generate(llm, prompts) == expected
     assert llm.stats().num_preemptions > 0
     assert llm.stats().num_free_kv_blocks == 16
+
+
+def test_greedy_with_the_triton_backend_matches_transformers(
+    tiny_model_dir: Path, hf_tiny_model: Any, prompts: list[list[int]]
+) -> None:
+    """The Triton kernels (through the interpreter on CPU) inside the whole engine: chunked
+    prefill, decodes mixed in, then prefix-cache hits on the second pass."""
+    pytest.importorskip("triton")
+    llm = make_llm(tiny_model_dir, attention_backend="triton", max_num_batched_tokens=32)
+    subset = [p[:24] for p in prompts[:3]]
+    want = [hf_greedy(hf_tiny_model, p, SHORT.max_tokens or 0) for p in subset]
+    assert [o.token_ids for o in llm.generate(subset, SHORT, use_tqdm=False)] == want
+    assert [o.token_ids for o in llm.generate(subset, SHORT, use_tqdm=False)] == want
+    assert llm.stats().prefix_cache_hits > 0
+
+
+def test_greedy_with_the_pure_torch_backend_matches_transformers(
+    tiny_model_dir: Path, prompts: list[list[int]], expected: list[list[int]]
+) -> None:
+    llm = make_llm(tiny_model_dir, attention_backend="torch-sdpa", max_num_batched_tokens=8)
+    assert generate(llm, prompts) == expected
