@@ -102,8 +102,13 @@ def resolve_benchmark_model(name: str, tmp: Path) -> str:
         # Bigger than the unit tests' model so the GEMMs, not Python, dominate a step.
         return str(
             make_tiny_llama_dir(
-                tmp / "tiny", hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                num_attention_heads=8, num_key_value_heads=2, vocab_size=4096,
+                tmp / "tiny",
+                hidden_size=256,
+                intermediate_size=1024,
+                num_hidden_layers=4,
+                num_attention_heads=8,
+                num_key_value_heads=2,
+                vocab_size=4096,
                 max_position_embeddings=2048,
             )
         )
@@ -148,7 +153,9 @@ def main() -> None:
         results = [run_pagedock(model, workload, args.dtype)]
         print(json.dumps(results[-1]))
         if not args.skip_hf:
+            started = time.perf_counter()
             hf = load_hf(model, getattr(torch, args.dtype))
+            print(f"HF transformers loaded the model in {time.perf_counter() - started:.1f}s")
             for batch_size in (1, 8):
                 n = args.hf_requests if batch_size == 1 else max(args.hf_requests, 16)
                 results.append(run_hf(hf, workload, batch_size, n))

@@ -103,8 +103,13 @@ class IncrementalDetokenizer:
         skip_special_tokens: bool = True,
         stop: Sequence[str] | None = None,
         include_stop_str_in_output: bool = False,
+        min_tokens: int = 0,
     ) -> None:
         self.tokenizer = tokenizer
+        # Stop strings apply from the step that reaches min_tokens generated tokens on (as in
+        # vLLM): text from earlier steps is never matched.
+        self.min_tokens = min_tokens
+        self.num_generated = 0
         self.skip_special_tokens = skip_special_tokens
         # The window keeps a few prompt tokens as left context; they are never emitted.
         self._ids = list(prompt_token_ids[-_NUM_PROMPT_CONTEXT_TOKENS:])
@@ -128,9 +133,13 @@ class IncrementalDetokenizer:
         """
         if self._stop.stopped:
             return "", self._stop.matched
+        self.num_generated += len(new_token_ids)
         text = self.decode_step(new_token_ids)
         if finished:
             text += self._flush_window()
+        if self.num_generated < self.min_tokens:
+            self.output_text += text
+            return text, None
         emitted = self._stop.feed(text)
         if finished and not self._stop.stopped:
             emitted += self._stop.flush()

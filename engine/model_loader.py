@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import time
 from collections.abc import Iterator
@@ -92,9 +93,11 @@ def load_model(
     model.load_weights(iter_weights(path, dtype))
     model.eval()
     num_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    # ru_maxrss is in KiB on Linux: the process's peak resident size so far.
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"pagedock: loaded {path.name} in {time.perf_counter() - started:.1f}s "
-        f"({num_bytes / 1e6:.0f} MB of weights, {dtype})",
+        f"({num_bytes / 1e6:.0f} MB of weights, {dtype}; peak RSS {peak_rss_mb:.0f} MB)",
         file=sys.stderr,
     )
     return model

@@ -59,6 +59,7 @@ class OutputProcessor:
                 params.skip_special_tokens,
                 params.stop,
                 params.include_stop_str_in_output,
+                params.min_tokens,
             )
         self.states[request_id] = RequestState(
             request_id, prompt, prompt_token_ids, params, detok, RequestMetrics(arrival_time)

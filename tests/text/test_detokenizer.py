@@ -180,3 +180,13 @@ def test_stop_matching_does_not_depend_on_chunking(
     if whole.matched is not None:
         start, _ = find_stop_string(text, stops) or (0, "")
         assert expected == text[:start]
+
+
+def test_stop_strings_are_not_matched_before_min_tokens(smollm2_tokenizer: Tokenizer) -> None:
+    ids = smollm2_tokenizer.encode("stop here, then stop again", add_special_tokens=False)
+    eager = IncrementalDetokenizer(smollm2_tokenizer, stop=["stop"])
+    patient = IncrementalDetokenizer(smollm2_tokenizer, stop=["stop"], min_tokens=3)
+    assert "".join(stream(eager, ids)) == ""
+    text = "".join(stream(patient, ids))
+    assert text.startswith("stop here")
+    assert patient.stop_reason == "stop" and "again" not in text
