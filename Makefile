@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck demo bench clean
+.PHONY: test lint typecheck demo bench serve clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,10 @@ lint: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/offline_demo.py
+
+# The engine's OpenAI-compatible server with the built-in model (fetched once into the user cache).
+serve: $(STAMP)
+	$(BIN)/pagedock serve --host 127.0.0.1 --port 8000
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/offline_throughput.py

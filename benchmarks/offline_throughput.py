@@ -21,12 +21,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks.scheduler_overhead import measure_scheduler_overhead  # noqa: E402
-from benchmarks.workloads import Workload, workload_a  # noqa: E402
-from engine import LLM, SamplingParams  # noqa: E402
-from engine.model_registry import resolve_model  # noqa: E402
+from benchmarks.scheduler_overhead import measure_scheduler_overhead
+from benchmarks.workloads import Workload, workload_a
+from engine import LLM, SamplingParams
+from engine.model_registry import resolve_model
 
 
 def run_pagedock(model: str, workload: Workload, dtype: str) -> dict[str, Any]:

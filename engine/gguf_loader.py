@@ -2,6 +2,8 @@
 
 Weights come out as HF LlamaForCausalLM tensors ([out, in], Q/K rows in HF's rotary layout),
 dequantized to the engine dtype, so the model code has one weight format whatever the source.
+Dequantized weights are cached on disk (engine/gguf_weight_cache.py), so only a GGUF's first
+load pays for dequantizing.
 
 Importing this module is torch-free (the tokenizer and the router read GGUF metadata through
 `open_gguf`); torch is imported when weights are read.
@@ -21,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.errors import ModelLoadError
+from engine.gguf_reader import GGUFFile, GGUFTensorInfo, read_gguf_file
 from engine.model_config import ModelConfig
 
 if TYPE_CHECKING:
     import torch
-    from gguf import GGUFReader, ReaderTensor
+
+    from engine.gguf_weight_cache import WeightLayout
 
 SUPPORTED_GGUF_ARCHITECTURES = ("llama",)
 
@@ -47,15 +51,15 @@ _LAYER_NAMES = {
     "ffn_down": "mlp.down_proj",
 }
 _TENSOR_NAME = re.compile(r"^(?:blk\.(?P<layer>\d+)\.)?(?P<base>[a-z_]+)\.(?P<kind>weight|bias)$")
-# What GGUFReader raises on a file that ends early or holds garbage where it expects structure.
-_READ_ERRORS = (ValueError, IndexError, KeyError, struct.error, OverflowError, MemoryError)
+# What dequantizing raises on tensor bytes that do not hold what their type says.
+_DEQUANTIZE_ERRORS = (NotImplementedError, ValueError, IndexError, struct.error, MemoryError)
 
 
-def open_gguf(path: str | os.PathLike[str]) -> GGUFReader:
-    """A memory-mapped reader of a GGUF file; ModelLoadError if it is missing, truncated or corrupt.
+def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+    """A parsed, memory-mapped GGUF file; ModelLoadError if it is missing, truncated or corrupt.
 
-    Readers are cached per (path, size, mtime): parsing the metadata of a 50k-token vocabulary
-    takes seconds, and config, tokenizer and weights all read the same file.
+    Parsed files are cached per (path, size, mtime): config, tokenizer and weights all read the
+    same file.
     """
     file = Path(path).expanduser().resolve()
     try:
@@ -68,20 +72,8 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFReader:
 
 
 @functools.lru_cache(maxsize=4)
-def _open_cached(file: Path, size_bytes: int, mtime_ns: int) -> GGUFReader:
-    from gguf import GGUFReader
-
-    with file.open("rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise ModelLoadError(f"{file}: not a GGUF file (starts with {magic!r}, expected b'GGUF')")
-    try:
-        return GGUFReader(file, "r")
-    except _READ_ERRORS as e:
-        raise ModelLoadError(
-            f"{file}: truncated or corrupt GGUF file ({size_bytes} bytes; the reader failed with "
-            f"{type(e).__name__}: {e})"
-        ) from e
+def _open_cached(file: Path, size_bytes: int, mtime_ns: int) -> GGUFFile:
+    return read_gguf_file(file)
 
 
 def read_gguf_config(path: str | os.PathLike[str], name: str | None = None) -> ModelConfig:
@@ -89,11 +81,11 @@ def read_gguf_config(path: str | os.PathLike[str], name: str | None = None) -> M
 
     `name` (default: the file's basename) is the model identity that salts block hashes.
     """
-    reader = open_gguf(path)
-    file = Path(path).expanduser().resolve()
-    meta = _Metadata(reader, file)
+    gguf = open_gguf(path)
+    file = gguf.path
+    meta = _Metadata(gguf)
     arch = meta.architecture()
-    tensor_names = {t.name for t in reader.tensors}
+    tensor_names = {t.name for t in gguf.tensors}
     if "rope_freqs.weight" in tensor_names:
         raise ModelLoadError(
             f"{file}: per-dimension rope frequency factors (rope_freqs.weight, llama3-style rope "
@@ -114,7 +106,7 @@ def read_gguf_config(path: str | os.PathLike[str], name: str | None = None) -> M
     eos_ids = [int(v) for k in eos_keys if (v := meta.get(f"tokenizer.ggml.{k}")) is not None]
     bos = meta.get("tokenizer.ggml.bos_token_id")
     return ModelConfig(
-        vocab_size=_vocab_size(meta, reader, arch),
+        vocab_size=_vocab_size(meta, gguf, arch),
         hidden_size=hidden_size,
         intermediate_size=int(meta.require(f"{arch}.feed_forward_length")),
         num_hidden_layers=int(meta.require(f"{arch}.block_count")),
@@ -137,18 +129,12 @@ def read_gguf_config(path: str | os.PathLike[str], name: str | None = None) -> M
 class _Metadata:
     """Typed access to a GGUF's key-value metadata, with errors that name the file."""
 
-    def __init__(self, reader: GGUFReader, file: Path) -> None:
-        self._fields = reader.fields
-        self.file = file
+    def __init__(self, gguf: GGUFFile) -> None:
+        self._values = gguf.metadata
+        self.file = gguf.path
 
     def get(self, key: str, default: Any = None) -> Any:
-        field = self._fields.get(key)
-        if field is None:
-            return default
-        try:
-            return field.contents()
-        except _READ_ERRORS as e:
-            raise ModelLoadError(f"{self.file}: corrupt metadata value {key!r} ({e})") from e
+        return self._values.get(key, default)
 
     def require(self, key: str) -> Any:
         value = self.get(key)
@@ -166,14 +152,12 @@ class _Metadata:
         return str(arch)
 
 
-def _vocab_size(meta: _Metadata, reader: GGUFReader, arch: str) -> int:
-    tokens_field = reader.fields.get("tokenizer.ggml.tokens")
-    if tokens_field is not None:
-        # An array field holds one data index per element; no need to decode 50k strings.
-        return len(tokens_field.data)
+def _vocab_size(meta: _Metadata, gguf: GGUFFile, arch: str) -> int:
+    if (tokens := meta.get("tokenizer.ggml.tokens")) is not None:
+        return len(tokens)
     if (size := meta.get(f"{arch}.vocab_size")) is not None:
         return int(size)
-    for t in reader.tensors:
+    for t in gguf.tensors:
         if t.name == "token_embd.weight":
             return int(t.shape[-1])
     raise ModelLoadError(f"{meta.file}: cannot tell the vocabulary size (no tokens, no embedding)")
@@ -225,22 +209,59 @@ def iter_gguf_weights(
     """
     from tqdm import tqdm
 
+    from engine.gguf_weight_cache import (
+        WeightCacheWriter,
+        open_cached_weights,
+        weight_cache_path,
+    )
+
     config = read_gguf_config(path)  # also checks architecture and support
-    reader = open_gguf(path)
-    file = Path(path).expanduser().resolve()
-    total_bytes = sum(int(t.n_bytes) for t in reader.tensors)
+    gguf = open_gguf(path)
+    layout = _weight_layout(gguf)
+    cache_path = weight_cache_path(gguf, dtype)
+    cached = None if cache_path is None else open_cached_weights(cache_path, layout, dtype)
+    writer = None
+    if cached is None and cache_path is not None:
+        writer = WeightCacheWriter(cache_path, layout, dtype)
+    weights = cached if cached is not None else _dequantized_weights(gguf, config, dtype)
     with tqdm(
-        total=total_bytes, unit="B", unit_scale=True, desc=f"loading {file.name}",
+        total=len(layout), unit="tensor", desc=f"loading {gguf.path.name}",
         file=sys.stderr, disable=not progress, leave=False,
     ) as bar:  # fmt: skip
-        for num_tensors, tensor in enumerate(reader.tensors, start=1):
-            hf_name = hf_tensor_name(tensor.name)
-            if hf_name is None:
-                raise ModelLoadError(f"{file}: unexpected tensor {tensor.name!r} for a llama model")
-            weight = _dequantize(tensor, file, dtype)
-            yield hf_name, _undo_rope_permute(hf_name, weight, config)
-            bar.update(int(tensor.n_bytes))
-            bar.set_postfix(tensors=f"{num_tensors}/{len(reader.tensors)}", refresh=False)
+        try:
+            for name, weight in weights:
+                if writer is not None:
+                    writer.add(name, weight)
+                yield name, weight
+                bar.update()
+            if writer is not None:
+                writer.commit()
+        finally:
+            if writer is not None:
+                writer.abort()  # a no-op after commit; drops the partial file otherwise
+
+
+def _weight_layout(gguf: GGUFFile) -> WeightLayout:
+    """(HF name, HF shape) of every tensor, in file order; ModelLoadError on a foreign tensor."""
+    layout = []
+    for tensor in gguf.tensors:
+        hf_name = hf_tensor_name(tensor.name)
+        if hf_name is None:
+            raise ModelLoadError(
+                f"{gguf.path}: unexpected tensor {tensor.name!r} for a llama model"
+            )
+        layout.append((hf_name, tensor.hf_shape))
+    return layout
+
+
+def _dequantized_weights(
+    gguf: GGUFFile, config: ModelConfig, dtype: torch.dtype
+) -> Iterator[tuple[str, torch.Tensor]]:
+    for tensor in gguf.tensors:
+        hf_name = hf_tensor_name(tensor.name)
+        assert hf_name is not None  # _weight_layout checked every name
+        weight = _dequantize(tensor, gguf, dtype)
+        yield hf_name, _undo_rope_permute(hf_name, weight, config)
 
 
 def supported_tensor_types() -> list[str]:
@@ -253,24 +274,22 @@ def supported_tensor_types() -> list[str]:
     return [t.name for t in types]
 
 
-def _dequantize(tensor: ReaderTensor, file: Path, dtype: torch.dtype) -> torch.Tensor:
+def _dequantize(tensor: GGUFTensorInfo, gguf: GGUFFile, dtype: torch.dtype) -> torch.Tensor:
     import torch
     from gguf import quants
 
     if tensor.tensor_type.name not in supported_tensor_types():
         raise ModelLoadError(
-            f"{file}: tensor {tensor.name!r} has unsupported type {tensor.tensor_type.name}; "
+            f"{gguf.path}: tensor {tensor.name!r} has unsupported type {tensor.tensor_type.name}; "
             f"supported: {', '.join(supported_tensor_types())}"
         )
     try:
-        values = quants.dequantize(tensor.data, tensor.tensor_type)
-    except (NotImplementedError, *_READ_ERRORS) as e:
+        values = quants.dequantize(gguf.tensor_data(tensor), tensor.tensor_type)
+    except _DEQUANTIZE_ERRORS as e:
         raise ModelLoadError(
-            f"{file}: cannot dequantize tensor {tensor.name!r} ({tensor.tensor_type.name}): {e}"
+            f"{gguf.path}: cannot dequantize tensor {tensor.name!r} ({tensor.tensor_type.name}): {e}"
         ) from e
-    # GGUF lists dims innermost first: [in, out] on disk is [out, in] to numpy and torch.
-    hf_shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
-    values = np.asarray(values, dtype=np.float32).reshape(hf_shape)
+    values = np.asarray(values, dtype=np.float32).reshape(tensor.hf_shape)
     if not values.flags.writeable:  # a view into the memory map; torch wants memory it owns
         values = values.copy()
     return torch.from_numpy(values).to(dtype)

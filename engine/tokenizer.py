@@ -105,11 +105,10 @@ class Tokenizer:
         from engine.gguf_loader import open_gguf
 
         file = Path(path).expanduser().resolve()
-        fields = open_gguf(file).fields
+        metadata = open_gguf(file).metadata
 
         def meta(key: str, default: Any = None) -> Any:
-            field = fields.get(f"tokenizer.{key}")
-            return default if field is None else field.contents()
+            return metadata.get(f"tokenizer.{key}", default)
 
         kind = meta("ggml.model")
         if kind is None:
