@@ -110,13 +110,21 @@ class RotaryEmbedding(torch.nn.Module):
             self.cos = (freqs.cos() * multiplier).float().to(device)
             self.sin = (freqs.sin() * multiplier).float().to(device)
 
-    def forward(
-        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
+    def lookup(
+        self, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """query [T, H, D], key [T, Hkv, D], positions [T] -> rotated copies."""
-        cos = self.cos[positions].unsqueeze(1).to(query.dtype)  # [T, 1, D/2]
-        sin = self.sin[positions].unsqueeze(1).to(query.dtype)
-        return _rotate(query, cos, sin), _rotate(key, cos, sin)
+        """cos and sin rows of a step's positions, [T, 1, D/2]: once per step, shared by layers."""
+        cos = self.cos[positions].unsqueeze(1).to(dtype)
+        sin = self.sin[positions].unsqueeze(1).to(dtype)
+        return cos, sin
+
+
+def apply_rotary(
+    query: torch.Tensor, key: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """query [T, H, D], key [T, Hkv, D] -> rotated copies (HF's rotate-half convention)."""
+    cos, sin = cos_sin
+    return _rotate(query, cos, sin), _rotate(key, cos, sin)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

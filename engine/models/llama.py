@@ -17,7 +17,9 @@ from torch import nn
 from engine.attention import AttentionBackend, AttentionMetadata
 from engine.errors import ModelLoadError
 from engine.model_config import ModelConfig
-from engine.rotary import RotaryEmbedding
+from engine.rotary import RotaryEmbedding, apply_rotary
+
+CosSin = tuple[torch.Tensor, torch.Tensor]
 
 
 class RMSNorm(nn.Module):
@@ -34,9 +36,7 @@ class RMSNorm(nn.Module):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(
-        self, config: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend
-    ) -> None:
+    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -48,12 +48,11 @@ class LlamaAttention(nn.Module):
             config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias
         )
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.attention_bias)
-        self.rotary = rotary
         self.backend = backend
 
     def forward(
         self,
-        positions: torch.Tensor,
+        cos_sin: CosSin,
         hidden: torch.Tensor,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         meta: AttentionMetadata,
@@ -63,7 +62,7 @@ class LlamaAttention(nn.Module):
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(positions, q, k)
+        q, k = apply_rotary(q, k, cos_sin)
         out = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 
@@ -85,23 +84,21 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(
-        self, config: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend
-    ) -> None:
+    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = LlamaAttention(config, rotary, backend)
+        self.self_attn = LlamaAttention(config, backend)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = LlamaMLP(config)
 
     def forward(
         self,
-        positions: torch.Tensor,
+        cos_sin: CosSin,
         hidden: torch.Tensor,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        hidden = hidden + self.self_attn(positions, self.input_layernorm(hidden), kv_cache, meta)
+        hidden = hidden + self.self_attn(cos_sin, self.input_layernorm(hidden), kv_cache, meta)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -113,7 +110,7 @@ class LlamaForCausalLM(nn.Module):
         # Shared by every layer (one table, not thirty).
         self.rotary = RotaryEmbedding(config, max_positions)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, self.rotary, backend) for _ in range(config.num_hidden_layers)
+            LlamaDecoderLayer(config, backend) for _ in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -129,8 +126,9 @@ class LlamaForCausalLM(nn.Module):
         sample_indices: torch.Tensor,  # [num_sampled]: rows of the batch whose logits are needed
     ) -> torch.Tensor:  # [num_sampled, vocab_size], float32
         hidden = self.embed_tokens(input_ids)
+        cos_sin = self.rotary.lookup(positions, hidden.dtype)
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            hidden = layer(positions, hidden, kv_cache, meta)
+            hidden = layer(cos_sin, hidden, kv_cache, meta)
         hidden = self.norm(hidden[sample_indices])
         return self.lm_head(hidden).float()
 
