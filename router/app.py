@@ -1,0 +1,149 @@
+"""build_app: the router's FastAPI application — the engine's API, proxied to the best replica."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
+
+from engine.protocol import ChatCompletionRequest, CompletionRequest
+from router.context import RouterContext
+from router.dispatcher import Decision, NoReplicaError
+from router.errors import RouterError, install_error_handlers
+from router.prompt_hasher import PromptBlocks
+
+MAX_BODY_BYTES = 8 * 1024 * 1024  # as the engine's default --max-body-bytes
+
+
+def build_app(ctx: RouterContext) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await ctx.start()
+        try:
+            yield
+        finally:
+            await ctx.stop()
+
+    app = FastAPI(title="pagedock router", version="1", lifespan=lifespan)
+    install_error_handlers(app)
+    _add_api_routes(app, ctx)
+    _add_open_routes(app, ctx)
+    app.state.ctx = ctx
+    return app
+
+
+def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await _generate(ctx, request, ChatCompletionRequest)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await _generate(ctx, request, CompletionRequest)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        _check_api_key(ctx, request)
+        decision = _decide(ctx, None, None)
+        return await ctx.proxy.forward(request, b"", decision, False, time.perf_counter())
+
+
+def _add_open_routes(app: FastAPI, ctx: RouterContext) -> None:
+    @app.get("/health")
+    async def health() -> Response:
+        healthy = len(ctx.replica_set.healthy())
+        status = 200 if healthy else 503
+        body = {"status": "ok" if healthy else "no healthy replica", "healthy_replicas": healthy}
+        return JSONResponse(body, status_code=status)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        for r in ctx.replica_set.replicas.values():
+            ctx.metrics.set_replica(r.url, r.healthy, r.kv_event_lag_s(), ctx.index.num_blocks(r.url))  # fmt: skip
+        return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/router/replicas")
+    async def replicas() -> dict[str, Any]:
+        """What the router knows of each replica (for people and tests)."""
+        return {"policy": ctx.config.policy, "replicas": [_replica_view(ctx, url) for url in sorted(ctx.replica_set.replicas)]}  # fmt: skip
+
+
+async def _generate(
+    ctx: RouterContext, request: Request, model: type[ChatCompletionRequest | CompletionRequest]
+) -> Response:
+    arrival = time.perf_counter()
+    _check_api_key(ctx, request)
+    body = await _read_body(request)
+    parsed = _parse(body, model)
+    blocks = _prompt_blocks(ctx, parsed)
+    session_key = request.headers.get(ctx.config.session_header) or (parsed.user if parsed else None)  # fmt: skip
+    decision = _decide(ctx, blocks, session_key)
+    stream = bool(parsed and parsed.stream)
+    return await ctx.proxy.forward(request, body, decision, stream, arrival)
+
+
+def _parse(body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> ChatCompletionRequest | CompletionRequest | None:  # fmt: skip
+    """The request as the engine will read it; None when it won't (the engine says why)."""
+    try:
+        return model.model_validate_json(body)
+    except (ValidationError, ValueError):
+        return None
+
+
+def _prompt_blocks(ctx: RouterContext, parsed: ChatCompletionRequest | CompletionRequest | None) -> PromptBlocks | None:  # fmt: skip
+    if isinstance(parsed, ChatCompletionRequest):
+        return ctx.hasher.chat(parsed)
+    if isinstance(parsed, CompletionRequest):
+        return ctx.hasher.completion(parsed)
+    return None
+
+
+def _decide(ctx: RouterContext, blocks: PromptBlocks | None, session_key: str | None) -> Decision:
+    try:
+        return ctx.dispatcher.decide(blocks, session_key)
+    except NoReplicaError as e:
+        raise RouterError(503, str(e), code="no_healthy_replica", headers={"Retry-After": "1"}) from e  # fmt: skip
+
+
+async def _read_body(request: Request) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise RouterError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise RouterError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+    return body
+
+
+def _check_api_key(ctx: RouterContext, request: Request) -> None:
+    expected = ctx.config.api_key
+    if expected is None:
+        return
+    header = request.headers.get("authorization", "")
+    given = header[7:] if header.lower().startswith("bearer ") else ""
+    # Constant-time comparison: response timing must not reveal how much of a guess matched.
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise RouterError(401, "missing or invalid API key: send `Authorization: Bearer <key>`", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+
+
+def _replica_view(ctx: RouterContext, url: str) -> dict[str, Any]:
+    r = ctx.replica_set.replicas[url]
+    return {
+        "url": url,
+        "healthy": r.healthy,
+        "instance_id": r.instance_id,
+        "cached_blocks": ctx.index.num_blocks(url),
+        "kv_synced": r.kv_synced,
+        "kv_seq": r.kv_seq,
+        "inflight": len(r.inflight),
+        "queued_tokens": r.queued_tokens(ctx.config),
+        "load": json.loads(json.dumps(r.load.__dict__)),
+    }

@@ -1,0 +1,110 @@
+"""RouterConfig: every setting of the router, validated at construction.
+
+CLI flags (`pagedock route --health-interval-s 1`) and `PAGEDOCK_*` env vars mirror the field
+names. The cost model's constants live here too, so a policy is a pure function of its inputs and
+this config (docs/router.md explains each constant).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.errors import InvalidRequestError
+from engine.model_registry import DEFAULT_MODEL
+
+POLICIES = ("prefix-aware", "round-robin", "least-loaded", "session")
+DISCOVERIES = ("static", "k8s")
+
+
+@dataclass
+class RouterConfig:
+    replicas: list[str] = field(default_factory=list)
+    """Engine base URLs for static discovery (repeat --replica), e.g. http://10.0.0.5:8000."""
+    discovery: str = "static"
+    """static (the --replica list) or k8s (the EndpointSlices of --service in --namespace)."""
+    service: str | None = None
+    """k8s discovery: the engines' (headless) Service whose EndpointSlices list the replicas."""
+    namespace: str = "default"
+    """k8s discovery: the namespace of --service."""
+    target_port: str | None = None
+    """k8s discovery: the EndpointSlice port name or number to use; None = `http`, else the first."""
+    policy: str = "prefix-aware"
+    """prefix-aware, round-robin, least-loaded or session."""
+    model: str | None = DEFAULT_MODEL
+    """The tokenizer source, resolved as the engine resolves models (built-in name, .gguf, HF dir);
+    empty = no tokenizer (prefix-aware then balances by load only)."""
+    host: str = "127.0.0.1"
+    """Address to listen on; 0.0.0.0 in a container."""
+    port: int = 8080
+    """TCP port."""
+    block_size: int = 16
+    """Tokens per KV block until a replica's snapshot says otherwise (the snapshot wins)."""
+    api_key: str | None = None
+    """When set, the API routes need `Authorization: Bearer KEY` (the header is forwarded)."""
+    replica_api_key: str | None = None
+    """Bearer key the router sends to replicas that need one (default: the client's header)."""
+    session_header: str = "x-session-id"
+    """session policy: the header whose value pins a client to a replica (else the `user` field)."""
+    seed: int = 0
+    """Seed of the tie-breaking RNG (power of two choices), so a run can be replayed."""
+    health_interval_s: float = 1.0
+    """Seconds between active health checks (and load scrapes) of each replica."""
+    health_timeout_s: float = 1.0
+    """Seconds a health check or load scrape may take before the replica counts as failed."""
+    max_attempts: int = 3
+    """Replicas tried per request before giving up (connect errors, failure before the first byte)."""
+    connect_timeout_s: float = 2.0
+    """Seconds to open a connection to a replica."""
+    request_timeout_s: float = 600.0
+    """Seconds a replica may take to answer (and between two streamed chunks)."""
+    event_backoff_min_s: float = 0.05
+    """First delay before resubscribing to a replica's KV event stream; doubles per failure."""
+    event_backoff_max_s: float = 2.0
+    """Longest delay between resubscription attempts."""
+    pending_prefix_ttl_s: float = 2.0
+    """Seconds a routed request's blocks count as cached on its replica before the replica's own
+    stored event confirms them (a burst of one tenant's requests lands together)."""
+    prefill_ms_per_token: float = 0.1
+    """Cost model: milliseconds one replica needs per prefill token (queued or uncached)."""
+    running_request_tokens: int = 16
+    """Cost model: prefill-token equivalents one running (decoding) request adds to the queue."""
+    waiting_request_tokens: int = 256
+    """Cost model: prefill tokens assumed per waiting request a replica reports in /metrics."""
+    tie_tolerance_ms: float = 5.0
+    """Cost model: estimates within this many ms of the best tie (broken by power of two choices)."""
+    balance_abs_threshold_tokens: int = 2048
+    """Imbalance guard: the affine choice is overruled by the least-loaded replica when its queue
+    exceeds the shortest by more than this many tokens ..."""
+    balance_rel_threshold: float = 4.0
+    """... and by more than this factor."""
+    kv_usage_threshold: float = 0.95
+    """Replicas whose KV cache is fuller than this are chosen only when every replica is."""
+
+    def __post_init__(self) -> None:
+        self.replicas = [normalize_url(u) for u in self.replicas]
+        _check(self.policy in POLICIES, f"policy must be one of {POLICIES}, got {self.policy!r}")
+        _check(self.discovery in DISCOVERIES, f"discovery must be one of {DISCOVERIES}, got {self.discovery!r}")  # fmt: skip
+        _check(self.discovery != "k8s" or bool(self.service), "k8s discovery needs --service")
+        _check(self.discovery != "static" or bool(self.replicas), "static discovery needs at least one --replica URL")  # fmt: skip
+        _check(self.max_attempts >= 1, f"max_attempts must be at least 1, got {self.max_attempts}")
+        _check(self.block_size >= 1, f"block_size must be at least 1, got {self.block_size}")
+        for name in ("health_interval_s", "health_timeout_s", "connect_timeout_s", "request_timeout_s", "prefill_ms_per_token"):  # fmt: skip
+            _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
+        _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")
+        if self.model is not None and not self.model.strip():
+            self.model = None
+
+
+def normalize_url(url: str) -> str:
+    """http://host:port without a trailing slash; a bare host:port gets http://."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    _check(url.startswith(("http://", "https://")), f"a replica URL must be http(s), got {url!r}")
+    return url
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvalidRequestError(message)

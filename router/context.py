@@ -1,0 +1,61 @@
+"""RouterContext: the router's parts, built once per app (no globals, so tests can run several)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import httpx
+
+from router.config import RouterConfig
+from router.discovery import Discovery, make_discovery
+from router.dispatcher import Dispatcher
+from router.event_subscriber import cancel_and_wait
+from router.kv_index import KVIndex
+from router.metrics import RouterMetrics
+from router.policies import make_policy
+from router.prompt_hasher import PromptHasher, load_tokenizer
+from router.proxy import Proxy
+from router.replica_set import ReplicaSet
+
+logger = logging.getLogger("pagedock.router")
+
+
+@dataclass
+class RouterContext:
+    config: RouterConfig
+    hasher: PromptHasher
+    discovery: Discovery
+    index: KVIndex = field(default_factory=KVIndex)
+    metrics: RouterMetrics = field(init=False)
+    client: httpx.AsyncClient = field(init=False)
+    replica_set: ReplicaSet = field(init=False)
+    dispatcher: Dispatcher = field(init=False)
+    proxy: Proxy = field(init=False)
+    _discovery_task: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        c = self.config
+        self.metrics = RouterMetrics(c.policy)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+        timeout = httpx.Timeout(c.request_timeout_s, connect=c.connect_timeout_s)
+        self.client = httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+        self.replica_set = ReplicaSet(c, self.index, self.client, self.metrics)
+        self.dispatcher = Dispatcher(c, self.replica_set, self.index, make_policy(c))
+        self.proxy = Proxy(self.client, self.dispatcher, self.replica_set, self.metrics, c.replica_api_key)  # fmt: skip
+
+    @classmethod
+    def from_config(cls, config: RouterConfig) -> RouterContext:
+        tokenizer = load_tokenizer(config.model) if config.model else None
+        if tokenizer is None:
+            logger.warning("no tokenizer: the router balances by load only, without cache affinity")
+        return cls(config, PromptHasher(tokenizer), make_discovery(config))
+
+    async def start(self) -> None:
+        self._discovery_task = asyncio.create_task(self.discovery.run(self.replica_set.update))
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._discovery_task)
+        await self.replica_set.close()
+        await self.client.aclose()

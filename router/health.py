@@ -1,0 +1,67 @@
+"""HealthChecker: every health interval, GET /health and /metrics of one replica.
+
+A replica that answers 200 is a candidate and its reported load is updated; one that fails (error,
+timeout, non-200 such as a draining engine's 503) leaves the candidate set at once, and its cache
+entries with it, until a later check passes. Requests that fail on a replica mark it the same way
+between checks (router/proxy.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import httpx
+
+from router.config import RouterConfig
+from router.replica import Replica
+from router.replica_metrics import parse_replica_load
+
+logger = logging.getLogger("pagedock.router")
+
+
+class HealthChecker:
+    def __init__(
+        self,
+        replica: Replica,
+        client: httpx.AsyncClient,
+        config: RouterConfig,
+        on_unhealthy: Callable[[Replica, str], None],
+    ) -> None:
+        self.replica = replica
+        self.client = client
+        self.config = config
+        self.on_unhealthy = on_unhealthy
+
+    async def run(self) -> None:
+        while True:
+            await self.check()
+            await asyncio.sleep(self.config.health_interval_s)
+
+    async def check(self) -> bool:
+        """One check; True when the replica is healthy."""
+        timeout = httpx.Timeout(self.config.health_timeout_s)
+        base = self.replica.url
+        try:
+            health, metrics = await asyncio.gather(
+                self.client.get(base + "/health", timeout=timeout),
+                self.client.get(base + "/metrics", timeout=timeout),
+            )
+        except httpx.HTTPError as e:
+            return self._failed(f"health check failed: {type(e).__name__}")
+        if health.status_code != 200:
+            return self._failed(f"health check answered {health.status_code}")
+        if metrics.status_code == 200:
+            self.replica.load = parse_replica_load(metrics.text)
+        if not self.replica.healthy:
+            logger.info("replica %s is healthy again", base)
+        self.replica.healthy = True
+        self.replica.failures = 0
+        return True
+
+    def _failed(self, why: str) -> bool:
+        self.replica.failures += 1
+        if self.replica.healthy:
+            self.on_unhealthy(self.replica, why)
+        return False

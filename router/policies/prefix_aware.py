@@ -1,0 +1,69 @@
+"""The prefix-aware policy: the lowest estimated time to first token wins.
+
+    estimated_ttft_ms = prefill_ms_per_token * (queued_tokens + uncached_tokens)
+    uncached_tokens   = num_prompt_tokens - cached_tokens
+
+Cache affinity lowers the second term, queued work raises the first, so an affine replica wins
+until its queue costs more than the prefill it saves, and an overloaded affine replica loses to an
+idle cold one. Two guards on top, each a threshold in the config (in the spirit of SGLang's
+cache-aware policy): replicas whose KV cache is nearly full are a last resort, and when the chosen
+replica's queue exceeds the shortest queue by more than an absolute *and* a relative threshold,
+the least-loaded replica is taken instead. Estimates within `tie_tolerance_ms` tie; ties are broken
+by power of two choices on (cache fill, queued tokens) with a seeded RNG.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from router.config import RouterConfig
+from router.policies.base import Candidate, Ranking, RouteRequest, power_of_two_choices, with_first
+
+
+def estimated_ttft_ms(candidate: Candidate, request: RouteRequest, config: RouterConfig) -> float:
+    uncached_tokens = max(0, request.num_prompt_tokens - candidate.cached_tokens)
+    return config.prefill_ms_per_token * (candidate.queued_tokens + uncached_tokens)
+
+
+def is_imbalanced(chosen: Candidate, least: Candidate, config: RouterConfig) -> bool:
+    gap = chosen.queued_tokens - least.queued_tokens
+    return (
+        gap > config.balance_abs_threshold_tokens
+        and chosen.queued_tokens > config.balance_rel_threshold * least.queued_tokens
+    )
+
+
+def _load(candidate: Candidate) -> tuple[float, ...]:
+    return (candidate.queued_tokens, candidate.kv_cache_usage)
+
+
+def _cache_fill(candidate: Candidate) -> tuple[float, ...]:
+    # NOTE: tied estimates mean the queues are as good as equal; the emptier cache then takes
+    # the request, so new prefixes spread and evict each other less.
+    return (candidate.num_cached_blocks, candidate.queued_tokens)
+
+
+class PrefixAwarePolicy:
+    name = "prefix-aware"
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+
+    def rank(self, request: RouteRequest, candidates: Sequence[Candidate]) -> Ranking:
+        pool = self._below_kv_threshold(candidates)
+        by_cost = sorted(pool, key=lambda c: estimated_ttft_ms(c, request, self.config))
+        best_ms = estimated_ttft_ms(by_cost[0], request, self.config)
+        tied = [c for c in by_cost if estimated_ttft_ms(c, request, self.config) <= best_ms + self.config.tie_tolerance_ms]  # fmt: skip
+        chosen = power_of_two_choices(tied, self.rng, _cache_fill)
+        reason = "tie" if len(tied) > 1 else ("affinity" if chosen.cached_tokens else "load")
+        least = min(pool, key=_load)
+        if is_imbalanced(chosen, least, self.config):
+            chosen, reason = least, "balance"
+        rest = sorted(candidates, key=lambda c: estimated_ttft_ms(c, request, self.config))
+        return Ranking(with_first(chosen, rest), reason)
+
+    def _below_kv_threshold(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        roomy = [c for c in candidates if c.kv_cache_usage <= self.config.kv_usage_threshold]
+        return roomy or list(candidates)

@@ -1,0 +1,87 @@
+"""EventSubscriber.apply: the KV event stream's lines into the index, gaps and restarts resync."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from router.event_subscriber import EventSubscriber, ResyncNeeded
+from router.kv_index import KVIndex
+from router.metrics import RouterMetrics
+from router.replica import Replica
+from tests.router.factories import h, make_config
+
+URL = "http://replica"
+
+
+def make_subscriber() -> tuple[EventSubscriber, KVIndex, Replica]:
+    index, replica = KVIndex(), Replica(URL)
+    subscriber = EventSubscriber(replica, index, httpx.AsyncClient(), make_config(), RouterMetrics("prefix-aware"))  # fmt: skip
+    return subscriber, index, replica
+
+
+def snapshot(instance: str = "i1", seq: int = 4, hashes: tuple[int, ...] = (1, 2)) -> dict[str, object]:  # fmt: skip
+    return {"type": "snapshot", "instance_id": instance, "seq": seq, "block_size": 16, "root_hash": "ab", "block_hashes": [h(i).hex() for i in hashes]}  # fmt: skip
+
+
+def batch(seq: int, *events: dict[str, object], instance: str = "i1") -> dict[str, object]:
+    return {"type": "batch", "instance_id": instance, "seq": seq, "events": list(events)}
+
+
+def stored(*hashes: int) -> dict[str, object]:
+    return {"type": "stored", "block_hashes": [h(i).hex() for i in hashes], "parent_block_hash": None}  # fmt: skip
+
+
+def removed(*hashes: int) -> dict[str, object]:
+    return {"type": "removed", "block_hashes": [h(i).hex() for i in hashes]}
+
+
+def test_a_snapshot_sets_the_replicas_blocks_root_and_block_size() -> None:
+    subscriber, index, replica = make_subscriber()
+    subscriber.apply(snapshot())
+    assert index.match([h(1), h(2)], [URL]) == {URL: 2}
+    assert (replica.root_hash, replica.block_size, replica.kv_synced) == (bytes.fromhex("ab"), 16, True)  # fmt: skip
+
+
+def test_batches_apply_in_sequence() -> None:
+    subscriber, index, _ = make_subscriber()
+    subscriber.apply(snapshot(seq=-1, hashes=()))
+    subscriber.apply(batch(0, stored(1, 2)))
+    subscriber.apply(batch(1, removed(2), stored(3)))
+    assert index.match([h(1), h(2)], [URL]) == {URL: 1}
+    assert index.num_blocks(URL) == 2
+
+
+def test_batches_already_in_the_snapshot_are_skipped() -> None:
+    subscriber, index, _ = make_subscriber()
+    subscriber.apply(snapshot(seq=4, hashes=(1,)))
+    subscriber.apply(batch(4, removed(1)))
+    assert index.num_blocks(URL) == 1
+
+
+def test_a_gap_in_sequence_numbers_forces_a_resync() -> None:
+    subscriber, _, _ = make_subscriber()
+    subscriber.apply(snapshot(seq=4))
+    with pytest.raises(ResyncNeeded):
+        subscriber.apply(batch(6, stored(9)))
+
+
+def test_a_batch_from_another_instance_forces_a_resync() -> None:
+    subscriber, _, _ = make_subscriber()
+    subscriber.apply(snapshot(instance="i1"))
+    with pytest.raises(ResyncNeeded):
+        subscriber.apply(batch(5, stored(9), instance="i2"))
+
+
+def test_a_restarted_replicas_snapshot_replaces_the_old_view() -> None:
+    subscriber, index, replica = make_subscriber()
+    subscriber.apply(snapshot(instance="i1", hashes=(1, 2)))
+    subscriber.apply(snapshot(instance="i2", seq=-1, hashes=()))
+    assert (replica.instance_id, index.num_blocks(URL)) == ("i2", 0)
+
+
+def test_cleared_drops_every_block() -> None:
+    subscriber, index, _ = make_subscriber()
+    subscriber.apply(snapshot(seq=0))
+    subscriber.apply(batch(1, {"type": "cleared", "block_hashes": []}))
+    assert index.num_blocks(URL) == 0

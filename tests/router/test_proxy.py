@@ -1,0 +1,99 @@
+"""The proxy's failover and streaming, against scripted fake replicas on loopback."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import httpx
+import pytest
+
+from router.app import build_app
+from router.config import RouterConfig
+from router.context import RouterContext
+from router.discovery.static import StaticDiscovery
+from router.prompt_hasher import PromptHasher
+from tests.router.fake_replica import FakeReplica, ServerThread
+from tests.router.live import free_port
+
+pytestmark = pytest.mark.timeout(60)
+PROMPT = {"prompt": "hello", "max_tokens": 4}
+
+
+def serve_router(stack: ExitStack, replica_urls: list[str], **overrides: object) -> str:
+    config = RouterConfig(replicas=replica_urls, model=None, health_interval_s=0.2, **overrides)  # type: ignore[arg-type]
+    ctx = RouterContext(config, PromptHasher(None), StaticDiscovery(config.replicas))
+    return stack.enter_context(ServerThread(build_app(ctx))).url
+
+
+@pytest.fixture()
+def stack() -> Iterator[ExitStack]:
+    with ExitStack() as stack:
+        yield stack
+
+
+def test_a_failure_mid_stream_ends_the_clients_stream_with_an_error_event(stack: ExitStack) -> None:  # fmt: skip
+    replica = stack.enter_context(ServerThread(FakeReplica("break").app))
+    router = serve_router(stack, [replica.url])
+    with httpx.stream("POST", router + "/v1/completions", json={**PROMPT, "stream": True}, timeout=10) as response:  # fmt: skip
+        events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert [json.loads(e)["choices"][0]["text"] for e in events[:3]] == ["t0", "t1", "t2"]
+    assert json.loads(events[3])["error"]["code"] == "replica_failed"
+    assert events[4] == "[DONE]"
+
+
+def test_a_client_that_disconnects_cancels_the_replicas_stream(stack: ExitStack) -> None:
+    fake = FakeReplica("slow")
+    replica = stack.enter_context(ServerThread(fake.app))
+    router = serve_router(stack, [replica.url])
+    with httpx.stream("POST", router + "/v1/completions", json={**PROMPT, "stream": True}, timeout=10) as response:  # fmt: skip
+        next(response.iter_lines())
+    assert fake.stream_cancelled.wait(timeout=5)
+
+
+def test_a_503_before_the_first_byte_is_retried_on_the_next_replica(stack: ExitStack) -> None:
+    down, up = FakeReplica("unavailable"), FakeReplica("ok")
+    urls = [stack.enter_context(ServerThread(f.app)).url for f in (down, up)]
+    router = serve_router(stack, urls, policy="round-robin")
+    responses = [httpx.post(router + "/v1/completions", json=PROMPT) for _ in range(4)]
+    assert [r.status_code for r in responses] == [200] * 4
+    assert up.calls == 4 and down.calls >= 1
+
+
+def test_a_replica_that_refuses_connections_is_skipped_and_marked_unhealthy(stack: ExitStack) -> None:  # fmt: skip
+    up = stack.enter_context(ServerThread(FakeReplica("ok").app))
+    dead = f"http://127.0.0.1:{free_port()}"
+    router = serve_router(stack, [dead, up.url], policy="round-robin")
+    responses = [httpx.post(router + "/v1/completions", json=PROMPT) for _ in range(4)]
+    assert [r.status_code for r in responses] == [200] * 4
+    view = {r["url"]: r for r in httpx.get(router + "/router/replicas").json()["replicas"]}
+    assert view[dead]["healthy"] is False
+
+
+def test_a_replicas_4xx_is_passed_through_and_not_retried(stack: ExitStack) -> None:
+    fakes = [FakeReplica("bad"), FakeReplica("bad")]
+    urls = [stack.enter_context(ServerThread(f.app)).url for f in fakes]
+    router = serve_router(stack, urls)
+    response = httpx.post(router + "/v1/completions", json=PROMPT)
+    assert (response.status_code, response.json()["error"]["message"]) == (400, "bad")
+    assert sum(f.calls for f in fakes) == 1
+
+
+def test_no_healthy_replica_is_a_503_in_openais_shape(stack: ExitStack) -> None:
+    router = serve_router(stack, [f"http://127.0.0.1:{free_port()}"])
+    deadline = time.monotonic() + 5
+    while (response := httpx.post(router + "/v1/completions", json=PROMPT)).status_code != 503:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert response.json()["error"]["code"] == "no_healthy_replica"
+
+
+def test_the_api_key_guards_the_api_but_not_health(stack: ExitStack) -> None:
+    replica = stack.enter_context(ServerThread(FakeReplica("ok").app))
+    router = serve_router(stack, [replica.url], api_key="sekret")
+    assert httpx.post(router + "/v1/completions", json=PROMPT).status_code == 401
+    ok = httpx.post(router + "/v1/completions", json=PROMPT, headers={"Authorization": "Bearer sekret"})  # fmt: skip
+    assert ok.status_code == 200
+    assert httpx.get(router + "/health").status_code == 200

@@ -1,0 +1,27 @@
+"""parse_replica_load: a replica's load from its Prometheus text."""
+
+from __future__ import annotations
+
+from router.replica_metrics import parse_replica_load
+
+TEXT = """\
+# HELP vllm:num_requests_running Requests in the running batch.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="tiny"} 3.0
+vllm:num_requests_waiting{model_name="tiny"} 2.0
+vllm:kv_cache_usage_perc{model_name="tiny"} 0.25
+vllm:prefix_cache_hits_total{model_name="tiny"} 160.0
+vllm:prefix_cache_hits_created{model_name="tiny"} 1.7e+09
+vllm:prefix_cache_queries_total{model_name="tiny"} 320.0
+"""
+
+
+def test_reads_the_vllm_load_gauges_and_prefix_counters() -> None:
+    load = parse_replica_load(TEXT)
+    assert (load.num_requests_running, load.num_requests_waiting, load.kv_cache_usage) == (3, 2, 0.25)  # fmt: skip
+    assert (load.prefix_cache_hits, load.prefix_cache_queries) == (160, 320)
+
+
+def test_missing_or_garbled_samples_read_as_zero() -> None:
+    load = parse_replica_load('vllm:num_requests_running{a="b"} nan-ish\nother 5\n')
+    assert load.num_requests_running == 0 and load.num_requests_waiting == 0
