@@ -1,0 +1,46 @@
+"""What every builder needs: the owner's identity, its validated spec and the operator settings."""
+
+import dataclasses
+
+from llm_operator.builders.model_source import ModelSource, resolve_model_source
+from llm_operator.names import ENGINE_PORT, ROUTER_PORT, engine_name, router_name
+from llm_operator.settings import OperatorSettings
+from llm_operator.spec import LLMDeploymentSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+    name: str
+    namespace: str
+    spec: LLMDeploymentSpec
+    settings: OperatorSettings
+
+    @property
+    def model_source(self) -> ModelSource:
+        return resolve_model_source(self.spec.model.source)
+
+    @property
+    def served_model_name(self) -> str:
+        return self.spec.model.name or self.model_source.default_served_name
+
+    @property
+    def engine_image(self) -> str:
+        return self.spec.image or self.settings.engine_image
+
+    @property
+    def router_image(self) -> str:
+        return self.spec.router.image or self.settings.router_image
+
+    @property
+    def engine_service_host(self) -> str:
+        return f"{engine_name(self.name)}.{self.namespace}.svc"
+
+    def endpoint(self) -> str:
+        """The base URL clients use: the Ingress when it has a host, else the in-cluster Service."""
+        ingress = self.spec.ingress
+        if ingress.enabled and ingress.host:
+            scheme = "https" if ingress.tls_secret_name else "http"
+            return f"{scheme}://{ingress.host}{ingress.path.rstrip('/')}"
+        if self.spec.router.enabled:
+            return f"http://{router_name(self.name)}.{self.namespace}.svc:{ROUTER_PORT}"
+        return f"http://{self.engine_service_host}:{ENGINE_PORT}"

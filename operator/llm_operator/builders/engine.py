@@ -1,0 +1,182 @@
+"""The engine: its Deployment (pods running `pagedock serve`), headless Service and ConfigMap."""
+
+import hashlib
+import json
+import math
+
+from llm_operator.builders.common import (
+    Obj,
+    api_key_env,
+    cache_env,
+    container_security_context,
+    http_probe,
+    image_pull_secrets,
+    metadata,
+    pod_security_context,
+    writable_mounts,
+    writable_volumes,
+)
+from llm_operator.builders.context import BuildContext
+from llm_operator.builders.engine_args import engine_args
+from llm_operator.names import CONFIG_HASH_ANNOTATION, ENGINE_PORT, engine_name, selector_labels
+
+COMPONENT = "engine"
+PRE_STOP_SLEEP_SECONDS = 5
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_REQUESTS = {"cpu": "1", "memory": "2Gi"}
+
+
+def build_engine_config_map(ctx: BuildContext) -> Obj:
+    """Environment of the engine container; its hash rolls the pods when it changes."""
+    data = {
+        "PAGEDOCK_MODEL_SOURCE": ctx.spec.model.source,
+        "PAGEDOCK_SERVED_MODEL_NAME": ctx.served_model_name,
+    }
+    if ctx.spec.model.revision:
+        data["HF_REVISION"] = ctx.spec.model.revision
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(ctx, engine_name(ctx.name), COMPONENT),
+        "data": data,
+    }
+
+
+def config_hash(config_map: Obj) -> str:
+    text = json.dumps(config_map["data"], sort_keys=True).encode()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def build_engine_service(ctx: BuildContext) -> Obj:
+    """Headless: the router discovers each engine pod through this Service's EndpointSlices."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(ctx, engine_name(ctx.name), COMPONENT),
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector_labels(ctx.name, COMPONENT),
+            "ports": [
+                {"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def build_engine_deployment(ctx: BuildContext, config_map: Obj) -> Obj:
+    spec = ctx.spec
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(ctx, engine_name(ctx.name), COMPONENT),
+        "spec": {
+            "replicas": spec.replicas,
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": spec.startup_timeout_seconds + 300,
+            "selector": {"matchLabels": selector_labels(ctx.name, COMPONENT)},
+            "strategy": _rollout_strategy(ctx),
+            "template": {
+                "metadata": {
+                    "labels": metadata(ctx, "", COMPONENT)["labels"],
+                    "annotations": _pod_annotations(ctx, config_map),
+                },
+                "spec": _pod_spec(ctx, config_map),
+            },
+        },
+    }
+
+
+def _rollout_strategy(ctx: BuildContext) -> Obj:
+    """GPU pods replace one at a time without a surge pod (no spare GPU is assumed)."""
+    if ctx.spec.resources.gpus:
+        return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
+def _pod_annotations(ctx: BuildContext, config_map: Obj) -> dict[str, str]:
+    return {
+        **ctx.spec.pod_annotations,
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(ENGINE_PORT),
+        "prometheus.io/path": "/metrics",
+        CONFIG_HASH_ANNOTATION: config_hash(config_map),
+    }
+
+
+def _pod_spec(ctx: BuildContext, config_map: Obj) -> Obj:
+    spec = ctx.spec
+    pod: Obj = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        # NOTE: above preStop + the engine's drain, so in-flight streams finish on rollout.
+        "terminationGracePeriodSeconds": spec.drain_timeout_seconds + PRE_STOP_SLEEP_SECONDS + 15,
+        "containers": [_engine_container(ctx, config_map)],
+        "volumes": _volumes(ctx),
+        "imagePullSecrets": image_pull_secrets(ctx),
+        "nodeSelector": dict(spec.scheduling.node_selector),
+        "tolerations": _tolerations(ctx),
+    }
+    optional = {
+        "affinity": spec.scheduling.affinity,
+        "priorityClassName": spec.scheduling.priority_class_name,
+        "runtimeClassName": spec.scheduling.runtime_class_name,
+    }
+    pod.update({key: value for key, value in optional.items() if value is not None})
+    return pod
+
+
+def _engine_container(ctx: BuildContext, config_map: Obj) -> Obj:
+    startup_period_seconds = 10
+    return {
+        "name": "engine",
+        "image": ctx.engine_image,
+        "imagePullPolicy": ctx.spec.image_pull_policy,
+        "args": engine_args(ctx),
+        "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "envFrom": [{"configMapRef": {"name": config_map["metadata"]["name"]}}],
+        "env": cache_env() + api_key_env(ctx) + list(ctx.spec.env),
+        "resources": _resources(ctx),
+        "securityContext": container_security_context(),
+        "volumeMounts": _volume_mounts(ctx),
+        # Model loading may take long: liveness and readiness start only after startup succeeds.
+        "startupProbe": http_probe(
+            "http",
+            startup_period_seconds,
+            math.ceil(ctx.spec.startup_timeout_seconds / startup_period_seconds),
+            5,
+        ),
+        "readinessProbe": http_probe("http", 5, 3, 3),
+        "livenessProbe": http_probe("http", 20, 6, 10),
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
+    }
+
+
+def _resources(ctx: BuildContext) -> Obj:
+    resources = ctx.spec.resources
+    requests: Obj = {**DEFAULT_REQUESTS, **resources.requests}
+    limits: Obj = dict(resources.limits)
+    if resources.gpus:
+        requests[GPU_RESOURCE] = resources.gpus
+        limits[GPU_RESOURCE] = resources.gpus
+    return {"requests": requests, "limits": limits} if limits else {"requests": requests}
+
+
+def _tolerations(ctx: BuildContext) -> list[Obj]:
+    tolerations = list(ctx.spec.scheduling.tolerations)
+    if ctx.spec.resources.gpus:
+        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    return tolerations
+
+
+def _volumes(ctx: BuildContext) -> list[Obj]:
+    shm = {
+        "name": "dshm",
+        "emptyDir": {"medium": "Memory", "sizeLimit": ctx.spec.resources.shm_size},
+    }
+    return [*writable_volumes(ctx), shm, *ctx.model_source.volumes()]
+
+
+def _volume_mounts(ctx: BuildContext) -> list[Obj]:
+    shm = {"name": "dshm", "mountPath": "/dev/shm"}
+    return [*writable_mounts(), shm, *ctx.model_source.volume_mounts()]

@@ -1,0 +1,44 @@
+"""`pagedock serve` command-line flags from the engine settings (flag names mirror the fields)."""
+
+from llm_operator.builders.context import BuildContext
+from llm_operator.names import ENGINE_PORT
+
+
+def engine_args(ctx: BuildContext) -> list[str]:
+    engine = ctx.spec.engine
+    args = [
+        "serve",
+        "--model", ctx.model_source.model_arg,
+        "--host", "0.0.0.0",
+        "--port", str(ENGINE_PORT),
+        "--max-num-seqs", str(engine.max_num_seqs),
+        "--max-num-batched-tokens", str(engine.max_num_batched_tokens),
+        "--block-size", str(engine.block_size),
+    ]  # fmt: skip
+    if not engine.enable_prefix_caching:
+        args.append("--no-prefix-caching")
+    if not engine.enable_chunked_prefill:
+        args.append("--no-chunked-prefill")
+    args += _optional_args(ctx)
+    args += ["--drain-timeout", str(ctx.spec.drain_timeout_seconds)]
+    args += ["--served-model-name", ctx.served_model_name]
+    return args + list(engine.extra_args)
+
+
+def _optional_args(ctx: BuildContext) -> list[str]:
+    """Flags passed only when they differ from the engine's own defaults."""
+    engine = ctx.spec.engine
+    optional = {
+        "--max-model-len": engine.max_model_len,
+        "--tensor-parallel-size": engine.tensor_parallel_size
+        if engine.tensor_parallel_size > 1
+        else None,
+        "--dtype": engine.dtype if engine.dtype != "auto" else None,
+        "--kv-cache-memory": engine.kv_cache_memory,
+        "--num-kv-blocks": engine.num_kv_blocks,
+    }
+    args: list[str] = []
+    for flag, value in optional.items():
+        if value is not None:
+            args += [flag, str(value)]
+    return args

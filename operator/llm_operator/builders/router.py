@@ -1,0 +1,135 @@
+"""The router: Deployment, Service, and an account that may watch the engine EndpointSlices."""
+
+from llm_operator.builders.common import (
+    Obj,
+    api_key_env,
+    cache_env,
+    container_security_context,
+    http_probe,
+    image_pull_secrets,
+    metadata,
+    pod_security_context,
+    writable_mounts,
+    writable_volumes,
+)
+from llm_operator.builders.context import BuildContext
+from llm_operator.names import ROUTER_PORT, engine_name, router_name, selector_labels
+
+COMPONENT = "router"
+DEFAULT_RESOURCES: Obj = {"requests": {"cpu": "250m", "memory": "512Mi"}}
+
+
+def router_args(ctx: BuildContext) -> list[str]:
+    return [
+        "route",
+        "--discovery", "k8s",
+        "--service", engine_name(ctx.name),
+        "--namespace", ctx.namespace,
+        "--model", ctx.model_source.model_arg,
+        "--policy", ctx.spec.router.policy,
+        "--block-size", str(ctx.spec.engine.block_size),
+        "--host", "0.0.0.0",
+        "--port", str(ROUTER_PORT),
+    ]  # fmt: skip
+
+
+def build_router_deployment(ctx: BuildContext) -> Obj:
+    router = ctx.spec.router
+    pod: Obj = {
+        "serviceAccountName": router_name(ctx.name),
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "terminationGracePeriodSeconds": ctx.spec.drain_timeout_seconds + 10,
+        "containers": [_router_container(ctx)],
+        "volumes": writable_volumes(ctx) + ctx.model_source.volumes(),
+        "imagePullSecrets": image_pull_secrets(ctx),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(ctx, router_name(ctx.name), COMPONENT),
+        "spec": {
+            "replicas": router.replicas,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector_labels(ctx.name, COMPONENT)},
+            "template": {
+                "metadata": {
+                    "labels": metadata(ctx, "", COMPONENT)["labels"],
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(ROUTER_PORT),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": pod,
+            },
+        },
+    }
+
+
+def _router_container(ctx: BuildContext) -> Obj:
+    return {
+        "name": "router",
+        "image": ctx.router_image,
+        "imagePullPolicy": ctx.spec.image_pull_policy,
+        "args": router_args(ctx),
+        "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}],
+        "env": cache_env() + api_key_env(ctx) + api_key_env(ctx, "PAGEDOCK_REPLICA_API_KEY"),
+        "resources": ctx.spec.router.resources or DEFAULT_RESOURCES,
+        "securityContext": container_security_context(),
+        "volumeMounts": writable_mounts() + ctx.model_source.volume_mounts(),
+        "startupProbe": http_probe("http", 5, 120, 3),
+        "readinessProbe": http_probe("http", 5, 3, 3),
+        "livenessProbe": http_probe("http", 20, 3, 5),
+        "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
+    }
+
+
+def build_router_service(ctx: BuildContext) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(ctx, router_name(ctx.name), COMPONENT),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(ctx.name, COMPONENT),
+            "ports": [
+                {"name": "http", "port": ROUTER_PORT, "targetPort": "http", "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def build_router_service_account(ctx: BuildContext) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(ctx, router_name(ctx.name), COMPONENT),
+    }
+
+
+def build_router_role(ctx: BuildContext) -> Obj:
+    """Read-only discovery of the engine endpoints, in this namespace only."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(ctx, router_name(ctx.name), COMPONENT),
+        "rules": [
+            {
+                "apiGroups": ["discovery.k8s.io"],
+                "resources": ["endpointslices"],
+                "verbs": ["get", "list", "watch"],
+            }
+        ],
+    }
+
+
+def build_router_role_binding(ctx: BuildContext) -> Obj:
+    name = router_name(ctx.name)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(ctx, name, COMPONENT),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ctx.namespace}],
+    }

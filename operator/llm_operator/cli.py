@@ -1,0 +1,82 @@
+"""`pagedock operator [run|crd]`: run the operator (kopf underneath) or print its CRD.
+
+pagedock operator                      cluster-wide, or the namespaces in PAGEDOCK_OPERATOR_NAMESPACES
+pagedock operator run -n team-a -n team-b --verbose
+pagedock operator run -A --standalone  one replica, no leader election
+pagedock operator crd [--peering]      the CRD YAML (with kopf's peering CRDs)
+"""
+
+import argparse
+import random
+import sys
+
+from llm_operator.settings import OperatorSettings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pagedock operator", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command")
+    run = commands.add_parser("run", help="run the operator (the default)")
+    add_run_arguments(run)
+    crd = commands.add_parser("crd", help="print the LLMDeployment CRD as YAML")
+    crd.add_argument("--peering", action="store_true", help="also kopf's peering CRDs")
+    add_run_arguments(parser)
+    return parser
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n", "--namespace", action="append", dest="namespaces", default=None,
+        help="watch this namespace (repeatable; globs like team-* work)",
+    )  # fmt: skip
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", dest="clusterwide",
+        help="watch every namespace",
+    )  # fmt: skip
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--standalone", action="store_true", help="no leader election")
+    parser.add_argument("--peering", dest="peering_name", default=None, help="peering name")
+    parser.add_argument(
+        "--priority", type=int, default=None,
+        help="peering priority; the highest active replica leads (default: random)",
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "crd":
+        from llm_operator.crd import crd_yaml
+
+        sys.stdout.write(crd_yaml(peering=args.peering))
+        return 0
+    return run_operator(args)
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    import kopf
+
+    from llm_operator.handlers import make_registry
+
+    settings = OperatorSettings.from_env()
+    namespaces = tuple(args.namespaces or ()) or settings.namespaces
+    clusterwide = bool(args.clusterwide or not namespaces)
+    peering_name = args.peering_name or settings.peering_name
+    kopf.configure(
+        verbose=args.verbose or settings.log_level == "DEBUG",
+        quiet=settings.log_level in {"WARNING", "ERROR"},
+    )
+    liveness = (
+        f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
+    )
+    kopf.run(
+        registry=make_registry(settings),
+        clusterwide=clusterwide,
+        namespaces=() if clusterwide else namespaces,
+        standalone=args.standalone or not peering_name,
+        peering_name=peering_name or None,
+        # NOTE: equal priorities would make replicas run side by side; a random one elects a leader.
+        priority=args.priority if args.priority is not None else random.randrange(1, 2**15),
+        liveness_endpoint=liveness,
+    )
+    return 0

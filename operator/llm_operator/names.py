@@ -1,0 +1,41 @@
+"""Names and labels of an LLMDeployment's children: one place, so builders and pruning agree."""
+
+MANAGED_BY = "pagedock-operator"
+OWNER_LABEL = "pagedock.dev/llmdeployment"
+CONFIG_HASH_ANNOTATION = "pagedock.dev/config-hash"
+LAST_APPLIED_ANNOTATION = "pagedock.dev/last-applied"
+ENGINE_PORT = 8000
+ROUTER_PORT = 8080
+
+# NOTE: a Service name is a DNS label (<= 63 chars); the longest suffix is "-engine".
+MAX_NAME_LENGTH = 63 - len("-engine")
+
+
+def engine_name(name: str) -> str:
+    return f"{name}-engine"
+
+
+def router_name(name: str) -> str:
+    return f"{name}-router"
+
+
+def selector_labels(name: str, component: str) -> dict[str, str]:
+    """The immutable labels that select one component's pods."""
+    return {
+        "app.kubernetes.io/name": "pagedock",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": component,
+    }
+
+
+def child_labels(name: str, component: str) -> dict[str, str]:
+    return {
+        **selector_labels(name, component),
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        OWNER_LABEL: name,
+    }
+
+
+def selector_string(labels: dict[str, str]) -> str:
+    """A label selector in the string form that the scale subresource reports."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

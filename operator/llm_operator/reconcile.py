@@ -1,0 +1,221 @@
+"""Level-based reconciliation of one LLMDeployment: children create-or-patch, prune, status.
+
+Every pass builds the full desired state and compares it with what is live; it writes only what
+differs, so a pass over an unchanged, healthy deployment sends no writes at all.
+"""
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+import pydantic
+
+from llm_operator.builders import BuildContext, build_children, child_refs
+from llm_operator.conditions import Condition, merge_conditions
+from llm_operator.diff import is_subset, merge_patch, with_last_applied
+from llm_operator.kube import KubeClient
+from llm_operator.metrics import FleetStats
+from llm_operator.names import (
+    MAX_NAME_LENGTH,
+    engine_name,
+    router_name,
+    selector_labels,
+    selector_string,
+)
+from llm_operator.resources import KINDS, LLM_DEPLOYMENT, kind_of
+from llm_operator.settings import OperatorSettings
+from llm_operator.spec import LLMDeploymentSpec
+from llm_operator.status import ChildrenState, build_conditions, invalid_spec_conditions
+
+Obj = dict[str, Any]
+logger = logging.getLogger(__name__)
+
+
+class InvalidSpecError(ValueError):
+    """The spec cannot be reconciled; the message says what to change."""
+
+
+def parse_spec(body: Mapping[str, Any]) -> LLMDeploymentSpec:
+    name = body["metadata"]["name"]
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidSpecError(f"metadata.name is longer than {MAX_NAME_LENGTH} characters")
+    try:
+        return LLMDeploymentSpec.model_validate(body.get("spec") or {})
+    except pydantic.ValidationError as error:
+        raise InvalidSpecError(_describe(error)) from None
+
+
+def _describe(error: pydantic.ValidationError) -> str:
+    problems = []
+    for item in error.errors()[:3]:
+        where = ".".join(str(part) for part in item["loc"]) or "spec"
+        problems.append(f"spec.{where}: {item['msg']}")
+    return "; ".join(problems)
+
+
+@dataclasses.dataclass
+class Reconciler:
+    kube: KubeClient
+    settings: OperatorSettings
+    _locks: dict[tuple[str, str], asyncio.Lock] = dataclasses.field(default_factory=dict)
+
+    def lock(self, namespace: str, name: str) -> asyncio.Lock:
+        return self._locks.setdefault((namespace, name), asyncio.Lock())
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._locks.pop((namespace, name), None)
+
+    async def reconcile(self, body: Mapping[str, Any], stats: FleetStats | None = None) -> None:
+        """Bring the children and the status of this LLMDeployment in line with its spec."""
+        meta = body["metadata"]
+        async with self.lock(meta["namespace"], meta["name"]):
+            try:
+                spec = parse_spec(body)
+            except InvalidSpecError as error:
+                await self._reject(body, str(error))
+                return
+            ctx = BuildContext(meta["name"], meta["namespace"], spec, self.settings)
+            live = await self._apply_children(body, ctx)
+            await self._prune(body, ctx)
+            await self._write_status(body, ctx, live, stats)
+
+    async def _apply_children(self, body: Mapping[str, Any], ctx: BuildContext) -> dict[str, Obj]:
+        children = build_children(ctx)
+        kopf.adopt(children, owner=dict(body))  # type: ignore[arg-type]
+        applied = await asyncio.gather(*(self._apply(body, child) for child in children))
+        return {f"{obj['kind']}/{obj['metadata']['name']}": obj for obj in applied}
+
+    async def _apply(self, body: Mapping[str, Any], child: Obj) -> Obj:
+        """Create the child, or patch it when a field we own differs; otherwise leave it alone."""
+        desired = with_last_applied(child)
+        kind, name = kind_of(child), child["metadata"]["name"]
+        path = kind.object_path(child["metadata"]["namespace"], name)
+        live = await self.kube.get(path)
+        if live is None:
+            created = await self.kube.create(
+                kind.collection_path(child["metadata"]["namespace"]), desired
+            )
+            emit(body, reason="Created", message=f"created {kind.kind} {name}")
+            return created or desired
+        if is_subset(desired, live):
+            return live
+        patched = await self.kube.patch(path, merge_patch(desired, live))
+        emit(body, reason="Updated", message=f"updated {kind.kind} {name}")
+        return patched or live
+
+    async def _prune(self, body: Mapping[str, Any], ctx: BuildContext) -> None:
+        unwanted = [(kind, name) for kind, name, wanted in child_refs(ctx) if not wanted]
+        await asyncio.gather(*(self._delete_owned(body, kind, name) for kind, name in unwanted))
+
+    async def _delete_owned(self, body: Mapping[str, Any], kind_name: str, name: str) -> None:
+        path = KINDS[kind_name].object_path(body["metadata"]["namespace"], name)
+        live = await self.kube.get(path)
+        if live is None or not is_owned_by(live, body):
+            return
+        await self.kube.delete(path)
+        emit(body, reason="Deleted", message=f"deleted {kind_name} {name}")
+
+    async def delete_children(self, body: Mapping[str, Any]) -> None:
+        """Explicit cleanup on deletion (garbage collection would also do it, but later)."""
+        try:
+            spec = parse_spec(body)
+        except InvalidSpecError:
+            spec = LLMDeploymentSpec.model_validate({})
+        all_on = spec.model_copy(
+            update={
+                "router": spec.router.model_copy(update={"enabled": True}),
+                "ingress": spec.ingress.model_copy(update={"enabled": True}),
+                "autoscaling": spec.autoscaling.model_copy(update={"enabled": True}),
+            }
+        )
+        ctx = BuildContext(
+            body["metadata"]["name"], body["metadata"]["namespace"], all_on, self.settings
+        )
+        refs = {(child["kind"], child["metadata"]["name"]) for child in build_children(ctx)}
+        await asyncio.gather(*(self._delete_owned(body, kind, name) for kind, name in refs))
+
+    async def _write_status(
+        self,
+        body: Mapping[str, Any],
+        ctx: BuildContext,
+        live: dict[str, Obj],
+        stats: FleetStats | None,
+    ) -> None:
+        generation = body["metadata"].get("generation")
+        state = ChildrenState(
+            engine=live.get(f"Deployment/{engine_name(ctx.name)}"),
+            router=live.get(f"Deployment/{router_name(ctx.name)}"),
+            ingress=live.get(f"Ingress/{ctx.name}"),
+            router_enabled=ctx.spec.router.enabled,
+            ingress_enabled=ctx.spec.ingress.enabled,
+        )
+        engine_status = (state.engine or {}).get("status", {})
+        status: Obj = {
+            "observedGeneration": generation,
+            "replicas": engine_status.get("replicas", 0),
+            "readyReplicas": engine_status.get("readyReplicas", 0),
+            "selector": selector_string(selector_labels(ctx.name, "engine")),
+            "endpoint": ctx.endpoint(),
+            "model": ctx.served_model_name,
+            **_stats_fields(stats),
+        }
+        conditions = build_conditions(state, ctx.spec.model.source, generation)
+        await self._patch_status(body, status, conditions)
+
+    async def _reject(self, body: Mapping[str, Any], message: str) -> None:
+        generation = body["metadata"].get("generation")
+        old = body.get("status") or {}
+        changed = _condition_message(old, "Ready") != message
+        await self._patch_status(
+            body, {"observedGeneration": generation}, invalid_spec_conditions(message, generation)
+        )
+        if changed:
+            emit(body, "InvalidSpec", message, type_="Warning")
+
+    async def _patch_status(
+        self, body: Mapping[str, Any], status: Obj, conditions: list[Condition]
+    ) -> None:
+        old = body.get("status") or {}
+        new = {key: value for key, value in status.items() if value is not None}
+        new["conditions"] = merge_conditions(old.get("conditions", []), conditions)
+        if is_subset(new, old):
+            return
+        meta = body["metadata"]
+        path = LLM_DEPLOYMENT.object_path(meta["namespace"], meta["name"], "status")
+        await self.kube.patch(path, {"status": new})
+
+
+def emit(body: Mapping[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
+    """A Kubernetes Event on the LLMDeployment (kopf posts it in the background)."""
+    try:
+        kopf.event(cast(kopf.Body, body), type=type_, reason=reason, message=message)
+    except LookupError:  # outside a running operator (benchmarks, scripts): log only
+        logger.info("%s: %s", reason, message)
+
+
+def is_owned_by(child: Obj, owner: Mapping[str, Any]) -> bool:
+    uid = owner["metadata"].get("uid")
+    references = child.get("metadata", {}).get("ownerReferences", [])
+    return any(reference.get("uid") == uid for reference in references)
+
+
+def _stats_fields(stats: FleetStats | None) -> Obj:
+    if stats is None:
+        return {}
+    fields = {
+        "kvCacheUsage": stats.kv_cache_usage,
+        "prefixCacheHitRate": stats.prefix_cache_hit_rate,
+        "numRequestsWaiting": stats.num_requests_waiting,
+        "numRequestsRunning": stats.num_requests_running,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _condition_message(status: Obj, type_: str) -> str | None:
+    for item in status.get("conditions", []):
+        if item.get("type") == type_:
+            return item.get("message")
+    return None

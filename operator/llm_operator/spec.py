@@ -1,0 +1,267 @@
+"""The `LLMDeployment` spec as pydantic models: the one source of the CRD schema and of validation.
+
+Field names mirror the engine's config (`max_num_seqs` -> `maxNumSeqs`); each attribute docstring
+becomes the field's description in the CRD. Cross-field rules live twice, on purpose: as CEL
+(`x-kubernetes-validations`, enforced by the API server) and as model validators (enforced by the
+operator, which also sees objects from servers that skip schema validation).
+"""
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+QUANTITY_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkMGTPE]i?|Ki|k)?$")
+BUILTIN_RE = r"[a-z0-9][a-z0-9._-]*"
+DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+MODEL_SOURCE_PATTERN = (
+    rf"^({BUILTIN_RE}|hf://[^/\s]+/[^\s]+|pvc://{DNS_LABEL}(/[^\s]*)?|file:///[^\s]+)$"
+)
+
+
+def _check_quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and not QUANTITY_RE.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 512Mi, 2, 500m)")
+    return value
+
+
+Quantity = Annotated[
+    int | str,
+    AfterValidator(_check_quantity),
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": QUANTITY_RE.pattern}),
+]
+# Kubernetes objects embedded as is (tolerations, affinity, env vars, network peers).
+RawObject = Annotated[
+    dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+]
+
+
+def section(model: type[BaseModel]) -> Any:
+    """A nested object that defaults to all of its own defaults (CRD `default: {}`)."""
+    return Field(default_factory=model, json_schema_extra={"default": {}})
+
+
+def cel_rules(*rules: tuple[str, str]) -> ConfigDict:
+    """CEL validations (rule, message) that the API server checks on this object."""
+    validations: Any = [{"rule": rule, "message": message} for rule, message in rules]
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": validations})
+
+
+class SpecModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+    )
+
+
+class ModelSpec(SpecModel):
+    source: str = Field("smollm2-135m-instruct", pattern=MODEL_SOURCE_PATTERN)
+    """Where the weights come from: a built-in name, hf://org/name, pvc://claim/path or file:///path."""
+    name: str | None = Field(None, min_length=1, max_length=253)
+    """The served model name clients send as `model`; defaults to the source's last path part."""
+    revision: str | None = None
+    """The Hugging Face revision (branch, tag or commit) for hf:// sources (env HF_REVISION)."""
+    cache_volume_claim: str | None = Field(None, pattern=rf"^{DNS_LABEL}$")
+    """A PersistentVolumeClaim for the download cache; an emptyDir of cacheSize when unset."""
+    cache_size: Quantity = "20Gi"
+    """Size limit of the emptyDir cache (model downloads, Triton kernels)."""
+
+
+class EngineSpec(SpecModel):
+    model_config = cel_rules(
+        (
+            "self.maxNumBatchedTokens >= self.maxNumSeqs",
+            "maxNumBatchedTokens must be >= maxNumSeqs",
+        ),
+        (
+            "self.enableChunkedPrefill || !has(self.maxModelLen) || "
+            "self.maxNumBatchedTokens >= self.maxModelLen",
+            "without chunked prefill, maxNumBatchedTokens must be >= maxModelLen",
+        ),
+    )
+
+    block_size: int = Field(16, ge=1, le=256)
+    """Tokens per KV-cache block."""
+    max_num_seqs: int = Field(256, ge=1)
+    """The most sequences in one batch."""
+    max_num_batched_tokens: int = Field(2048, ge=1)
+    """The token budget of one engine step."""
+    max_model_len: int | None = Field(None, ge=1)
+    """Context length cap; the model's own when unset."""
+    enable_prefix_caching: bool = True
+    """Reuse cached KV blocks of shared prompt prefixes."""
+    enable_chunked_prefill: bool = True
+    """Split long prompts into chunks that share a step with decodes."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """GPUs that one engine shards the model over; must divide resources.gpus."""
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    """Weight and activation dtype."""
+    kv_cache_memory: Quantity | None = None
+    """Memory for the KV cache (e.g. 8Gi); sized from free memory when unset."""
+    num_kv_blocks: int | None = Field(None, ge=1)
+    """An exact KV block count; overrides kvCacheMemory."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Extra `pagedock serve` flags, appended verbatim."""
+
+    @model_validator(mode="after")
+    def _budget_fits(self) -> "EngineSpec":
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("engine.maxNumBatchedTokens must be >= engine.maxNumSeqs")
+        too_short = (
+            self.max_model_len is not None and self.max_num_batched_tokens < self.max_model_len
+        )
+        if not self.enable_chunked_prefill and too_short:
+            raise ValueError(
+                "without chunked prefill, engine.maxNumBatchedTokens must be >= engine.maxModelLen"
+            )
+        return self
+
+
+class ResourcesSpec(SpecModel):
+    gpus: int = Field(0, ge=0)
+    """NVIDIA GPUs per engine pod (`nvidia.com/gpu`); 0 runs on CPU."""
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    """Extra resource requests of the engine container (cpu, memory, ...)."""
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+    """Extra resource limits of the engine container."""
+    shm_size: Quantity = "1Gi"
+    """Size of the in-memory /dev/shm volume (torch workers and NCCL use it)."""
+
+
+class RouterSpec(SpecModel):
+    enabled: bool = True
+    """Run the prefix-aware router in front of the engines."""
+    replicas: int = Field(1, ge=1)
+    """Router pods."""
+    policy: Literal["prefix-aware", "round-robin", "least-loaded", "session"] = "prefix-aware"
+    """How the router picks an engine replica."""
+    image: str | None = None
+    """Router image; the operator's default when unset."""
+    resources: RawObject | None = None
+    """Resource requirements of the router container (a core/v1 ResourceRequirements)."""
+
+
+class IngressSpec(SpecModel):
+    model_config = cel_rules(
+        ("!has(self.tlsSecretName) || has(self.host)", "tlsSecretName needs host"),
+    )
+
+    enabled: bool = False
+    """Expose the endpoint through an Ingress."""
+    class_name: str | None = None
+    """The IngressClass; the cluster default when unset."""
+    host: str | None = None
+    """The public host name."""
+    path: str = Field("/", pattern=r"^/")
+    """The URL path prefix."""
+    tls_secret_name: str | None = None
+    """A TLS Secret for the host; the endpoint is https when set."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations of the Ingress (controller settings such as timeouts)."""
+
+    @model_validator(mode="after")
+    def _tls_needs_host(self) -> "IngressSpec":
+        if self.tls_secret_name and not self.host:
+            raise ValueError("ingress.tlsSecretName needs ingress.host")
+        return self
+
+
+class AutoscalingSpec(SpecModel):
+    model_config = cel_rules(
+        ("self.maxReplicas >= self.minReplicas", "maxReplicas must be >= minReplicas"),
+    )
+
+    enabled: bool = False
+    """Create a HorizontalPodAutoscaler that scales this LLMDeployment."""
+    min_replicas: int = Field(1, ge=1)
+    """The fewest engine replicas."""
+    max_replicas: int = Field(4, ge=1)
+    """The most engine replicas."""
+    metric_name: str = "vllm:num_requests_waiting"
+    """A per-pod metric (served by a custom-metrics adapter) to scale on."""
+    target_average_value: Quantity = 4
+    """The per-pod average of metricName to hold."""
+    target_cpu_utilization_percentage: int | None = Field(
+        None, ge=1, le=100, alias="targetCPUUtilizationPercentage"
+    )
+    """Also scale on CPU utilisation (useful for CPU-only deployments)."""
+
+    @model_validator(mode="after")
+    def _range(self) -> "AutoscalingSpec":
+        if self.max_replicas < self.min_replicas:
+            raise ValueError("autoscaling.maxReplicas must be >= autoscaling.minReplicas")
+        return self
+
+
+class SecretKeyRef(SpecModel):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """The Secret's name (same namespace)."""
+    key: str = "api-key"
+    """The key inside the Secret."""
+
+
+class SchedulingSpec(SpecModel):
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node labels the engine pods require."""
+    tolerations: list[RawObject] = Field(default_factory=list)
+    """Tolerations of the engine pods (core/v1 Toleration)."""
+    affinity: RawObject | None = None
+    """Affinity of the engine pods (core/v1 Affinity)."""
+    priority_class_name: str | None = None
+    """PriorityClass of the engine pods."""
+    runtime_class_name: str | None = None
+    """RuntimeClass of the engine pods (e.g. nvidia)."""
+
+
+class LLMDeploymentSpec(SpecModel):
+    model_config = cel_rules(
+        (
+            "self.resources.gpus == 0 || self.resources.gpus % self.engine.tensorParallelSize == 0",
+            "engine.tensorParallelSize must divide resources.gpus",
+        ),
+    )
+
+    model: ModelSpec = section(ModelSpec)
+    """The model to serve."""
+    replicas: int = Field(1, ge=0)
+    """Engine pods (the scale subresource and an HPA drive this field)."""
+    image: str | None = None
+    """Engine image; the operator's default when unset."""
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    """Pull policy of every container."""
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    """Names of Secrets to pull the images with."""
+    engine: EngineSpec = section(EngineSpec)
+    """Engine settings (`pagedock serve` flags)."""
+    resources: ResourcesSpec = section(ResourcesSpec)
+    """Engine pod resources."""
+    router: RouterSpec = section(RouterSpec)
+    """The router in front of the engines."""
+    ingress: IngressSpec = section(IngressSpec)
+    """External HTTP access."""
+    autoscaling: AutoscalingSpec = section(AutoscalingSpec)
+    """Horizontal autoscaling of the engine replicas."""
+    api_key_secret: SecretKeyRef | None = None
+    """A Secret holding the API key that router and engines then require."""
+    scheduling: SchedulingSpec = section(SchedulingSpec)
+    """Where engine pods may run."""
+    drain_timeout_seconds: int = Field(30, ge=0, le=3600)
+    """How long an engine finishes in-flight streams after SIGTERM."""
+    startup_timeout_seconds: int = Field(1800, ge=30, le=86400)
+    """How long model loading may take before the pod is restarted."""
+    env: list[RawObject] = Field(default_factory=list)
+    """Extra environment variables of the engine container (core/v1 EnvVar)."""
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    """Extra annotations of the engine pods."""
+
+    @model_validator(mode="after")
+    def _gpus_shard_evenly(self) -> "LLMDeploymentSpec":
+        gpus, tp_size = self.resources.gpus, self.engine.tensor_parallel_size
+        if gpus and gpus % tp_size:
+            raise ValueError(
+                f"engine.tensorParallelSize ({tp_size}) must divide resources.gpus ({gpus})"
+            )
+        return self

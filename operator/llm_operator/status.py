@@ -1,0 +1,139 @@
+"""The `LLMDeployment` status: its schema (pydantic) and how the children's state maps onto it."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from llm_operator.conditions import Condition, condition
+
+Obj = dict[str, Any]
+
+
+class LLMDeploymentStatus(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
+    )
+
+    observed_generation: int | None = None
+    """The spec generation the operator last reconciled."""
+    replicas: int | None = None
+    """Engine pods that exist (scale subresource)."""
+    ready_replicas: int | None = None
+    """Engine pods that pass their readiness probe."""
+    selector: str | None = None
+    """Label selector of the engine pods (scale subresource, HPA)."""
+    endpoint: str | None = None
+    """The OpenAI-compatible base URL."""
+    model: str | None = None
+    """The served model name."""
+    kv_cache_usage: float | None = None
+    """Mean KV-cache usage of the engines, 0..1 (vllm:kv_cache_usage_perc)."""
+    prefix_cache_hit_rate: float | None = None
+    """Prefix-cache hits / queries over the engines' lifetime, 0..1."""
+    num_requests_waiting: int | None = None
+    """Requests queued in all engines."""
+    num_requests_running: int | None = None
+    """Requests running in all engines."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """ModelReady, EngineReady, RouterReady, IngressReady and Ready."""
+
+
+@dataclass(frozen=True)
+class ChildrenState:
+    """What the reconciler saw of the children (live objects, None when absent or disabled)."""
+
+    engine: Obj | None
+    router: Obj | None
+    ingress: Obj | None
+    router_enabled: bool
+    ingress_enabled: bool
+
+
+def deployment_counts(deployment: Obj | None) -> tuple[int, int, int]:
+    """(desired, existing, ready) replicas; a rollout in progress is not ready."""
+    if deployment is None:
+        return 0, 0, 0
+    desired = deployment.get("spec", {}).get("replicas", 1)
+    status = deployment.get("status", {})
+    generation = deployment.get("metadata", {}).get("generation")
+    stale = generation is not None and status.get("observedGeneration", generation) < generation
+    ready = 0 if stale else min(status.get("readyReplicas", 0), status.get("updatedReplicas", 0))
+    return desired, status.get("replicas", 0), ready
+
+
+def engine_condition(engine: Obj | None, generation: int | None) -> Condition:
+    desired, _, ready = deployment_counts(engine)
+    if engine is None:
+        return condition(
+            "EngineReady", False, "EngineMissing", "engine Deployment not found", generation
+        )
+    if desired == 0:
+        return condition("EngineReady", False, "ScaledToZero", "spec.replicas is 0", generation)
+    message = f"{ready}/{desired} engine replicas ready"
+    reason = "ReplicasReady" if ready >= desired else "ReplicasNotReady"
+    return condition("EngineReady", ready >= desired, reason, message, generation)
+
+
+def router_condition(state: ChildrenState, generation: int | None) -> Condition:
+    if not state.router_enabled:
+        return condition("RouterReady", True, "RouterDisabled", "router disabled", generation)
+    desired, _, ready = deployment_counts(state.router)
+    ok = state.router is not None and ready >= desired
+    message = f"{ready}/{desired} router replicas ready"
+    return condition(
+        "RouterReady", ok, "ReplicasReady" if ok else "ReplicasNotReady", message, generation
+    )
+
+
+def ingress_condition(state: ChildrenState, generation: int | None) -> Condition:
+    if not state.ingress_enabled:
+        return condition("IngressReady", True, "IngressDisabled", "ingress disabled", generation)
+    balancer = (state.ingress or {}).get("status", {}).get("loadBalancer", {}).get("ingress", [])
+    if balancer:
+        return condition(
+            "IngressReady", True, "AddressAssigned", "ingress has an address", generation
+        )
+    message = "waiting for the ingress controller to assign an address"
+    return condition("IngressReady", False, "AddressPending", message, generation)
+
+
+def ready_condition(parts: list[Condition], generation: int | None) -> Condition:
+    failing = [part for part in parts if part.status != "True"]
+    if not failing:
+        return condition("Ready", True, "AllReady", "serving", generation)
+    first = failing[0]
+    return condition(
+        "Ready", False, first.type.replace("Ready", "NotReady"), first.message, generation
+    )
+
+
+def model_condition(engine: Obj | None, source: str, generation: int | None) -> Condition:
+    """The model counts as loaded once one engine passed its startup and readiness probes."""
+    _, _, ready = deployment_counts(engine)
+    if ready:
+        return condition("ModelReady", True, "ModelLoaded", f"{source} is served", generation)
+    message = f"waiting for an engine to load {source}"
+    return condition("ModelReady", False, "ModelLoading", message, generation)
+
+
+def build_conditions(state: ChildrenState, source: str, generation: int | None) -> list[Condition]:
+    parts = [
+        model_condition(state.engine, source, generation),
+        engine_condition(state.engine, generation),
+        router_condition(state, generation),
+        ingress_condition(state, generation),
+    ]
+    return [*parts, ready_condition(parts, generation)]
+
+
+def invalid_spec_conditions(message: str, generation: int | None) -> list[Condition]:
+    """An invalid spec: nothing is reconciled until it is fixed."""
+    return [
+        condition("ModelReady", False, "InvalidSpec", message, generation),
+        condition("Ready", False, "InvalidSpec", message, generation),
+    ]

@@ -1,0 +1,88 @@
+"""Fixtures: a stateful Kubernetes emulator (kmock) and the operator running against it."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from kopf.testing import KopfRunner
+from llm_operator.handlers import make_registry
+from llm_operator.settings import OperatorSettings
+
+from tests.k8s_operator.emulator import RESOURCES, Emulator
+
+
+@pytest.fixture()
+def kmock_options() -> dict[str, Any]:
+    return {"cls": Emulator}
+
+
+@pytest.fixture()
+def cluster(kmock: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Emulator:
+    """The emulator, its resources declared, and KUBECONFIG pointing at it."""
+    for resource, info in RESOURCES.items():
+        kmock.resources[resource] = info
+    kubeconfig = tmp_path / "kubeconfig"
+    server = str(kmock.url).rstrip("/")
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+        f"clusters: [{{name: test, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: test, user: {token: test-token}}]\n"
+        "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    return kmock
+
+
+@pytest.fixture()
+def operator_settings() -> OperatorSettings:
+    return OperatorSettings(
+        engine_image="registry.test/engine:1",
+        router_image="registry.test/router:1",
+        resync_seconds=1.0,
+        scrape_metrics=False,
+        peering_name="",
+        liveness_port=0,
+    )
+
+
+@pytest_asyncio.fixture()
+async def operator(
+    cluster: Emulator, operator_settings: OperatorSettings
+) -> AsyncIterator[KopfRunner]:
+    """The operator, cluster-wide and standalone, in a background thread (kopf's KopfRunner)."""
+    runner = KopfRunner(
+        ["run", "--all-namespaces", "--standalone"],
+        registry=make_registry(operator_settings),
+        timeout=30,
+    )
+    runner.__enter__()
+    try:
+        yield runner
+    finally:
+        # NOTE: the emulator serves on this loop, so the thread must be joined off-loop.
+        await asyncio.to_thread(runner.__exit__, None, None, None)
+
+
+@pytest_asyncio.fixture()
+async def api(cluster: Emulator) -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(base_url=str(cluster.url)) as session:
+        yield session
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Poll `check` until it returns something truthy (awaiting it if it is a coroutine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if isinstance(result, Awaitable):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.05)

@@ -1,0 +1,64 @@
+"""kmock's Kubernetes emulator plus what the operator relies on from a real API server:
+uid, resourceVersion, generation, creationTimestamp and generateName on create; a new
+resourceVersion on every update and a generation bump on spec changes. (kmock stores objects as posted and merge-patches them; no GC, controllers or schema.)"""
+
+import datetime
+import itertools
+import uuid
+from typing import Any
+
+import aiohttp.web
+import kmock
+
+RESOURCES: dict[str, kmock.ResourceInfo] = {
+    "pagedock.dev/v1alpha1/llmdeployments": kmock.ResourceInfo(
+        kind="LLMDeployment", namespaced=True, subresources={"status", "scale"},
+        verbs={"list", "watch", "get", "patch", "create", "delete", "update"},
+    ),
+    "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch", "get"},
+    ),
+    "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list", "watch", "get"}),
+    "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create"}),
+    "apps/v1/deployments": kmock.ResourceInfo(
+        kind="Deployment", namespaced=True, subresources={"status", "scale"},
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
+    ),
+    "v1/services": kmock.ResourceInfo(
+        kind="Service", namespaced=True, verbs={"list", "watch", "get", "patch", "create", "delete"},
+    ),
+}  # fmt: skip
+_versions = itertools.count(1000)
+
+
+class Emulator(kmock.KubernetesEmulator):
+    async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
+        data = request.data if isinstance(request.data, dict) else None
+        if request.resource is not None and data is not None:
+            if request.action == kmock.action.CREATE:
+                _stamp_new(data)
+            elif request.action == kmock.action.UPDATE:
+                data.setdefault("metadata", {})["resourceVersion"] = str(next(_versions))
+                if request.subresource is None:
+                    self._bump_generation(request, data)
+        return await super()._handle(request)
+
+    def _bump_generation(self, request: Any, data: dict[str, Any]) -> None:
+        if "spec" not in data:
+            return
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects or self.objects[key].deleted:
+            return
+        generation = self.objects[key].get("metadata", {}).get("generation", 1)
+        data.setdefault("metadata", {})["generation"] = generation + 1
+
+
+def _stamp_new(data: dict[str, Any]) -> None:
+    meta = data.setdefault("metadata", {})
+    if "name" not in meta and "generateName" in meta:
+        meta["name"] = meta["generateName"] + uuid.uuid4().hex[:8]
+    meta.setdefault("uid", str(uuid.uuid4()))
+    meta.setdefault("resourceVersion", str(next(_versions)))
+    meta.setdefault("generation", 1)
+    now = datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    meta.setdefault("creationTimestamp", now)

@@ -1,0 +1,132 @@
+"""The pure builders: their output is valid Kubernetes and carries what the spec asks for."""
+
+from typing import Any
+
+import pytest
+from llm_operator.builders import BuildContext, build_children
+from llm_operator.builders.children import drop_empty
+from llm_operator.builders.engine_args import engine_args
+from llm_operator.builders.model_source import resolve_model_source
+from llm_operator.settings import OperatorSettings
+from llm_operator.spec import LLMDeploymentSpec
+
+from tests.k8s_operator.validation import validate_kubernetes
+
+SPECS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "gpu-everything": {
+        "model": {"source": "hf://org/model", "revision": "main", "cacheVolumeClaim": "hf-cache"},
+        "resources": {"gpus": 4, "requests": {"cpu": "8", "memory": "64Gi"}},
+        "engine": {"tensorParallelSize": 4, "dtype": "bfloat16", "maxModelLen": 8192},
+        "ingress": {"enabled": True, "host": "llm.example.com", "tlsSecretName": "tls", "className": "nginx"},
+        "autoscaling": {"enabled": True, "targetCPUUtilizationPercentage": 80},
+        "apiKeySecret": {"name": "key"},
+        "scheduling": {
+            "nodeSelector": {"gpu": "h100"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+            }}},
+        },
+    },
+    "pvc-no-router": {"model": {"source": "pvc://weights/llama/8b"}, "router": {"enabled": False}},
+}  # fmt: skip
+
+
+def make_context(spec: dict[str, Any], name: str = "chat") -> BuildContext:
+    return BuildContext(name, "team-a", LLMDeploymentSpec.model_validate(spec), OperatorSettings())
+
+
+def find(children: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(c for c in children if c["kind"] == kind and c["metadata"]["name"] == name)
+
+
+@pytest.mark.parametrize("spec_name", sorted(SPECS))
+def test_every_child_is_valid_kubernetes(spec_name: str) -> None:
+    for child in build_children(make_context(SPECS[spec_name])):
+        validate_kubernetes(child)
+
+
+def test_defaults_give_a_working_cpu_deployment_with_router() -> None:
+    kinds = sorted(c["kind"] for c in build_children(make_context({})))
+    assert kinds == sorted([
+        "ConfigMap", "Service", "Deployment", "NetworkPolicy", "PodDisruptionBudget",
+        "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment",
+    ])  # fmt: skip
+
+
+def test_gpu_engine_requests_gpus_and_tolerates_gpu_nodes() -> None:
+    children = build_children(make_context(SPECS["gpu-everything"]))
+    pod = find(children, "Deployment", "chat-engine")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+
+
+def test_engine_args_mirror_the_engine_settings() -> None:
+    spec = {"engine": {"enablePrefixCaching": False, "enableChunkedPrefill": False, "maxNumSeqs": 8,
+                       "maxNumBatchedTokens": 4096, "blockSize": 32}, "model": {"name": "chat-model"}}  # fmt: skip
+    args = engine_args(make_context(spec))
+    assert args[:7] == [
+        "serve",
+        "--model",
+        "smollm2-135m-instruct",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+    ]
+    for flag, value in [("--max-num-seqs", "8"), ("--max-num-batched-tokens", "4096"),
+                        ("--block-size", "32"), ("--served-model-name", "chat-model")]:  # fmt: skip
+        assert args[args.index(flag) + 1] == value
+    assert "--no-prefix-caching" in args and "--no-chunked-prefill" in args
+
+
+def test_router_runs_k8s_discovery_against_the_engine_service() -> None:
+    router = find(build_children(make_context({})), "Deployment", "chat-router")
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["route", "--discovery", "k8s", "--service", "chat-engine", "--namespace", "team-a",
+                    "--model", "smollm2-135m-instruct", "--policy", "prefix-aware", "--block-size", "16",
+                    "--host", "0.0.0.0", "--port", "8080"]  # fmt: skip
+
+
+def test_pvc_source_mounts_the_claim_read_only() -> None:
+    children = build_children(make_context(SPECS["pvc-no-router"]))
+    container = find(children, "Deployment", "chat-engine")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert container["args"][2] == "/models/weights/llama/8b"
+    assert {"name": "model", "mountPath": "/models/weights", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert not [c for c in children if c["metadata"]["name"] == "chat-router"]
+
+
+@pytest.mark.parametrize(
+    ("source", "model_arg", "served_name"),
+    [
+        ("smollm2-135m-instruct", "smollm2-135m-instruct", "smollm2-135m-instruct"),
+        ("hf://HuggingFaceTB/SmolLM2-135M-Instruct", "hf://HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct"),
+        ("pvc://models/qwen", "/models/models/qwen", "qwen"),
+        ("file:///opt/models/tiny", "/opt/models/tiny", "tiny"),
+    ],
+)  # fmt: skip
+def test_model_sources_resolve(source: str, model_arg: str, served_name: str) -> None:
+    resolved = resolve_model_source(source)
+    assert (resolved.model_arg, resolved.default_served_name) == (model_arg, served_name)
+
+
+def test_config_change_rolls_the_engine_pods() -> None:
+    def config_hash(spec: dict[str, Any]) -> str:
+        deployment = find(build_children(make_context(spec)), "Deployment", "chat-engine")
+        return deployment["spec"]["template"]["metadata"]["annotations"]["pagedock.dev/config-hash"]
+
+    assert config_hash({}) != config_hash({"model": {"name": "other"}})
+
+
+def test_drop_empty_keeps_selector_like_empty_objects() -> None:
+    obj = {"a": {}, "b": [], "c": None, "namespaceSelector": {}, "d": {"emptyDir": {}, "e": []}}
+    assert drop_empty(obj) == {"namespaceSelector": {}, "d": {"emptyDir": {}}}

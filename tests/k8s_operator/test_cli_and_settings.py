@@ -1,0 +1,48 @@
+"""`pagedock operator crd`, `python -m llm_operator`, and settings from the environment."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from llm_operator.cli import build_parser, main
+from llm_operator.settings import OperatorSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_crd_command_prints_the_crd(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["crd"]) == 0
+    documents = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert [d["metadata"]["name"] for d in documents] == ["llmdeployments.pagedock.dev"]
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "llm_operator", "crd", "--peering"],
+        capture_output=True, text=True, check=True, cwd=ROOT / "operator",
+    )  # fmt: skip
+    assert result.stdout == (ROOT / "manifests" / "crd.yaml").read_text()
+
+
+def test_run_arguments_parse_namespaces_or_all() -> None:
+    args = build_parser().parse_args(["run", "-n", "a", "--namespace", "b", "--verbose"])
+    assert (args.namespaces, args.clusterwide, args.verbose) == (["a", "b"], False, True)
+    assert build_parser().parse_args(["-A"]).clusterwide
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "-A", "-n", "a"])
+
+
+def test_settings_come_from_the_environment() -> None:
+    settings = OperatorSettings.from_env({
+        "PAGEDOCK_OPERATOR_NAMESPACES": "a, b",
+        "PAGEDOCK_ENGINE_IMAGE": "e:1",
+        "PAGEDOCK_OPERATOR_LOG_LEVEL": "debug",
+        "PAGEDOCK_OPERATOR_SCRAPE_METRICS": "false",
+        "PAGEDOCK_OPERATOR_RESYNC_SECONDS": "15",
+    })  # fmt: skip
+    assert settings.namespaces == ("a", "b")
+    assert (settings.engine_image, settings.log_level) == ("e:1", "DEBUG")
+    assert (settings.scrape_metrics, settings.resync_seconds) == (False, 15.0)
+    assert OperatorSettings.from_env({}) == OperatorSettings()

@@ -1,0 +1,121 @@
+"""The CRD: generated from the pydantic models, structural, in sync with the checked-in copies,
+and the examples validate against it (and invalid ones do not)."""
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pydantic
+import pytest
+import yaml
+from llm_operator.crd import build_crd, crd_yaml
+from llm_operator.spec import LLMDeploymentSpec
+
+from tests.k8s_operator.validation import validate_custom_resource, validate_kubernetes
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+OPENAPI = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    nodes = [(path, node)]
+    for key, child in node.get("properties", {}).items():
+        nodes += walk(child, f"{path}.{key}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            nodes += walk(node[key], f"{path}[{key}]")
+    return nodes
+
+
+@pytest.mark.parametrize("path", ["manifests/crd.yaml", "charts/pagedock/crds/crds.yaml"])
+def test_checked_in_crds_match_the_generated_ones(path: str) -> None:
+    assert (ROOT / path).read_text() == crd_yaml(peering=True), (
+        f"{path} is stale: run `python manifests/generate.py`"
+    )
+
+
+def test_crd_is_valid_kubernetes() -> None:
+    for document in yaml.safe_load_all(crd_yaml(peering=True)):
+        if document:
+            validate_kubernetes(document)
+
+
+def test_schema_is_structural() -> None:
+    for path, node in walk(OPENAPI):
+        assert not {"$ref", "anyOf", "allOf", "oneOf", "title"} & node.keys(), path
+        typed = "type" in node or node.get("x-kubernetes-int-or-string")
+        assert typed or node.get("x-kubernetes-preserve-unknown-fields"), path
+        assert node.get("type") != "null", path
+
+
+def test_crd_has_scale_status_and_printer_columns() -> None:
+    version = build_crd()["spec"]["versions"][0]
+    assert version["subresources"]["scale"]["labelSelectorPath"] == ".status.selector"
+    assert "status" in version["subresources"]
+    columns = {column["name"] for column in version["additionalPrinterColumns"]}
+    assert {"Model", "Replicas", "Ready", "Endpoint", "Age"} <= columns
+
+
+def test_engine_fields_mirror_the_engine_config_names() -> None:
+    engine = OPENAPI["properties"]["spec"]["properties"]["engine"]["properties"]
+    defaults = {name: field.get("default") for name, field in engine.items()}
+    assert defaults["blockSize"] == 16
+    assert defaults["maxNumSeqs"] == 256
+    assert defaults["maxNumBatchedTokens"] == 2048
+    assert defaults["enablePrefixCaching"] is True
+    assert engine["dtype"]["enum"] == ["auto", "float32", "float16", "bfloat16"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_examples_validate_against_the_crd_and_the_models(example: Path) -> None:
+    obj = yaml.safe_load(example.read_text())
+    validate_custom_resource(obj, OPENAPI)
+    LLMDeploymentSpec.model_validate(obj["spec"])
+
+
+INVALID_SPECS = {
+    "negative replicas": {"replicas": -1},
+    "unknown dtype": {"engine": {"dtype": "int3"}},
+    "unknown field": {"engine": {"maxNumSequences": 4}},
+    "bad model source": {"model": {"source": "s3://bucket/model"}},
+    "zero block size": {"engine": {"blockSize": 0}},
+    "bad quantity": {"resources": {"shmSize": "lots"}},
+}
+CEL_ONLY_SPECS = {
+    "tp does not divide gpus": {"resources": {"gpus": 2}, "engine": {"tensorParallelSize": 3}},
+    "tls without host": {"ingress": {"enabled": True, "tlsSecretName": "tls"}},
+    "autoscaling range": {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
+    "budget below seqs": {"engine": {"maxNumSeqs": 512, "maxNumBatchedTokens": 256}},
+}
+
+
+@pytest.mark.parametrize("spec", INVALID_SPECS.values(), ids=INVALID_SPECS.keys())
+def test_invalid_specs_are_rejected_by_the_schema(spec: dict[str, Any]) -> None:
+    obj = {
+        "apiVersion": "pagedock.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {},
+        "spec": spec,
+    }
+    with pytest.raises(jsonschema.ValidationError):
+        validate_custom_resource(obj, OPENAPI)
+    with pytest.raises(pydantic.ValidationError):
+        LLMDeploymentSpec.model_validate(spec)
+
+
+@pytest.mark.parametrize("spec", CEL_ONLY_SPECS.values(), ids=CEL_ONLY_SPECS.keys())
+def test_cross_field_rules_are_rejected_by_the_models(spec: dict[str, Any]) -> None:
+    """CEL rules (which the API server evaluates) have a pydantic twin the operator evaluates."""
+    with pytest.raises(pydantic.ValidationError):
+        LLMDeploymentSpec.model_validate(spec)
+
+
+def test_cel_rules_are_in_the_schema() -> None:
+    rules = [
+        rule["rule"]
+        for _, node in walk(OPENAPI)
+        for rule in node.get("x-kubernetes-validations", [])
+    ]
+    assert any("tensorParallelSize" in rule for rule in rules)
+    assert len(rules) == 5

@@ -1,0 +1,210 @@
+"""The operator end to end: kopf runs it against kmock's stateful Kubernetes emulator."""
+
+import asyncio
+
+import aiohttp
+import pytest
+from kopf.testing import KopfRunner
+
+from tests.k8s_operator.conftest import eventually
+from tests.k8s_operator.emulator import Emulator
+from tests.k8s_operator.helpers import (
+    LLMD,
+    LLMD_COLLECTION,
+    condition,
+    live,
+    make_llmd,
+    mark_ready,
+    num_writes,
+    send,
+)
+
+pytestmark = pytest.mark.asyncio
+
+DEPLOYMENTS = "apps/v1/deployments"
+SERVICES = "v1/services"
+INGRESSES = "networking.k8s.io/v1/ingresses"
+GPU_SPEC = {
+    "resources": {"gpus": 2},
+    "engine": {"tensorParallelSize": 2, "maxNumSeqs": 128},
+    "ingress": {"enabled": True, "host": "llm.example.com", "tlsSecretName": "llm-tls"},
+    "autoscaling": {"enabled": True, "maxReplicas": 3},
+}
+CHILDREN = [
+    ("v1/configmaps", "chat-engine"),
+    (SERVICES, "chat-engine"),
+    (DEPLOYMENTS, "chat-engine"),
+    ("networking.k8s.io/v1/networkpolicies", "chat-engine"),
+    ("policy/v1/poddisruptionbudgets", "chat-engine"),
+    ("v1/serviceaccounts", "chat-router"),
+    ("rbac.authorization.k8s.io/v1/roles", "chat-router"),
+    ("rbac.authorization.k8s.io/v1/rolebindings", "chat-router"),
+    (SERVICES, "chat-router"),
+    (DEPLOYMENTS, "chat-router"),
+    (INGRESSES, "chat"),
+    ("autoscaling/v2/horizontalpodautoscalers", "chat"),
+]
+
+
+async def create_and_wait(cluster: Emulator, api: aiohttp.ClientSession, **spec: object) -> dict:
+    await send(api, "POST", LLMD_COLLECTION, make_llmd(**spec))
+    await eventually(lambda: all(live(cluster, res, name) for res, name in CHILDREN[:5]))
+    return live(cluster, LLMD, "chat") or {}
+
+
+async def make_ready(cluster: Emulator, api: aiohttp.ClientSession) -> None:
+    for name in ("chat-engine", "chat-router"):
+        deployment = await eventually(lambda name=name: live(cluster, DEPLOYMENTS, name))
+        await mark_ready(api, deployment)
+    if live(cluster, INGRESSES, "chat"):
+        address = {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}
+        path = "/apis/networking.k8s.io/v1/namespaces/team-a/ingresses/chat/status"
+        await send(api, "PATCH", path, {"status": address})
+    await eventually(
+        lambda: (condition(live(cluster, LLMD, "chat"), "Ready") or {}).get("status") == "True"
+    )
+
+
+async def test_create_builds_every_child_owned_by_the_llmdeployment(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    owner = await create_and_wait(cluster, api, **GPU_SPEC)
+    await eventually(lambda: all(live(cluster, res, name) for res, name in CHILDREN))
+    for resource, name in CHILDREN:
+        child = live(cluster, resource, name) or {}
+        references = child["metadata"]["ownerReferences"]
+        assert [(ref["kind"], ref["uid"], ref["controller"]) for ref in references] == [
+            ("LLMDeployment", owner["metadata"]["uid"], True)
+        ], resource
+
+
+async def test_engine_pods_get_image_probes_gpus_and_hardening(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    await create_and_wait(cluster, api, **GPU_SPEC)
+    pod = (live(cluster, DEPLOYMENTS, "chat-engine") or {})["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == "registry.test/engine:1"
+    assert container["args"][:3] == ["serve", "--model", "smollm2-135m-instruct"]
+    assert "--tensor-parallel-size" in container["args"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert (
+        container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"]
+        >= 1800
+    )
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["terminationGracePeriodSeconds"] > 30
+    router = await eventually(lambda: live(cluster, DEPLOYMENTS, "chat-router"))
+    assert router["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.test/router:1"
+
+
+async def test_status_turns_ready_when_the_deployments_are_ready(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    await create_and_wait(cluster, api)
+    engine_ready = await eventually(lambda: condition(live(cluster, LLMD, "chat"), "EngineReady"))
+    assert engine_ready["status"] == "False"
+    await make_ready(cluster, api)
+    status = (live(cluster, LLMD, "chat") or {})["status"]
+    assert status["readyReplicas"] == 1
+    assert status["observedGeneration"] == 1
+    assert status["endpoint"] == "http://chat-router.team-a.svc:8080"
+    assert "app.kubernetes.io/component=engine" in status["selector"]
+    assert {c["type"] for c in status["conditions"]} == {
+        "ModelReady", "EngineReady", "RouterReady", "IngressReady", "Ready",
+    }  # fmt: skip
+    assert all(c["status"] == "True" and c["lastTransitionTime"] for c in status["conditions"])
+
+
+async def test_spec_change_patches_the_children(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    await create_and_wait(cluster, api)
+    patch = {
+        "spec": {"replicas": 3, "image": "registry.test/engine:2", "engine": {"maxNumSeqs": 64}}
+    }
+    await send(api, "PATCH", f"{LLMD_COLLECTION}/chat", patch)
+
+    def rolled() -> bool:
+        spec = (live(cluster, DEPLOYMENTS, "chat-engine") or {})["spec"]
+        container = spec["template"]["spec"]["containers"][0]
+        return (
+            spec["replicas"] == 3
+            and container["image"].endswith(":2")
+            and "64" in container["args"]
+        )
+
+    await eventually(rolled)
+
+
+async def test_deleted_or_edited_child_is_restored(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    await create_and_wait(cluster, api)
+    await send(api, "DELETE", "/api/v1/namespaces/team-a/services/chat-engine")
+    await eventually(lambda: live(cluster, SERVICES, "chat-engine"))
+    edit = {"spec": {"template": {"spec": {"automountServiceAccountToken": True}}}}
+    await send(api, "PATCH", "/apis/apps/v1/namespaces/team-a/deployments/chat-engine", edit)
+    await eventually(
+        lambda: (
+            (live(cluster, DEPLOYMENTS, "chat-engine") or {})["spec"]["template"]["spec"][
+                "automountServiceAccountToken"
+            ]
+            is False
+        )
+    )
+
+
+async def test_reconciling_an_unchanged_deployment_writes_nothing(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    await create_and_wait(cluster, api, **GPU_SPEC)
+    await make_ready(cluster, api)
+    await asyncio.sleep(1.5)  # let the create/ready burst settle
+    before = num_writes(cluster)
+    await asyncio.sleep(3.5)  # three resync timer passes (resync_seconds=1)
+    assert num_writes(cluster) == before, [
+        (r.method, r.url.path) for m in ("post", "patch", "delete") for r in list(cluster[m])[-5:]
+    ]
+
+
+async def test_invalid_spec_sets_ready_false_with_a_reason_and_an_event(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    bad = {"resources": {"gpus": 2}, "engine": {"tensorParallelSize": 3}}
+    await send(api, "POST", LLMD_COLLECTION, make_llmd(**bad))
+    ready = await eventually(lambda: condition(live(cluster, LLMD, "chat"), "Ready"))
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert "tensorParallelSize (3) must divide resources.gpus (2)" in ready["message"]
+    await eventually(lambda: len(cluster["post /api/v1/namespaces/team-a/events"]) > 0)
+    assert live(cluster, DEPLOYMENTS, "chat-engine") is None
+
+
+async def test_scale_subresource_drives_the_engine_replicas(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    await create_and_wait(cluster, api)
+    await send(api, "PATCH", f"{LLMD_COLLECTION}/chat/scale", {"spec": {"replicas": 4}})
+    await eventually(
+        lambda: (live(cluster, DEPLOYMENTS, "chat-engine") or {})["spec"]["replicas"] == 4
+    )
+
+
+async def test_deletion_cleans_up_and_releases_the_finalizer(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    owner = await create_and_wait(cluster, api)
+    await eventually(
+        lambda: (
+            "pagedock.dev/finalizer"
+            in (live(cluster, LLMD, "chat") or {})["metadata"].get("finalizers", [])
+        )
+    )
+    assert owner
+    await send(api, "DELETE", f"{LLMD_COLLECTION}/chat")
+    await eventually(lambda: live(cluster, LLMD, "chat") is None)
+    assert live(cluster, DEPLOYMENTS, "chat-engine") is None

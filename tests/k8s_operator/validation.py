@@ -1,0 +1,44 @@
+"""Validation helpers: Kubernetes schemas (kubernetes-validate, strict) and the CRD's own schema."""
+
+import copy
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+
+KUBERNETES_VERSION = kubernetes_validate.latest_version()
+# Kinds whose schemas only their CRDs know (not part of Kubernetes itself).
+CUSTOM_API_GROUPS = ("kopf.dev/", "monitoring.coreos.com/", "pagedock.dev/")
+
+
+def validate_kubernetes(obj: dict[str, Any]) -> None:
+    """Raise kubernetes_validate.ValidationError unless obj is valid; unknown fields fail too."""
+    if obj["apiVersion"].startswith(CUSTOM_API_GROUPS):
+        return
+    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def crd_json_schema(openapi: dict[str, Any]) -> dict[str, Any]:
+    """The CRD's openAPIV3Schema as JSON Schema, rejecting unknown fields (as kubectl's strict
+    field validation does; the API server would prune them silently)."""
+    schema = copy.deepcopy(openapi)
+    _close_objects(schema)
+    return schema
+
+
+def _close_objects(node: dict[str, Any]) -> None:
+    for key in [key for key in node if key.startswith("x-kubernetes-")]:
+        if key == "x-kubernetes-preserve-unknown-fields":
+            continue
+        node.pop(key)
+    if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+        node.setdefault("additionalProperties", False)
+    for child in node.get("properties", {}).values():
+        _close_objects(child)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            _close_objects(node[key])
+
+
+def validate_custom_resource(obj: dict[str, Any], openapi: dict[str, Any]) -> None:
+    jsonschema.validate(obj, crd_json_schema(openapi))
