@@ -16,7 +16,7 @@ import os
 import re
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -201,11 +201,12 @@ def hf_tensor_name(gguf_name: str) -> str | None:
 
 def iter_gguf_weights(
     path: str | os.PathLike[str], dtype: torch.dtype, progress: bool = True
-) -> Iterator[tuple[str, torch.Tensor]]:
+) -> Generator[tuple[str, torch.Tensor], None, None]:
     """Yield (HF name, tensor) for every weight of a llama GGUF, dequantized to `dtype`.
 
     Shapes are HF's ([out, in] for linear layers). `lm_head.weight` comes only when the file has
-    its own output matrix (otherwise the embedding is tied). Progress goes to stderr.
+    its own output matrix (otherwise the embedding is tied). Progress goes to stderr. The first
+    full pass writes the weight cache; closing the generator early writes nothing.
     """
     from tqdm import tqdm
 
