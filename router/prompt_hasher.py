@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.block_hash import BlockHash, hash_blocks
-from engine.errors import PagedockError
+from engine.errors import ModelLoadError, PagedockError
+from engine.hf_hub import HF_SCHEME
 from engine.model_registry import resolve_model
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.tokenizer import Tokenizer
@@ -24,8 +25,18 @@ _TOKENIZE_ERRORS = (PagedockError, UnicodeError, TypeError, ValueError, Overflow
 
 
 def load_tokenizer(model: str) -> Tokenizer | None:
-    """The model's tokenizer, found as the engine finds it (GGUF or HF directory)."""
-    path = resolve_model(model).path
+    """The model's tokenizer, found as the engine finds it (GGUF or HF directory).
+
+    None when an hf:// tokenizer cannot be fetched (hub down, gated repo without a token): the
+    router then balances by load rather than failing to start.
+    """
+    try:
+        path = resolve_model(model, weights=False).path
+    except ModelLoadError as e:
+        if not model.startswith(HF_SCHEME):
+            raise
+        logger.warning("%s", e)
+        return None
     if path.suffix == ".gguf":
         return Tokenizer.from_gguf(path)
     if (Path(path) / "tokenizer.json").exists():

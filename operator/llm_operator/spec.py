@@ -96,7 +96,7 @@ class EngineSpec(SpecModel):
     enable_chunked_prefill: bool = True
     """Split long prompts into chunks that share a step with decodes."""
     tensor_parallel_size: int = Field(1, ge=1)
-    """GPUs that one engine shards the model over; must divide resources.gpus."""
+    """GPUs one engine shards the model over; must divide resources.gpus; only 1 works for now."""
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     """Weight and activation dtype."""
     kv_cache_memory: Quantity | None = None
@@ -263,5 +263,19 @@ class LLMDeploymentSpec(SpecModel):
         if gpus and gpus % tp_size:
             raise ValueError(
                 f"engine.tensorParallelSize ({tp_size}) must divide resources.gpus ({gpus})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _tensor_parallelism_is_not_implemented(self) -> "LLMDeploymentSpec":
+        # NOTE: not a CEL rule or a schema maximum, so the CRD keeps its shape for when the engine
+        # gains tensor parallelism; until then its pods would crash-loop on the flag.
+        tp_size = self.engine.tensor_parallel_size
+        if tp_size > 1:
+            raise ValueError(
+                f"engine.tensorParallelSize is {tp_size}, but tensor parallelism is not "
+                "implemented in this pagedock version; set engine.tensorParallelSize to 1 and "
+                "serve a model that fits one GPU (e.g. an 8B model in bfloat16 on one 80 GB GPU) "
+                "with resources.gpus: 1"
             )
         return self

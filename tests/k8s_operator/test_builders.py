@@ -16,8 +16,10 @@ SPECS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "gpu-everything": {
         "model": {"source": "hf://org/model", "revision": "main", "cacheVolumeClaim": "hf-cache"},
-        "resources": {"gpus": 4, "requests": {"cpu": "8", "memory": "64Gi"}},
-        "engine": {"tensorParallelSize": 4, "dtype": "bfloat16", "maxModelLen": 8192},
+        "resources": {"gpus": 1, "requests": {"cpu": "8", "memory": "64Gi"}},
+        "engine": {"dtype": "bfloat16", "maxModelLen": 8192},
+        "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+                {"name": "LOG_LEVEL", "value": "debug"}],
         "ingress": {"enabled": True, "host": "llm.example.com", "tlsSecretName": "tls", "className": "nginx"},
         "autoscaling": {"enabled": True, "targetCPUUtilizationPercentage": 80},
         "apiKeySecret": {"name": "key"},
@@ -58,7 +60,7 @@ def test_defaults_give_a_working_cpu_deployment_with_router() -> None:
 def test_gpu_engine_requests_gpus_and_tolerates_gpu_nodes() -> None:
     children = build_children(make_context(SPECS["gpu-everything"]))
     pod = find(children, "Deployment", "chat-engine")["spec"]["template"]["spec"]
-    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
     ]
@@ -110,6 +112,7 @@ def test_pvc_source_mounts_the_claim_read_only() -> None:
     [
         ("smollm2-135m-instruct", "smollm2-135m-instruct", "smollm2-135m-instruct"),
         ("hf://HuggingFaceTB/SmolLM2-135M-Instruct", "hf://HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct"),
+        ("hf://org/model@v2", "hf://org/model@v2", "model"),
         ("pvc://models/qwen", "/models/models/qwen", "qwen"),
         ("file:///opt/models/tiny", "/opt/models/tiny", "tiny"),
     ],
@@ -117,6 +120,32 @@ def test_pvc_source_mounts_the_claim_read_only() -> None:
 def test_model_sources_resolve(source: str, model_arg: str, served_name: str) -> None:
     resolved = resolve_model_source(source)
     assert (resolved.model_arg, resolved.default_served_name) == (model_arg, served_name)
+
+
+def test_hf_revision_reaches_engine_and_router_in_the_model_argument() -> None:
+    children = build_children(make_context(SPECS["gpu-everything"]))
+    for name in ("chat-engine", "chat-router"):
+        container = find(children, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+        assert container["args"][container["args"].index("--model") + 1] == "hf://org/model@main"
+    assert find(children, "ConfigMap", "chat-engine")["data"]["HF_REVISION"] == "main"
+
+
+def test_engine_and_router_download_into_the_cache_volume() -> None:
+    children = build_children(make_context(SPECS["gpu-everything"]))
+    for name in ("chat-engine", "chat-router"):
+        pod = find(children, "Deployment", name)["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        assert {"name": "HF_HOME", "value": "/cache/huggingface"} in container["env"]
+        assert {"name": "cache", "mountPath": "/cache"} in container["volumeMounts"]
+        cache = next(v for v in pod["volumes"] if v["name"] == "cache")
+        assert cache["persistentVolumeClaim"]["claimName"] == "hf-cache"
+
+
+def test_router_gets_the_hub_variables_of_spec_env_only() -> None:
+    children = build_children(make_context(SPECS["gpu-everything"]))
+    router = find(children, "Deployment", "chat-router")["spec"]["template"]["spec"]
+    names = [var["name"] for var in router["containers"][0]["env"]]
+    assert "HF_TOKEN" in names and "LOG_LEVEL" not in names
 
 
 def test_config_change_rolls_the_engine_pods() -> None:

@@ -111,6 +111,21 @@ def test_cross_field_rules_are_rejected_by_the_models(spec: dict[str, Any]) -> N
         LLMDeploymentSpec.model_validate(spec)
 
 
+def test_tensor_parallelism_passes_the_schema_but_not_the_operator() -> None:
+    """The CRD keeps tensorParallelSize for when the engine implements it; the operator refuses
+    it today with a message that says what to change (Ready=False, reason InvalidSpec)."""
+    spec = {"resources": {"gpus": 2}, "engine": {"tensorParallelSize": 2}}
+    obj = {
+        "apiVersion": "pagedock.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {},
+        "spec": spec,
+    }
+    validate_custom_resource(obj, OPENAPI)
+    with pytest.raises(pydantic.ValidationError, match=r"set engine\.tensorParallelSize to 1"):
+        LLMDeploymentSpec.model_validate(spec)
+
+
 def test_cel_rules_are_in_the_schema() -> None:
     rules = [
         rule["rule"]

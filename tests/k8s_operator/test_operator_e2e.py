@@ -25,8 +25,8 @@ DEPLOYMENTS = "apps/v1/deployments"
 SERVICES = "v1/services"
 INGRESSES = "networking.k8s.io/v1/ingresses"
 GPU_SPEC = {
-    "resources": {"gpus": 2},
-    "engine": {"tensorParallelSize": 2, "maxNumSeqs": 128},
+    "resources": {"gpus": 1},
+    "engine": {"dtype": "bfloat16", "maxNumSeqs": 128},
     "ingress": {"enabled": True, "host": "llm.example.com", "tlsSecretName": "llm-tls"},
     "autoscaling": {"enabled": True, "maxReplicas": 3},
 }
@@ -86,8 +86,9 @@ async def test_engine_pods_get_image_probes_gpus_and_hardening(
     container = pod["containers"][0]
     assert container["image"] == "registry.test/engine:1"
     assert container["args"][:3] == ["serve", "--model", "smollm2-135m-instruct"]
-    assert "--tensor-parallel-size" in container["args"]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert container["args"][container["args"].index("--dtype") + 1] == "bfloat16"
+    assert "--tensor-parallel-size" not in container["args"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
     assert (
         container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"]
@@ -172,14 +173,26 @@ async def test_reconciling_an_unchanged_deployment_writes_nothing(
     ]
 
 
+@pytest.mark.parametrize(
+    ("tp_size", "message"),
+    [
+        (3, "tensorParallelSize (3) must divide resources.gpus (2)"),
+        (2, "tensor parallelism is not implemented in this pagedock version"),
+    ],
+    ids=["tp-does-not-divide-gpus", "tp-not-implemented"],
+)
 async def test_invalid_spec_sets_ready_false_with_a_reason_and_an_event(
-    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+    tp_size: int,
+    message: str,
+    operator: KopfRunner,
+    cluster: Emulator,
+    api: aiohttp.ClientSession,
 ) -> None:
-    bad = {"resources": {"gpus": 2}, "engine": {"tensorParallelSize": 3}}
+    bad = {"resources": {"gpus": 2}, "engine": {"tensorParallelSize": tp_size}}
     await send(api, "POST", LLMD_COLLECTION, make_llmd(**bad))
     ready = await eventually(lambda: condition(live(cluster, LLMD, "chat"), "Ready"))
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
-    assert "tensorParallelSize (3) must divide resources.gpus (2)" in ready["message"]
+    assert message in ready["message"]
     await eventually(lambda: len(cluster["post /api/v1/namespaces/team-a/events"]) > 0)
     assert live(cluster, DEPLOYMENTS, "chat-engine") is None
 

@@ -10,7 +10,7 @@ from engine.block_hash import hash_blocks, root_hash
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.server.prompts import completion_prompts, render_chat
 from engine.tokenizer import Tokenizer
-from router.prompt_hasher import PromptHasher
+from router.prompt_hasher import PromptHasher, load_tokenizer
 
 MESSAGES = [
     {"role": "system", "content": "You route requests to the replica that holds their blocks."},
@@ -74,3 +74,16 @@ def test_the_engine_publishes_its_root_hash_in_the_kv_snapshot(tmp_path: Path) -
 
     line = encode_snapshot(KVSnapshot(seq=3, block_size=16, block_hashes=[b"\x01" * 32]), "i", root_hash=b"\x02".hex())  # fmt: skip
     assert b'"root_hash":"02"' in line
+
+
+def test_an_unreachable_hf_tokenizer_leaves_the_router_balancing_by_load(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import huggingface_hub
+
+    def offline(repo_id: str, **kwargs: object) -> str:
+        raise ConnectionError("hub unreachable")
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    assert load_tokenizer("hf://acme/tiny-llama") is None

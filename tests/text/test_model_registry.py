@@ -116,14 +116,6 @@ def test_wheel_without_the_model_file_is_a_clear_error(
         resolve_model(DEFAULT_MODEL)
 
 
-@pytest.mark.parametrize(
-    "source", ["hf://HuggingFaceTB/SmolLM2-135M-Instruct", "s3://bucket/model", "https://x/m.gguf"]
-)
-def test_remote_sources_are_rejected_as_not_supported_yet(source: str) -> None:
-    with pytest.raises(ModelLoadError, match="remote model sources are not supported yet"):
-        resolve_model(source)
-
-
 def test_unknown_name_lists_the_builtin_models() -> None:
     with pytest.raises(ModelLoadError, match=r"no such built-in model, file or directory.*smollm2"):
         resolve_model("no-such-model")

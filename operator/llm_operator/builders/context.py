@@ -17,7 +17,8 @@ class BuildContext:
 
     @property
     def model_source(self) -> ModelSource:
-        return resolve_model_source(self.spec.model.source)
+        model = self.spec.model
+        return resolve_model_source(model.source, model.revision)
 
     @property
     def served_model_name(self) -> str:

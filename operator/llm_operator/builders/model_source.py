@@ -1,7 +1,8 @@
 """Model source URIs -> the `--model` argument and the volumes that make it readable in a pod.
 
 smollm2-135m-instruct      built into the engine image          --model smollm2-135m-instruct
-hf://org/name              downloaded into the cache volume     --model hf://org/name
+hf://org/name[@rev]        downloaded into the cache volume     --model hf://org/name[@rev]
+                           (by the engine, into $HF_HOME; the router fetches the tokenizer only)
 pvc://claim/sub/path       the claim mounted read-only at /models/claim
                                                                 --model /models/claim/sub/path
 file:///abs/path           a path inside the image              --model /abs/path
@@ -32,10 +33,16 @@ class ModelSource:
         return [{"name": "model", "mountPath": mount_path, "readOnly": True}]
 
 
-def resolve_model_source(source: str) -> ModelSource:
-    """Parse a spec.model.source (already pattern-checked by the spec model)."""
+def resolve_model_source(source: str, revision: str | None = None) -> ModelSource:
+    """Parse a spec.model.source (already pattern-checked by the spec model).
+
+    An hf:// source carries spec.model.revision as `@revision` (one written in the source wins),
+    so the router fetches the tokenizer of the same revision as the engines.
+    """
     if source.startswith("hf://"):
-        return ModelSource(source, _last_part(source))
+        repo, at, _ = source.partition("@")
+        model_arg = source if at or not revision else f"{source}@{revision}"
+        return ModelSource(model_arg, _last_part(repo))
     if source.startswith("pvc://"):
         claim, _, sub_path = source.removeprefix("pvc://").partition("/")
         model_path = f"{MODELS_MOUNT}/{claim}/{sub_path}".rstrip("/")

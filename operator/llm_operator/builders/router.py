@@ -74,7 +74,10 @@ def _router_container(ctx: BuildContext) -> Obj:
         "imagePullPolicy": ctx.spec.image_pull_policy,
         "args": router_args(ctx),
         "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}],
-        "env": cache_env() + api_key_env(ctx) + api_key_env(ctx, "PAGEDOCK_REPLICA_API_KEY"),
+        "env": cache_env()
+        + api_key_env(ctx)
+        + api_key_env(ctx, "PAGEDOCK_REPLICA_API_KEY")
+        + _hub_env(ctx),
         "resources": ctx.spec.router.resources or DEFAULT_RESOURCES,
         "securityContext": container_security_context(),
         "volumeMounts": writable_mounts() + ctx.model_source.volume_mounts(),
@@ -133,3 +136,9 @@ def build_router_role_binding(ctx: BuildContext) -> Obj:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ctx.namespace}],
     }
+
+
+def _hub_env(ctx: BuildContext) -> list[Obj]:
+    """The engine's HF_* variables (HF_TOKEN, HF_ENDPOINT, ...) from spec.env: the router fetches
+    an hf:// model's tokenizer the way the engines fetch the model (a gated repo needs the token)."""
+    return [var for var in ctx.spec.env if str(var.get("name", "")).startswith("HF_")]
