@@ -1,0 +1,129 @@
+"""Online vs offline throughput on workload A: `pagedock serve` under the load generator at a fixed
+concurrency, against the offline engine (`LLM.generate`) on the same requests.
+
+    python benchmarks/online_throughput.py [--model smollm2-135m-instruct] [--concurrency 16]
+
+Runs the offline figure first (benchmarks/offline_throughput.py's run_pagedock, all 64 requests
+submitted at once), then starts a server on a free loopback port, warms it up, and streams the same
+requests through HTTP. Prints both output-token rates and their ratio; --also-concurrency adds
+runs at other concurrencies (e.g. 64, the offline batch) to separate the server's overhead from
+the smaller batch that a lower concurrency gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.load_generator import run_load
+from benchmarks.workloads import Workload, workload_a
+
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def offline_tok_s(model: str, workload: Workload, dtype: str) -> float:
+    from benchmarks.offline_throughput import run_pagedock
+
+    result: dict[str, Any] = run_pagedock(model, workload, dtype)
+    return float(result["generated_tok_s"])
+
+
+def start_server(model: str, dtype: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [
+        sys.executable,
+        "-m",
+        "engine.cli",
+        "serve",
+        "--model",
+        model,
+        "--dtype",
+        dtype,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    process = subprocess.Popen(
+        command, cwd=_REPO_ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    raise TimeoutError("the server did not become ready")
+
+
+def online(url: str, workload: Workload, concurrency: int) -> dict[str, Any]:
+    warmup = Workload("warm-up", workload.prompts[:2], max_tokens=4)
+    asyncio.run(run_load(url, warmup, concurrency=2))
+    report = asyncio.run(run_load(url, workload, concurrency=concurrency))
+    print(f"online, concurrency {concurrency}: {report.summary()}", flush=True)
+    return {"concurrency": concurrency, **report.__dict__}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--num-requests", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--also-concurrency", type=int, nargs="*", default=[])
+    parser.add_argument("--skip-offline", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    from benchmarks.offline_throughput import resolve_benchmark_model
+    from engine.model_loader import read_model_config
+    from engine.model_registry import resolve_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = resolve_benchmark_model(args.model, Path(tmp))
+        vocab = read_model_config(resolve_model(model).path).vocab_size
+        workload = workload_a(vocab, args.num_requests)
+        print(
+            f"workload A: {len(workload.prompts)} requests, {workload.max_tokens} tokens each; "
+            f"model {args.model}, {args.dtype}, {os.cpu_count()} cores",
+            flush=True,
+        )
+        offline = None if args.skip_offline else offline_tok_s(model, workload, args.dtype)
+        if offline is not None:
+            print(f"offline: {offline:.1f} output tok/s", flush=True)
+        process, url = start_server(model, args.dtype, Path(tmp) / "server.log")
+        try:
+            runs = [online(url, workload, c) for c in [args.concurrency, *args.also_concurrency]]
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+    for run in runs:
+        if offline:
+            ratio = run["output_tok_s"] / offline
+            print(f"online/offline at concurrency {run['concurrency']}: {ratio:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"offline_tok_s": offline, "online": runs}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Prometheus metrics with vLLM's names, so dashboards, autoscalers and gateways built for vLLM
+read pagedock unchanged.
+
+Everything here runs on the event loop (the async engine calls it with each step's results); the
+registry is per server so tests can run several in one process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from engine.llm_engine import EngineStats
+
+_LATENCY_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0,
+)  # fmt: skip
+_REQUEST_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+)  # fmt: skip
+
+
+@dataclass
+class FinishedRequest:
+    """What the metrics need of a request when it ends."""
+
+    finish_reason: str
+    e2e_s: float
+    queue_s: float | None
+
+
+class EngineMetrics:
+    def __init__(self, model_name: str) -> None:
+        self.registry = CollectorRegistry()
+        self.model_name = model_name
+        gauge, counter, histogram = self._gauge, self._counter, self._histogram
+        self._running = gauge("vllm:num_requests_running", "Requests in the running batch.")
+        self._waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.")
+        self._kv_usage = gauge(
+            "vllm:kv_cache_usage_perc", "Fraction of KV blocks in use (1 = full)."
+        )
+        self._free_blocks = gauge(
+            "pagedock:kv_cache_free_blocks",
+            "KV blocks no request references (blocks that are free but cached count as free).",
+        )
+        self._total_blocks = gauge("pagedock:kv_cache_blocks", "KV blocks in the pool.")
+        self._prefix_queries = counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache."
+        )
+        self._prefix_hits = counter(
+            "vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache."
+        )
+        self._preemptions = counter("vllm:num_preemptions", "Requests preempted to free KV blocks.")
+        self._prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens prefilled.")
+        self._generation_tokens = counter("vllm:generation_tokens", "Tokens generated.")
+        self._success = Counter(
+            "vllm:request_success", "Requests finished, by finish reason.",
+            ["model_name", "finished_reason"], registry=self.registry,
+        )  # fmt: skip
+        self._ttft = histogram(
+            "vllm:time_to_first_token_seconds", "Arrival to first token.", _LATENCY_BUCKETS
+        )
+        self._itl = histogram(
+            "vllm:inter_token_latency_seconds", "Time between output tokens.", _LATENCY_BUCKETS
+        )
+        self._e2e = histogram(
+            "vllm:e2e_request_latency_seconds", "Arrival to last token.", _REQUEST_BUCKETS
+        )
+        self._queue = histogram(
+            "vllm:request_queue_time_seconds", "Arrival to first scheduled.", _REQUEST_BUCKETS
+        )
+        # Cumulative engine counters seen last; Prometheus counters only move by increments.
+        self._last_stats: EngineStats | None = None
+
+    def observe_stats(self, stats: EngineStats) -> None:
+        m = self.model_name
+        self._running.labels(m).set(stats.num_running)
+        self._waiting.labels(m).set(stats.num_waiting)
+        self._kv_usage.labels(m).set(stats.kv_cache_usage)
+        self._free_blocks.labels(m).set(stats.num_free_kv_blocks)
+        self._total_blocks.labels(m).set(stats.num_kv_blocks)
+        last = self._last_stats
+        for counter, field in (
+            (self._prefix_queries, "prefix_cache_queries"),
+            (self._prefix_hits, "prefix_cache_hits"),
+            (self._preemptions, "num_preemptions"),
+        ):
+            previous = None if last is None else getattr(last, field)
+            counter.labels(m).inc(_delta(getattr(stats, field), previous))
+        self._last_stats = stats
+
+    def observe_first_token(self, num_prompt_tokens: int, ttft_s: float) -> None:
+        self._prompt_tokens.labels(self.model_name).inc(num_prompt_tokens)
+        self._ttft.labels(self.model_name).observe(ttft_s)
+
+    def observe_new_tokens(self, num_new_tokens: int, since_last_token_s: float | None) -> None:
+        self._generation_tokens.labels(self.model_name).inc(num_new_tokens)
+        if since_last_token_s is not None:
+            self._itl.labels(self.model_name).observe(since_last_token_s)
+
+    def observe_finished(self, finished: FinishedRequest) -> None:
+        m = self.model_name
+        self._success.labels(m, finished.finish_reason).inc()
+        self._e2e.labels(m).observe(finished.e2e_s)
+        if finished.queue_s is not None:
+            self._queue.labels(m).observe(finished.queue_s)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def _gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(name, doc, ["model_name"], registry=self.registry)
+
+    def _counter(self, name: str, doc: str) -> Counter:
+        # prometheus_client exposes a counter as NAME_total, as vLLM's are.
+        return Counter(name, doc, ["model_name"], registry=self.registry)
+
+    def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(name, doc, ["model_name"], buckets=buckets, registry=self.registry)
+
+
+def _delta(current: int, last: int | None) -> int:
+    # A counter that went down (an engine restart behind us) restarts from its new value.
+    if last is None or current < last:
+        return current
+    return current - last

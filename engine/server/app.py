@@ -1,0 +1,41 @@
+"""build_app: the FastAPI application around one AsyncEngine."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from engine.server.body_limit import BodyLimitMiddleware
+from engine.server.context import ServerContext
+from engine.server.errors import install_error_handlers
+from engine.server.routes import api_routes, open_routes
+
+logger = logging.getLogger("pagedock.server")
+
+
+def build_app(ctx: ServerContext) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ctx.engine.start()  # the engine thread needs the running loop to post results to
+        logger.info("engine loop started; serving %s", ctx.served_model_name)
+        try:
+            yield
+        finally:
+            ctx.kv_hub.close_all()
+            await ctx.engine.shutdown()
+
+    app = FastAPI(
+        title="pagedock",
+        summary="OpenAI-compatible LLM inference server (paged KV cache, continuous batching)",
+        version="1",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(api_routes(ctx))
+    app.include_router(open_routes(ctx))
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=ctx.options.max_body_bytes)
+    app.state.ctx = ctx
+    return app

@@ -1,0 +1,117 @@
+"""POST /v1/completions: prompts (text or token ids, one or a batch) to text, JSON or SSE."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import Request, Response
+
+from engine.protocol import (
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    UsageInfo,
+    now_s,
+)
+from engine.scheduler_output import SampledToken
+from engine.server.context import ServerContext
+from engine.server.errors import to_api_error
+from engine.server.generation import ChoiceDelta, Generation
+from engine.server.guards import check_model
+from engine.server.logprobs import completion_logprobs
+from engine.server.prompts import completion_prompts
+from engine.server.sampling import to_sampling_params
+from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
+
+
+async def create_completion(
+    ctx: ServerContext, body: CompletionRequest, raw_request: Request
+) -> Response:
+    arrival_time = time.monotonic()
+    check_model(ctx, body.model)
+    params = to_sampling_params(body, body.max_tokens, body.logprobs)
+    prompts = completion_prompts(ctx.tokenizer, body.prompt)
+    gen = await Generation.start(ctx, raw_request, prompts, params, body.priority, arrival_time)
+    if body.stream:
+        return sse_response(_stream(ctx, body, gen))
+    try:
+        choices = await gen.collect()
+    finally:
+        gen.close()
+    response = CompletionResponse(
+        id=f"cmpl-{gen.id}",
+        model=ctx.served_model_name,
+        choices=[
+            CompletionChoice(
+                index=c.index,
+                text=_echo(body, gen, c.index) + c.text,
+                logprobs=_logprobs(ctx, body, c.logprobs, len(_echo(body, gen, c.index))),
+                finish_reason=c.finish_reason,
+                stop_reason=c.stop_reason,
+            )
+            for c in choices
+        ],
+        usage=gen.usage(),
+    )
+    return Response(response.model_dump_json(), media_type="application/json")
+
+
+async def _stream(
+    ctx: ServerContext, body: CompletionRequest, gen: Generation
+) -> AsyncIterator[str]:
+    created = now_s()
+    sent_chars = {i: len(_echo(body, gen, i)) for i in gen.choices}
+
+    def chunk(choices: list[CompletionChoice], usage: UsageInfo | None = None) -> str:
+        message = CompletionResponse(
+            id=f"cmpl-{gen.id}",
+            created=created,
+            model=ctx.served_model_name,
+            choices=choices,
+            usage=usage,
+        )
+        exclude = None if body.include_usage else {"usage"}
+        return sse_data(message.model_dump_json(exclude=exclude))
+
+    try:
+        if body.echo:
+            yield chunk([CompletionChoice(index=i, text=_echo(body, gen, i)) for i in gen.choices])
+        async for deltas in gen.deltas():
+            yield chunk([_chunk_choice(ctx, body, d, sent_chars) for d in deltas])
+        if body.include_usage:
+            yield chunk([], gen.usage())
+    except Exception as e:
+        yield sse_error(to_api_error(e))
+    finally:
+        gen.close()
+    yield SSE_DONE
+
+
+def _chunk_choice(
+    ctx: ServerContext, body: CompletionRequest, delta: ChoiceDelta, sent_chars: dict[int, int]
+) -> CompletionChoice:
+    offset = sent_chars[delta.index]
+    sent_chars[delta.index] += len(delta.text)
+    return CompletionChoice(
+        index=delta.index,
+        text=delta.text,
+        logprobs=_logprobs(ctx, body, delta.logprobs, offset),
+        finish_reason=delta.finish_reason,
+        stop_reason=delta.stop_reason,
+    )
+
+
+def _logprobs(
+    ctx: ServerContext, body: CompletionRequest, sampled: list[SampledToken], text_offset: int
+) -> CompletionLogprobs | None:
+    if body.logprobs is None:
+        return None
+    return completion_logprobs(ctx.tokenizer, sampled, text_offset)
+
+
+def _echo(body: CompletionRequest, gen: Generation, choice_index: int) -> str:
+    if not body.echo:
+        return ""
+    return gen.prompts[choice_index // gen.n].text or ""

@@ -1,0 +1,48 @@
+"""ServerContext: what every route needs, built once per server (no globals, so tests can run
+several servers in one process)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.async_engine import AsyncEngine
+    from engine.kv_events_stream import KVEventHub
+    from engine.metrics import EngineMetrics
+    from engine.tokenizer import Tokenizer
+
+
+@dataclass
+class ServerOptions:
+    """The server's own settings (the engine's are EngineConfig); CLI flags mirror the names."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on; 0.0.0.0 in a container."""
+    port: int = 8000
+    """TCP port."""
+    api_key: str | None = None
+    """When set, every route but /health, /metrics and /version needs `Authorization: Bearer KEY`."""
+    max_waiting: int | None = 1024
+    """Requests allowed to wait for a batch slot; beyond it, 429 with Retry-After. 0 = no limit."""
+    drain_timeout: float = 30.0
+    """Seconds SIGTERM waits for in-flight requests before aborting them."""
+    max_body_bytes: int = 8 * 1024 * 1024
+    """Largest request body accepted (413 beyond)."""
+    log_level: str = "info"
+    """debug, info, warning or error."""
+    log_prompts: bool = False
+    """Put prompt text in the per-request log line (debugging only: prompts are user data)."""
+
+
+@dataclass
+class ServerContext:
+    engine: AsyncEngine
+    metrics: EngineMetrics
+    kv_hub: KVEventHub
+    tokenizer: Tokenizer | None
+    served_model_name: str
+    model_root: str
+    max_model_len: int
+    options: ServerOptions
+    draining: bool = False

@@ -1,0 +1,92 @@
+"""Graceful shutdown on SIGTERM, as a rolling update needs it.
+
+uvicorn's own handling stops listening at once and, after shutting down, re-raises the signal (so
+the process dies of it, not with exit code 0). Here the first SIGTERM or SIGINT instead starts a
+drain: new requests get 503 and /health fails (Kubernetes stops routing here), requests in flight
+finish for up to `drain_timeout` seconds and are aborted after that, and only then is uvicorn told
+to exit, normally. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from types import FrameType
+
+import uvicorn
+
+from engine.server.context import ServerContext
+
+logger = logging.getLogger("pagedock.server")
+_POLL_S = 0.05
+# After the drain timeout, how long aborted requests get to send their last bytes.
+_ABORT_GRACE_S = 2.0
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        drain: Callable[[], Awaitable[None]],
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(config)
+        self._drain = drain
+        self._on_ready = on_ready
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining = False
+        self._drain_task: asyncio.Task[None] | None = None  # held so it is not collected
+
+    async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)  # type: ignore[arg-type]
+
+    async def startup(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
+        await super().startup(sockets)  # type: ignore[arg-type]
+        if self.started and self._on_ready is not None:
+            self._on_ready()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._draining or self._loop is None:
+            logger.warning("second signal %s: exiting without waiting", signal.Signals(sig).name)
+            self.should_exit = True
+            self.force_exit = True
+            return
+        self._draining = True
+        # NOTE: this runs inside a signal handler: only hand the work to the loop, thread-safely.
+        self._loop.call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        self._drain_task = asyncio.get_running_loop().create_task(self._drain_then_exit())
+
+    async def _drain_then_exit(self) -> None:
+        try:
+            await self._drain()
+        finally:
+            self.should_exit = True
+
+
+async def drain(ctx: ServerContext) -> None:
+    """Stop admitting, let in-flight requests finish (or abort them at the timeout)."""
+    ctx.draining = True
+    engine = ctx.engine
+    timeout_s = ctx.options.drain_timeout
+    logger.info(
+        "draining: %d requests in flight, waiting up to %.0fs", engine.num_in_flight, timeout_s
+    )
+    if not await _wait_idle(ctx, timeout_s):
+        logger.warning("drain timeout: aborting %d requests", engine.num_in_flight)
+        engine.abort_all()
+        await _wait_idle(ctx, _ABORT_GRACE_S)
+    ctx.kv_hub.close_all()
+    logger.info("drained; shutting down")
+
+
+async def _wait_idle(ctx: ServerContext, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while ctx.engine.num_in_flight and time.monotonic() < deadline:
+        await asyncio.sleep(_POLL_S)
+    return ctx.engine.num_in_flight == 0

@@ -1,0 +1,194 @@
+"""Generation: the engine requests behind one HTTP request, as choices that grow step by step.
+
+A completions request may carry several prompts; each becomes one engine request (with its own
+`n`), and choice `prompt_index * n + completion.index` of the response. The engine's outputs are
+cumulative, so a choice's delta is whatever its newest output holds beyond what was already sent;
+streaming and non-streaming responses are built from the same deltas, so their text is identical.
+
+The client going away (streaming or not) aborts every engine request at once: a watcher task waits
+for `http.disconnect` on the request's receive channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from engine.outputs import CompletionOutput, RequestOutput
+from engine.protocol import PromptTokensDetails, UsageInfo
+from engine.sampling_params import SamplingParams
+from engine.scheduler_output import SampledToken
+from engine.server.context import ServerContext
+from engine.server.errors import GenerationError
+from engine.server.request_stream import RequestStream
+
+logger = logging.getLogger("pagedock.server")
+
+
+@dataclass
+class Prompt:
+    token_ids: list[int]
+    text: str | None = None
+
+
+@dataclass
+class ChoiceState:
+    """Everything sent so far for one choice."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[SampledToken] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class ChoiceDelta:
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[SampledToken]
+    finish_reason: str | None
+    stop_reason: int | str | None
+
+
+class Generation:
+    def __init__(self, ctx: ServerContext, prompts: list[Prompt], n: int) -> None:
+        self.ctx = ctx
+        self.prompts = prompts
+        self.n = n
+        self.id = uuid.uuid4().hex
+        self.choices = {i: ChoiceState(i) for i in range(len(prompts) * n)}
+        self.streams: list[RequestStream] = []
+        self._num_cached_tokens: dict[int, int] = {}
+        self._watcher: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        ctx: ServerContext,
+        raw_request: Request,
+        prompts: list[Prompt],
+        params: SamplingParams,
+        priority: int,
+        arrival_time: float,
+    ) -> Generation:
+        """Queue every prompt; on any failure, abort those already queued and re-raise."""
+        gen = cls(ctx, prompts, params.n)
+        try:
+            for i, prompt in enumerate(prompts):
+                stream = await ctx.engine.add_request(
+                    f"{gen.id}-{i}", prompt.token_ids, params, priority, arrival_time, prompt.text
+                )
+                gen.streams.append(stream)
+        except BaseException:
+            gen.close()
+            raise
+        gen._watcher = asyncio.create_task(gen._watch_disconnect(raw_request))
+        return gen
+
+    async def deltas(self) -> AsyncIterator[list[ChoiceDelta]]:
+        """What each step added, until every choice has finished."""
+        async for prompt_index, outputs in self._outputs():
+            newest: dict[int, CompletionOutput] = {}  # outputs are cumulative: the last one wins
+            for output in outputs:
+                self._num_cached_tokens[prompt_index] = _num_cached_tokens(output)
+                for completion in output.outputs:
+                    if completion.finish_reason == "error" or output.error:
+                        raise GenerationError(output.error or "the request failed in the engine")
+                    newest[prompt_index * self.n + completion.index] = completion
+            deltas = [self._advance(i, c) for i, c in sorted(newest.items())]
+            if any(deltas):
+                yield [d for d in deltas if d is not None]
+
+    async def collect(self) -> list[ChoiceState]:
+        async for _ in self.deltas():
+            pass
+        return [self.choices[i] for i in sorted(self.choices)]
+
+    def usage(self) -> UsageInfo:
+        prompt_tokens = sum(len(p.token_ids) for p in self.prompts)
+        completion_tokens = sum(len(c.token_ids) for c in self.choices.values())
+        cached = sum(self._num_cached_tokens.values())
+        return UsageInfo(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+        )
+
+    def close(self) -> None:
+        """Stop watching the client and abort whatever has not finished (idempotent)."""
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            self._watcher.cancel()
+        for stream in self.streams:
+            if not stream.finished:
+                self.ctx.engine.abort(stream.request_id)
+
+    def _advance(self, index: int, completion: CompletionOutput) -> ChoiceDelta | None:
+        state = self.choices[index]
+        if state.finish_reason is not None:
+            return None
+        text = completion.text[len(state.text) :]
+        token_ids = completion.token_ids[len(state.token_ids) :]
+        logprobs = (completion.logprobs or [])[len(state.logprobs) :]
+        state.text += text
+        state.token_ids.extend(token_ids)
+        state.logprobs.extend(logprobs)
+        state.finish_reason = completion.finish_reason
+        state.stop_reason = completion.stop_reason
+        if not text and not token_ids and completion.finish_reason is None:
+            return None
+        return ChoiceDelta(
+            index, text, token_ids, logprobs, completion.finish_reason, completion.stop_reason
+        )
+
+    async def _outputs(self) -> AsyncIterator[tuple[int, list[RequestOutput]]]:
+        if len(self.streams) == 1:
+            async for batch in self.streams[0].batches():
+                yield 0, batch
+            return
+        merged: asyncio.Queue[tuple[int, list[RequestOutput]] | BaseException | None] = (
+            asyncio.Queue()
+        )
+        pumps = [asyncio.create_task(_pump(i, s, merged)) for i, s in enumerate(self.streams)]
+        try:
+            for _ in range(len(pumps)):
+                while (item := await merged.get()) is not None:
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+        finally:
+            for pump in pumps:
+                pump.cancel()
+
+    async def _watch_disconnect(self, request: Request) -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                logger.debug("client of %s disconnected; aborting", self.id)
+                self.close()
+                return
+
+
+async def _pump(
+    index: int,
+    stream: RequestStream,
+    merged: asyncio.Queue[tuple[int, list[RequestOutput]] | BaseException | None],
+) -> None:
+    try:
+        async for batch in stream.batches():
+            merged.put_nowait((index, batch))
+    except Exception as e:
+        merged.put_nowait(e)
+    merged.put_nowait(None)
+
+
+def _num_cached_tokens(output: RequestOutput) -> int:
+    return 0 if output.metrics is None else output.metrics.num_cached_tokens

@@ -1,0 +1,121 @@
+"""The route table: thin endpoints that hand each request to its handler."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from engine.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    TokenizeRequest,
+    TokenizeResponse,
+    VersionResponse,
+)
+from engine.server.chat import create_chat_completion
+from engine.server.completions import create_completion
+from engine.server.context import ServerContext
+from engine.server.guards import admitting_guard, api_key_guard
+from engine.server.tokenize import detokenize, tokenize
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 500, 503)
+}
+_SSE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}
+}
+
+
+def api_routes(ctx: ServerContext) -> APIRouter:
+    """Routes behind the API key (when one is set) that new work is refused on while draining."""
+    router = APIRouter(dependencies=[Depends(api_key_guard(ctx)), Depends(admitting_guard(ctx))])
+
+    @router.post(
+        "/v1/chat/completions", response_model=ChatCompletionResponse, responses={**_ERRORS, **_SSE}
+    )
+    async def chat_completions(body: ChatCompletionRequest, raw_request: Request) -> Response:
+        return await create_chat_completion(ctx, body, raw_request)
+
+    @router.post(
+        "/v1/completions", response_model=CompletionResponse, responses={**_ERRORS, **_SSE}
+    )
+    async def completions(body: CompletionRequest, raw_request: Request) -> Response:
+        return await create_completion(ctx, body, raw_request)
+
+    @router.get("/v1/models", response_model=ModelList, responses=_ERRORS)
+    async def models() -> ModelList:
+        card = ModelCard(
+            id=ctx.served_model_name, root=ctx.model_root, max_model_len=ctx.max_model_len
+        )
+        return ModelList(data=[card])
+
+    @router.post("/tokenize", response_model=TokenizeResponse, responses=_ERRORS)
+    async def tokenize_route(body: TokenizeRequest) -> TokenizeResponse:
+        return tokenize(ctx, body)
+
+    @router.post("/detokenize", response_model=DetokenizeResponse, responses=_ERRORS)
+    async def detokenize_route(body: DetokenizeRequest) -> DetokenizeResponse:
+        return detokenize(ctx, body)
+
+    @router.get(
+        "/v1/kv/events",
+        responses={
+            200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}},
+            **_ERRORS,
+        },
+    )
+    async def kv_events() -> StreamingResponse:
+        return StreamingResponse(ctx.kv_hub.stream(), media_type="application/x-ndjson")
+
+    return router
+
+
+def open_routes(ctx: ServerContext) -> APIRouter:
+    """Routes that need no API key: probes, scrapes and the version."""
+    router = APIRouter()
+
+    @router.get(
+        "/health",
+        responses={
+            200: {"description": "the engine loop is alive"},
+            503: {"description": "draining, or the engine loop died"},
+        },
+    )
+    async def health() -> Response:
+        if ctx.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        if not ctx.engine.is_alive:
+            return JSONResponse({"status": "engine dead"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @router.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    )
+    async def metrics() -> Response:
+        return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @router.get("/version", response_model=VersionResponse)
+    async def version_route() -> VersionResponse:
+        return VersionResponse(version=_version())
+
+    return router
+
+
+def _version() -> str:
+    try:
+        return version("pagedock")
+    except PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,28 @@
+"""Server-sent events, as OpenAI streams them: `data: {json}` blocks, then `data: [DONE]`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from fastapi.responses import StreamingResponse
+
+from engine.server.errors import APIError, error_body
+
+SSE_DONE = "data: [DONE]\n\n"
+
+
+def sse_data(payload_json: str) -> str:
+    return f"data: {payload_json}\n\n"
+
+
+def sse_error(error: APIError) -> str:
+    """A failure after the 200 was sent: the error object as one more event (as vLLM does)."""
+    body = error_body(error.status_code, error.message, error.param, error.code)
+    return sse_data(json.dumps(body))
+
+
+def sse_response(events: AsyncIterator[str]) -> StreamingResponse:
+    # no-cache and no proxy buffering: each event must reach the client as soon as it exists.
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)

@@ -1,0 +1,93 @@
+"""SIGTERM drains: no new work (503, /health failing), in-flight requests finish (or are aborted
+at the drain timeout), then the process exits 0."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server.conftest import tiny_server_args
+from tests.server.server_process import ServerProcess, start_server
+
+
+def start_draining_server(model_dir: Path, log: Path, drain_timeout: float) -> ServerProcess:
+    return start_server(tiny_server_args(model_dir, "--drain-timeout", str(drain_timeout)), log)
+
+
+@pytest.fixture
+def make_server() -> Iterator[list[ServerProcess]]:
+    """Servers the test started; stopped (killed if need be) whatever the test did."""
+    servers: list[ServerProcess] = []
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def last_finish_reason(lines: Iterator[str]) -> str | None:
+    """Read an SSE stream to [DONE]; the last finish_reason it carried."""
+    reason = None
+    for line in lines:
+        if line == "data: [DONE]":
+            return reason
+        if line.startswith("data: "):
+            for choice in json.loads(line[6:]).get("choices", []):
+                reason = choice.get("finish_reason") or reason
+    raise AssertionError("the stream ended without [DONE]")
+
+
+def wait_until(predicate: object, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def health_status(server: ServerProcess) -> int:
+    try:
+        return httpx.get(f"{server.url}/health", timeout=1).status_code
+    except httpx.HTTPError:
+        return -1
+
+
+def test_sigterm_lets_in_flight_requests_finish_then_exits_zero(
+    make_server: list[ServerProcess], long_tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    server = start_draining_server(long_tiny_model_dir, tmp_path / "drain.log", drain_timeout=60)
+    make_server.append(server)
+    body = {"prompt": "abc", "max_tokens": 600, "ignore_eos": True, "stream": True}
+    with (
+        httpx.Client(base_url=server.url, timeout=60) as client,
+        client.stream("POST", "/v1/completions", json=body) as stream,
+    ):
+        lines = stream.iter_lines()
+        next(lines)
+        server.terminate()
+        assert wait_until(lambda: health_status(server) == 503)
+        refused = client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 1})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
+        assert last_finish_reason(lines) == "length"  # it ran to its end
+    assert server.wait_exit(timeout_s=30) == 0
+
+
+def test_drain_timeout_aborts_what_is_left_and_still_exits_zero(
+    make_server: list[ServerProcess], long_tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    server = start_draining_server(long_tiny_model_dir, tmp_path / "drain.log", drain_timeout=0.5)
+    make_server.append(server)
+    body = {"prompt": "abc", "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    with (
+        httpx.Client(base_url=server.url, timeout=60) as client,
+        client.stream("POST", "/v1/completions", json=body) as stream,
+    ):
+        lines = stream.iter_lines()
+        next(lines)
+        server.terminate()
+        assert last_finish_reason(lines) == "abort"
+    assert server.wait_exit(timeout_s=30) == 0
