@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from engine.attention import AttentionBackend
+from engine.cpu_linear import pack_linears
 from engine.errors import ModelLoadError
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
@@ -93,6 +94,8 @@ def load_model(
     model.load_weights(iter_weights(path, dtype))
     model.eval()
     num_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if device.type == "cpu":
+        pack_linears(model)
     # ru_maxrss is in KiB on Linux: the process's peak resident size so far.
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
