@@ -30,6 +30,8 @@ class RouterContext:
     index: KVIndex = field(default_factory=KVIndex)
     metrics: RouterMetrics = field(init=False)
     client: httpx.AsyncClient = field(init=False)
+    """Health checks and KV event streams; proxied requests go through the proxy's own aiohttp
+    session (router/upstream.py)."""
     replica_set: ReplicaSet = field(init=False)
     dispatcher: Dispatcher = field(init=False)
     proxy: Proxy = field(init=False)
@@ -43,7 +45,7 @@ class RouterContext:
         self.client = httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
         self.replica_set = ReplicaSet(c, self.index, self.client, self.metrics)
         self.dispatcher = Dispatcher(c, self.replica_set, self.index, make_policy(c))
-        self.proxy = Proxy(self.client, self.dispatcher, self.replica_set, self.metrics, c.replica_api_key)  # fmt: skip
+        self.proxy = Proxy(self.dispatcher, self.replica_set, self.metrics, c.replica_api_key)
 
     @classmethod
     def from_config(cls, config: RouterConfig) -> RouterContext:
@@ -53,9 +55,11 @@ class RouterContext:
         return cls(config, PromptHasher(tokenizer), make_discovery(config))
 
     async def start(self) -> None:
+        await self.proxy.start()
         self._discovery_task = asyncio.create_task(self.discovery.run(self.replica_set.update))
 
     async def stop(self) -> None:
         await cancel_and_wait(self._discovery_task)
         await self.replica_set.close()
         await self.client.aclose()
+        await self.proxy.close()

@@ -21,8 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
-import anyio
-import httpx
+import aiohttp
 from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive
@@ -32,6 +31,7 @@ from router.errors import RouterError, error_json
 from router.metrics import RouterMetrics
 from router.replica import Replica
 from router.replica_set import ReplicaSet
+from router.upstream import UPSTREAM_ERRORS, make_session
 
 logger = logging.getLogger("pagedock.router")
 T = TypeVar("T")
@@ -54,17 +54,24 @@ class AttemptFailed(Exception):
 class Proxy:
     def __init__(
         self,
-        client: httpx.AsyncClient,
         dispatcher: Dispatcher,
         replica_set: ReplicaSet,
         metrics: RouterMetrics,
         replica_api_key: str | None,
     ) -> None:
-        self.client = client
         self.dispatcher = dispatcher
         self.replica_set = replica_set
         self.metrics = metrics
         self.replica_api_key = replica_api_key
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        """Open the upstream session (on the event loop it will run on)."""
+        self._session = make_session(self.dispatcher.config)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
     async def forward(
         self, request: Request, body: bytes, decision: Decision, stream: bool, arrival: float
@@ -93,50 +100,37 @@ class Proxy:
         request_id = uuid.uuid4().hex
         cached_tokens = self.dispatcher.commit(decision, replica, request_id)
         self.metrics.observe_decision(replica.url, decision.reason, cached_tokens)
-        upstream_request = self.client.build_request(
-            request.method,
-            replica.url + request.url.path,
-            content=body,
-            headers=self._headers(request),
-        )
         try:
-            upstream = await until_disconnect(request, self._send(upstream_request))
+            upstream, content = await until_disconnect(request, self._exchange(request, body, replica, stream))  # fmt: skip
         except BaseException:
             replica.end(request_id)
             raise
-        if not stream or upstream.status_code != 200:
-            return await self._buffered(request, upstream, replica, request_id)
-        return await self._streamed(upstream, replica, request_id)
+        if content is None:
+            return await self._streamed(upstream, replica, request_id)
+        replica.end(request_id)
+        return _buffered(upstream, content, replica)
 
-    async def _send(self, upstream_request: httpx.Request) -> httpx.Response:
+    async def _exchange(self, request: Request, body: bytes, replica: Replica, stream: bool) -> tuple[aiohttp.ClientResponse, bytes | None]:  # fmt: skip
+        """The replica's answer: its headers and, unless it is a stream to pass through, its whole
+        body (a failure before its end is retried: the client has nothing yet)."""
+        assert self._session is not None, "Proxy.start() was not called"
+        url = replica.url + request.scope["path"]
         try:
-            return await self.client.send(upstream_request, stream=True)
-        except httpx.HTTPError as e:
+            upstream = await self._session.request(request.method, url, data=body or None, headers=self._headers(request), allow_redirects=False)  # fmt: skip
+            if stream and upstream.status == 200:
+                return upstream, None
+            return upstream, await upstream.read()  # read() closes the connection if it fails
+        except UPSTREAM_ERRORS as e:
             raise AttemptFailed(type(e).__name__, mark_unhealthy=True) from e
 
-    async def _buffered(self, request: Request, upstream: httpx.Response, replica: Replica, request_id: str) -> Response:  # fmt: skip
-        """Read the whole answer (a failure before its end is retried: the client has nothing yet)."""
-        try:
-            content = await until_disconnect(request, upstream.aread())
-        except httpx.HTTPError as e:
-            raise AttemptFailed(type(e).__name__, mark_unhealthy=True) from e
-        finally:
-            replica.end(request_id)
-            await _close(upstream)
-        headers = {**_response_headers(upstream), REPLICA_HEADER: replica.url}
-        response = Response(content, upstream.status_code, headers, upstream.headers.get("content-type"))  # fmt: skip
-        if upstream.status_code >= 500 or upstream.status_code == 429:
-            raise AttemptFailed(f"http_{upstream.status_code}", upstream.status_code >= 500, response)  # fmt: skip
-        return response
-
-    async def _streamed(self, upstream: httpx.Response, replica: Replica, request_id: str) -> Response:  # fmt: skip
+    async def _streamed(self, upstream: aiohttp.ClientResponse, replica: Replica, request_id: str) -> Response:  # fmt: skip
         """Wait for the first chunk (a failure before it is retried), then pass chunks through."""
-        chunks = upstream.aiter_raw()
+        chunks = upstream.content.iter_any()  # each chunk as it arrives, never waiting for more
         try:
             first = await anext(chunks)
-        except (httpx.HTTPError, StopAsyncIteration) as e:
+        except (*UPSTREAM_ERRORS, StopAsyncIteration) as e:
             replica.end(request_id)
-            await _close(upstream)
+            upstream.close()
             raise AttemptFailed(type(e).__name__, mark_unhealthy=True) from e
         replica.first_byte(request_id)
         media_type = upstream.headers.get("content-type", "text/event-stream")
@@ -144,20 +138,20 @@ class Proxy:
         headers = {**_response_headers(upstream), **_SSE_HEADERS, REPLICA_HEADER: replica.url}
         return StreamingResponse(body, 200, headers, media_type)
 
-    async def _relay(self, first: bytes, chunks: AsyncIterator[bytes], upstream: httpx.Response, replica: Replica, request_id: str) -> AsyncIterator[bytes]:  # fmt: skip
+    async def _relay(self, first: bytes, chunks: AsyncIterator[bytes], upstream: aiohttp.ClientResponse, replica: Replica, request_id: str) -> AsyncIterator[bytes]:  # fmt: skip
         last = first
         try:
             yield first
             async for chunk in chunks:
                 last = chunk
                 yield chunk
-        except httpx.HTTPError as e:
+        except UPSTREAM_ERRORS as e:
             logger.warning("stream from %s broke: %s", replica.url, type(e).__name__)
             self.metrics.observe_failure("mid_stream")
             yield sse_error_event(f"the replica failed mid-stream ({type(e).__name__})", last)
         finally:
             replica.end(request_id)
-            await _close(upstream)
+            upstream.close()  # a client that left closes the replica's connection: it aborts
 
     def _headers(self, request: Request) -> dict[str, str]:
         headers = {k: v for k in _FORWARDED_REQUEST_HEADERS if (v := request.headers.get(k))}
@@ -165,6 +159,16 @@ class Proxy:
         if authorization:
             headers["authorization"] = authorization
         return headers
+
+
+def _buffered(upstream: aiohttp.ClientResponse, content: bytes, replica: Replica) -> Response:
+    """The replica's whole answer for the client; a 5xx or 429 fails the attempt, carrying it."""
+    status = upstream.status
+    headers = {**_response_headers(upstream), REPLICA_HEADER: replica.url}
+    response = Response(content, status, headers, upstream.headers.get("content-type"))
+    if status >= 500 or status == 429:
+        raise AttemptFailed(f"http_{status}", status >= 500, response)
+    return response
 
 
 def sse_error_event(message: str, last_chunk: bytes) -> bytes:
@@ -193,10 +197,5 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-async def _close(upstream: httpx.Response) -> None:
-    with anyio.CancelScope(shield=True):  # the connection must close even when we are cancelled
-        await upstream.aclose()
-
-
-def _response_headers(upstream: httpx.Response) -> dict[str, str]:
+def _response_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
     return {k: v for k in _FORWARDED_RESPONSE_HEADERS if (v := upstream.headers.get(k))}

@@ -8,8 +8,9 @@ until its queue costs more than the prefill it saves, and an overloaded affine r
 idle cold one. Two guards on top, each a threshold in the config (in the spirit of SGLang's
 cache-aware policy): replicas whose KV cache is nearly full are a last resort, and when the chosen
 replica's queue exceeds the shortest queue by more than an absolute *and* a relative threshold,
-the least-loaded replica is taken instead. Estimates within `tie_tolerance_ms` tie; ties are broken
-by power of two choices on (cache fill, queued tokens) with a seeded RNG.
+the least-loaded replica is taken instead. Estimates within `tie_tolerance_ms` tie; of tied
+replicas, those holding the longest run of the request's blocks stay, and the rest of the tie is
+broken by power of two choices on (cache fill, queued tokens) with a seeded RNG.
 """
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ def _cache_fill(candidate: Candidate) -> tuple[float, ...]:
     return (candidate.num_cached_blocks, candidate.queued_tokens)
 
 
+def _most_cached(tied: list[Candidate]) -> list[Candidate]:
+    # NOTE: a tie keeps the request with its prefix: the replica that holds it (or is computing
+    # it for an earlier request of the burst) wins over an emptier one, else the prefix would be
+    # copied to a second replica and the two copies evict other prefixes. Only candidates holding
+    # nothing of it are spread by cache fill.
+    most = max(c.cached_tokens for c in tied)
+    return [c for c in tied if c.cached_tokens == most]
+
+
 class PrefixAwarePolicy:
     name = "prefix-aware"
 
@@ -55,7 +65,7 @@ class PrefixAwarePolicy:
         pool = self._below_kv_threshold(candidates)
         by_cost = sorted(pool, key=lambda c: estimated_ttft_ms(c, request, self.config))
         best_ms = estimated_ttft_ms(by_cost[0], request, self.config)
-        tied = [c for c in by_cost if estimated_ttft_ms(c, request, self.config) <= best_ms + self.config.tie_tolerance_ms]  # fmt: skip
+        tied = _most_cached([c for c in by_cost if estimated_ttft_ms(c, request, self.config) <= best_ms + self.config.tie_tolerance_ms])  # fmt: skip
         chosen = power_of_two_choices(tied, self.rng, _cache_fill)
         reason = "tie" if len(tied) > 1 else ("affinity" if chosen.cached_tokens else "load")
         least = min(pool, key=_load)

@@ -45,6 +45,7 @@ class FakeReplica:
     def __init__(self, mode: str = "ok") -> None:
         self.mode = mode
         self.calls = 0
+        self.last_headers: dict[str, str] = {}
         self.stream_cancelled = threading.Event()
         self.app = self._build()
 
@@ -55,6 +56,7 @@ class FakeReplica:
         @app.post("/v1/completions")
         async def completions(request: Request) -> Response:
             self.calls += 1
+            self.last_headers = dict(request.headers)
             if self.mode == "bad":
                 return JSONResponse({"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}}, 400)  # fmt: skip
             if self.mode == "unavailable":

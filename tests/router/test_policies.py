@@ -50,6 +50,16 @@ def test_ties_are_broken_by_two_choices_toward_the_emptier_cache() -> None:
     assert (ranking.order[0].url, ranking.reason) == ("b", "tie")
 
 
+def test_a_tie_keeps_the_request_on_the_replica_computing_its_prefix() -> None:
+    # A burst's second request: its prefix is pending on "warm", which is still prefilling the
+    # first; the estimates tie, and the prefix must not be copied to an emptier replica.
+    request = RouteRequest(num_prompt_tokens=212)
+    candidates = [make_candidate("warm", cached_tokens=176, queued_tokens=213, num_cached_blocks=60), make_candidate("a", num_cached_blocks=10), make_candidate("b", queued_tokens=16, num_cached_blocks=10)]  # fmt: skip
+    for seed in range(20):
+        ranking = make_policy(make_config(seed=seed)).rank(request, candidates)
+        assert (ranking.order[0].url, ranking.reason) == ("warm", "affinity")
+
+
 def test_tie_breaks_are_reproducible_from_the_seed() -> None:
     candidates = [make_candidate(u) for u in "abcdef"]
     first = [make_policy(make_config(seed=7)).rank(REQUEST, candidates).order[0].url for _ in range(5)]  # fmt: skip

@@ -97,3 +97,21 @@ def test_the_api_key_guards_the_api_but_not_health(stack: ExitStack) -> None:
     ok = httpx.post(router + "/v1/completions", json=PROMPT, headers={"Authorization": "Bearer sekret"})  # fmt: skip
     assert ok.status_code == 200
     assert httpx.get(router + "/health").status_code == 200
+
+
+def test_the_clients_authorization_and_content_type_reach_the_replica_unchanged(stack: ExitStack) -> None:  # fmt: skip
+    fake = FakeReplica("ok")
+    router = serve_router(stack, [stack.enter_context(ServerThread(fake.app)).url])
+    headers = {"Authorization": "Bearer client-key", "Content-Type": "application/json"}
+    assert httpx.post(router + "/v1/completions", json=PROMPT, headers=headers).status_code == 200
+    assert (fake.last_headers["authorization"], fake.last_headers["content-type"]) == ("Bearer client-key", "application/json")  # fmt: skip
+    assert httpx.post(router + "/v1/completions", content=json.dumps(PROMPT)).status_code == 200
+    assert "content-type" not in fake.last_headers  # none sent, none added
+
+
+def test_the_replica_api_key_replaces_the_clients_authorization(stack: ExitStack) -> None:
+    fake = FakeReplica("ok")
+    router = serve_router(stack, [stack.enter_context(ServerThread(fake.app)).url], replica_api_key="replica-key")  # fmt: skip
+    response = httpx.post(router + "/v1/completions", json=PROMPT, headers={"Authorization": "Bearer client-key"})  # fmt: skip
+    assert response.status_code == 200
+    assert fake.last_headers["authorization"] == "Bearer replica-key"
