@@ -8,6 +8,7 @@ A registry is built per run (not at import) so tests can start several operators
 """
 
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -31,9 +32,12 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     if info is not None:
         return info
     try:
-        import kubernetes  # noqa: F401
+        from kubernetes.config import kube_config
     except ImportError:
         return kopf.login_with_kubeconfig(**kwargs)
+    # The client reads KUBECONFIG once, when it is imported; kubectl reads it on every call, and so
+    # must we (tests and wrappers set it after the import).
+    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = os.environ.get("KUBECONFIG", "~/.kube/config")
     return kopf.login_via_client(**kwargs)
 
 
