@@ -153,7 +153,12 @@ def main() -> None:
         print(f"pagedock serve healthy after {startup_s:.1f}s", flush=True)
         rss = PeakRSS(process.pid)
         try:
-            runs = [online(url, workload, c) for c in [args.concurrency, *args.also_concurrency]]
+            # Each run gets prompts of its own: a repeat would hit the prefix cache of the last.
+            concurrencies = [args.concurrency, *args.also_concurrency]
+            runs = [
+                online(url, workload_a(vocab, args.num_requests, seed=i), c)
+                for i, c in enumerate(concurrencies)
+            ]
         finally:
             process.terminate()
             process.wait(timeout=60)
