@@ -1,6 +1,6 @@
 """The offline API on the built-in model: a chat answer and a batch of completions.
 
-    make demo        (or: .venv/bin/python examples/offline_demo.py [MODEL])
+make demo        (or: .venv/bin/python examples/offline_demo.py [MODEL])
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ def main() -> None:
     outs = llm.chat([[{"role": "user", "content": p}] for p in prompts], greedy)
     elapsed = time.perf_counter() - started
     generated = sum(len(o.token_ids) for o in outs)
-    print(f"{len(outs)} chats, {generated} tokens in {elapsed:.1f}s ({generated / elapsed:.0f} tok/s)")
+    print(
+        f"{len(outs)} chats, {generated} tokens in {elapsed:.1f}s ({generated / elapsed:.0f} tok/s)"
+    )
     print(f"first: {outs[0].text!r}")
     stats = llm.stats()
     print(

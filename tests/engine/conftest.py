@@ -48,3 +48,27 @@ def hf_greedy(hf_model: Any, prompt: list[int], max_new_tokens: int) -> list[int
                 torch.tensor([[next_id]]), past_key_values=out.past_key_values, use_cache=True
             )
     return tokens
+
+
+def prefill_logits(llm: Any, prompt: list[int]) -> Any:
+    """pagedock's logits at every position of a fresh prompt (one prefill, no sampling)."""
+    import torch
+
+    from engine.input_batch import build_model_inputs
+    from engine.sampling_params import SamplingParams
+    from engine.scheduler_output import ScheduledRequest
+
+    engine = llm.engine
+    num_blocks = -(-len(prompt) // engine.config.block_size)
+    item = ScheduledRequest(
+        "logits", prompt, 0, list(range(num_blocks)), True, SamplingParams(), prompt, []
+    )
+    inputs = build_model_inputs([item], engine.config.block_size, torch.device("cpu"))
+    with torch.inference_mode():
+        return engine.model(
+            inputs.input_ids,
+            inputs.positions,
+            engine.runner.kv_caches,
+            inputs.meta,
+            torch.arange(len(prompt)),
+        )

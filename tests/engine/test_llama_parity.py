@@ -9,9 +9,7 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
-from engine.input_batch import build_model_inputs
-from engine.scheduler_output import ScheduledRequest
-from tests.engine.conftest import hf_greedy, make_prompts
+from tests.engine.conftest import hf_greedy, make_prompts, prefill_logits
 
 NUM_NEW_TOKENS = 32
 GREEDY = SamplingParams(max_tokens=NUM_NEW_TOKENS, temperature=0.0, ignore_eos=True)
@@ -43,20 +41,9 @@ def generate(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
 def test_prefill_logits_match_transformers(tiny_model_dir: Path, hf_tiny_model: Any) -> None:
     llm = make_llm(tiny_model_dir)
     prompt = make_prompts(1, 40, 40, seed=7)[0]
-    engine = llm.engine
-    blocks = list(range(3))
-    item = ScheduledRequest("r", prompt, 0, blocks, True, GREEDY, prompt, [])
-    inputs = build_model_inputs([item], 16, torch.device("cpu"))
     with torch.inference_mode():
-        ours = engine.model(
-            inputs.input_ids,
-            inputs.positions,
-            engine.runner.kv_caches,
-            inputs.meta,
-            torch.arange(len(prompt)),
-        )
         theirs = hf_tiny_model(torch.tensor([prompt])).logits[0]
-    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(prefill_logits(llm, prompt), theirs, atol=1e-4, rtol=1e-4)
 
 
 def test_greedy_one_at_a_time_matches_transformers(

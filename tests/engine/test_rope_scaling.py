@@ -9,11 +9,8 @@ import pytest
 import torch
 
 from engine import LLM
-from engine.input_batch import build_model_inputs
-from engine.sampling_params import SamplingParams
-from engine.scheduler_output import ScheduledRequest
 from engine.tiny_model import make_tiny_llama_dir
-from tests.engine.conftest import make_prompts
+from tests.engine.conftest import make_prompts, prefill_logits
 
 SCALINGS: dict[str, dict[str, Any]] = {
     "linear": {"rope_type": "linear", "factor": 4.0},
@@ -38,16 +35,6 @@ def test_prefill_logits_match_transformers_with_rope_scaling(kind: str, tmp_path
     hf = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     llm = LLM(model=str(model_dir), num_kv_blocks=64, max_model_len=1024)
     prompt = make_prompts(1, 300, 300, seed=3)[0]  # beyond the original 256 positions
-    item = ScheduledRequest("r", prompt, 0, list(range(19)), True, SamplingParams(), prompt, [])
-    inputs = build_model_inputs([item], 16, torch.device("cpu"))
-    engine = llm.engine
     with torch.inference_mode():
-        ours = engine.model(
-            inputs.input_ids,
-            inputs.positions,
-            engine.runner.kv_caches,
-            inputs.meta,
-            torch.arange(len(prompt)),
-        )
         theirs = hf(torch.tensor([prompt])).logits[0]
-    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(prefill_logits(llm, prompt), theirs, atol=1e-4, rtol=1e-4)

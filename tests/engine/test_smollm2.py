@@ -10,9 +10,7 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
-from engine.input_batch import build_model_inputs
-from engine.scheduler_output import ScheduledRequest
-from tests.engine.conftest import hf_greedy
+from tests.engine.conftest import hf_greedy, prefill_logits
 
 PROMPTS = [
     "The capital of France is",
@@ -32,15 +30,9 @@ def test_prefill_logits_match_transformers_on_the_gguf(llm: LLM, smollm2_hf_mode
     assert engine.tokenizer is not None
     for prompt in PROMPTS:
         ids = engine.tokenizer.encode(prompt)
-        item = ScheduledRequest("r", ids, 0, list(range(8)), True, SamplingParams(), ids, [])
-        inputs = build_model_inputs([item], 16, torch.device("cpu"))
         with torch.inference_mode():
-            ours = engine.model(
-                inputs.input_ids, inputs.positions, engine.runner.kv_caches, inputs.meta,
-                torch.arange(len(ids)),
-            )
             theirs = smollm2_hf_model(torch.tensor([ids])).logits[0].float()
-        torch.testing.assert_close(ours, theirs, atol=2e-3, rtol=1e-4)
+        torch.testing.assert_close(prefill_logits(llm, ids), theirs, atol=2e-3, rtol=1e-4)
 
 
 def test_greedy_64_tokens_equal_transformers(llm: LLM, smollm2_hf_model: Any) -> None:
