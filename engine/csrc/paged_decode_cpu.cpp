@@ -35,9 +35,14 @@ void decode_one(const float* q, const float* k_cache, const float* v_cache, cons
                 int seq_len, int block_size, int num_kv_heads, int kv_head, float scale,
                 float* out) {
   // q and out point at this KV head's first query head; the G heads are contiguous.
+  // One KV block at a time: its scores (one dot product per token and head), then the running
+  // sums rescaled once per block, and the block's exponentials in one vectorised loop (with
+  // -ffast-math GCC calls glibc's vector expf).
+  constexpr int kMaxBlock = 128;
   float m[G], l[G];
   alignas(64) float acc[G][D];
   alignas(64) float qs[G][D];
+  alignas(64) float p[G][kMaxBlock];
   for (int g = 0; g < G; ++g) {
     m[g] = -std::numeric_limits<float>::max();
     l[g] = 0.f;
@@ -47,23 +52,37 @@ void decode_one(const float* q, const float* k_cache, const float* v_cache, cons
     }
   }
   const int64_t row_stride = static_cast<int64_t>(num_kv_heads) * D;
-  for (int pos = 0; pos < seq_len; ++pos) {
-    const int64_t slot =
-        static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size;
-    const float* k = k_cache + slot * row_stride + static_cast<int64_t>(kv_head) * D;
-    const float* v = v_cache + slot * row_stride + static_cast<int64_t>(kv_head) * D;
+  const int num_blocks = (seq_len + block_size - 1) / block_size;
+  for (int b = 0; b < num_blocks; ++b) {
+    const int n = std::min(block_size, seq_len - b * block_size);
+    const int64_t base = static_cast<int64_t>(table[b]) * block_size * row_stride +
+                         static_cast<int64_t>(kv_head) * D;
+    const float* k = k_cache + base;
+    const float* v = v_cache + base;
+    for (int t = 0; t < n; ++t) {
+      const float* kt = k + t * row_stride;
+      for (int g = 0; g < G; ++g) p[g][t] = dot<D>(qs[g], kt);
+    }
     for (int g = 0; g < G; ++g) {
-      const float s = dot<D>(qs[g], k);
-      if (s > m[g]) {
-        const float alpha = std::exp(m[g] - s);
-        m[g] = s;
-        l[g] = l[g] * alpha + 1.f;
-        scale_add<D>(acc[g], alpha, v, 1.f);
-      } else {
-        const float p = std::exp(s - m[g]);
-        l[g] += p;
-        scale_add<D>(acc[g], 1.f, v, p);
+      float block_max = m[g];
+      for (int t = 0; t < n; ++t) block_max = std::max(block_max, p[g][t]);
+      const float alpha = std::exp(m[g] - block_max);
+      float sum = 0.f;
+      float* pg = p[g];
+#pragma omp simd reduction(+ : sum)
+      for (int t = 0; t < n; ++t) {
+        pg[t] = std::exp(pg[t] - block_max);
+        sum += pg[t];
       }
+      m[g] = block_max;
+      l[g] = l[g] * alpha + sum;
+      float* a = acc[g];
+#pragma omp simd
+      for (int i = 0; i < D; ++i) a[i] *= alpha;
+    }
+    for (int t = 0; t < n; ++t) {
+      const float* vt = v + t * row_stride;
+      for (int g = 0; g < G; ++g) scale_add<D>(acc[g], 1.f, vt, p[g][t]);
     }
   }
   for (int g = 0; g < G; ++g) {
@@ -136,6 +155,7 @@ void paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Tensor v_ca
   const int64_t head_dim = query.size(2);
   const int64_t group = query.size(1) / k_cache.size(2);
   TORCH_CHECK(supports(head_dim, group), "paged_decode: unsupported head_dim/group");
+  TORCH_CHECK(k_cache.size(1) <= 128, "paged_decode: block_size above 128");
   DecodeFn fn = head_dim == 16   ? pick_group<16>(group)
                 : head_dim == 32 ? pick_group<32>(group)
                 : head_dim == 64 ? pick_group<64>(group)
