@@ -3,7 +3,7 @@
 from typing import Any
 
 from llm_operator.builders.context import BuildContext
-from llm_operator.names import child_labels
+from llm_operator.names import child_labels, selector_labels
 
 Obj = dict[str, Any]
 RUN_AS_ID = 10001
@@ -89,3 +89,17 @@ def http_probe(port: str, period_seconds: int, failure_threshold: int, timeout_s
 
 def image_pull_secrets(ctx: BuildContext) -> list[Obj]:
     return [{"name": name} for name in ctx.spec.image_pull_secrets]
+
+
+def http_service(ctx: BuildContext, name: str, component: str, port: int, **spec: Any) -> Obj:
+    """A Service exposing the component's pods' `http` port; `spec` adds fields (clusterIP, type)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(ctx, name, component),
+        "spec": {
+            **spec,
+            "selector": selector_labels(ctx.name, component),
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }

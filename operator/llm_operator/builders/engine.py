@@ -10,6 +10,7 @@ from llm_operator.builders.common import (
     cache_env,
     container_security_context,
     http_probe,
+    http_service,
     image_pull_secrets,
     metadata,
     pod_security_context,
@@ -49,18 +50,7 @@ def config_hash(config_map: Obj) -> str:
 
 def build_engine_service(ctx: BuildContext) -> Obj:
     """Headless: the router discovers each engine pod through this Service's EndpointSlices."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(ctx, engine_name(ctx.name), COMPONENT),
-        "spec": {
-            "clusterIP": "None",
-            "selector": selector_labels(ctx.name, COMPONENT),
-            "ports": [
-                {"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"}
-            ],
-        },
-    }
+    return http_service(ctx, engine_name(ctx.name), COMPONENT, ENGINE_PORT, clusterIP="None")
 
 
 def build_engine_deployment(ctx: BuildContext, config_map: Obj) -> Obj:

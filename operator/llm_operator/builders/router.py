@@ -6,6 +6,7 @@ from llm_operator.builders.common import (
     cache_env,
     container_security_context,
     http_probe,
+    http_service,
     image_pull_secrets,
     metadata,
     pod_security_context,
@@ -89,18 +90,7 @@ def _router_container(ctx: BuildContext) -> Obj:
 
 
 def build_router_service(ctx: BuildContext) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(ctx, router_name(ctx.name), COMPONENT),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector_labels(ctx.name, COMPONENT),
-            "ports": [
-                {"name": "http", "port": ROUTER_PORT, "targetPort": "http", "protocol": "TCP"}
-            ],
-        },
-    }
+    return http_service(ctx, router_name(ctx.name), COMPONENT, ROUTER_PORT, type="ClusterIP")
 
 
 def build_router_service_account(ctx: BuildContext) -> Obj:
