@@ -16,9 +16,13 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+import torch
+
 logger = logging.getLogger("pagedock.cpu_kernels")
 
-_SOURCES = [Path(__file__).parent / "csrc" / "paged_decode_cpu.cpp"]
+_CSRC = Path(__file__).parent / "csrc"
+_SOURCES = sorted(_CSRC.glob("*.cpp"))
+_HEADERS = sorted(_CSRC.glob("*.h"))
 
 
 def _cpu_identity() -> str:
@@ -40,7 +44,7 @@ def load_cpu_kernels() -> ModuleType | None:
         from torch.utils.cpp_extension import load
 
         digest = hashlib.sha256(_cpu_identity().encode())
-        for source in _SOURCES:
+        for source in [*_SOURCES, *_HEADERS]:
             digest.update(source.read_bytes())
         name = f"pagedock_cpu_{digest.hexdigest()[:12]}"
         return load(
@@ -55,3 +59,10 @@ def load_cpu_kernels() -> ModuleType | None:
     except Exception as e:  # any build failure means: use the torch path
         logger.warning("C++ CPU kernels unavailable (%s); using the torch attention path", e)
         return None
+
+
+def kernels_for(x: torch.Tensor) -> ModuleType | None:
+    """The compiled kernels when they apply to `x` (float32 on the CPU), else None."""
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        return None
+    return load_cpu_kernels()

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from engine.cpu_kernels import kernels_for
 from engine.model_config import ModelConfig
 
 
@@ -122,12 +123,18 @@ class RotaryEmbedding(torch.nn.Module):
 def apply_rotary(
     query: torch.Tensor, key: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """query [T, H, D], key [T, Hkv, D] -> rotated copies (HF's rotate-half convention)."""
+    """query [T, H, D], key [T, Hkv, D] -> rotated (HF's rotate-half convention). On CPU in
+    float32 the C++ kernel rotates them in place (they are the step's own QKV buffer);
+    elsewhere the result is a copy."""
     cos, sin = cos_sin
-    return _rotate(query, cos, sin), _rotate(key, cos, sin)
+    kernels = kernels_for(query)
+    if kernels is not None and key.dtype == query.dtype:
+        kernels.rotary_embedding_(query, key, cos, sin)
+        return query, key
+    return rotate_reference(query, cos, sin), rotate_reference(key, cos, sin)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rotate_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

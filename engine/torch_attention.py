@@ -151,14 +151,18 @@ class TorchAttentionBackend:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
-        write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
+        kernels = self.cpu_kernels if self._kernel_fits(query, k_cache) else None
+        if kernels is not None:
+            kernels.write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
+        else:
+            write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
         nd = meta.num_decodes
-        if not nd or not self._kernel_fits(query, k_cache):
+        if not nd or kernels is None:
             return paged_attention(query, key, value, k_cache, v_cache, meta, scale)
-        out = torch.empty_like(query)
-        assert self.cpu_kernels is not None
-        self.cpu_kernels.paged_decode(
-            query[:nd].contiguous(),
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+        # query may be a strided view into the QKV projection: the kernel reads it in place.
+        kernels.paged_decode(
+            query[:nd],
             k_cache,
             v_cache,
             meta.block_tables[:nd].contiguous(),

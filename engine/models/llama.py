@@ -11,31 +11,16 @@ import re
 from collections.abc import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from engine.activation import silu_and_mul
 from engine.attention import AttentionBackend, AttentionMetadata
 from engine.errors import ModelLoadError
+from engine.layernorm import RMSNorm
 from engine.model_config import ModelConfig
 from engine.rotary import RotaryEmbedding, apply_rotary
 
 CosSin = tuple[torch.Tensor, torch.Tensor]
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, hidden_size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:
-            # One fused kernel; bit-identical to the reference's float32 arithmetic.
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-        # Lower precisions normalise in float32, as the reference implementation does.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
 
 
 class LlamaAttention(nn.Module):
@@ -82,10 +67,7 @@ class LlamaMLP(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        # In place in the gate/up buffer: no two extra [tokens, intermediate] temporaries.
-        F.silu(gate, inplace=True)
-        return self.down_proj(gate.mul_(up))
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -100,12 +82,20 @@ class LlamaDecoderLayer(nn.Module):
         self,
         cos_sin: CosSin,
         hidden: torch.Tensor,
+        residual: torch.Tensor | None,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         meta: AttentionMetadata,
-    ) -> torch.Tensor:
-        # The residual stream is this layer's own tensor: add in place.
-        hidden = hidden.add_(self.self_attn(cos_sin, self.input_layernorm(hidden), kv_cache, meta))
-        return hidden.add_(self.mlp(self.post_attention_layernorm(hidden)))
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden, residual) in, (hidden, residual) out: each residual add is fused into the
+        norm that follows it. The first layer's residual is the embedding itself."""
+        if residual is None:
+            residual = hidden
+            hidden = self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm.add_and_norm(hidden, residual)
+        hidden = self.self_attn(cos_sin, hidden, kv_cache, meta)
+        hidden, residual = self.post_attention_layernorm.add_and_norm(hidden, residual)
+        return self.mlp(hidden), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -133,9 +123,12 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:  # [num_sampled, vocab_size], float32
         hidden = self.embed_tokens(input_ids)
         cos_sin = self.rotary.lookup(positions, hidden.dtype)
+        residual: torch.Tensor | None = None
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            hidden = layer(cos_sin, hidden, kv_cache, meta)
-        hidden = self.norm(hidden[sample_indices])
+            hidden, residual = layer(cos_sin, hidden, residual, kv_cache, meta)
+        assert residual is not None
+        # The last add and norm only at the rows that sample (indexing copies them).
+        hidden, _ = self.norm.add_and_norm(hidden[sample_indices], residual[sample_indices])
         return self.lm_head(hidden).float()
 
     # ---- weights -------------------------------------------------------------------------

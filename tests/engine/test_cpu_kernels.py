@@ -1,12 +1,15 @@
-"""The C++ paged decode kernel against the torch reference."""
+"""The C++ CPU kernels against their torch references."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from engine.cpu_kernels import load_cpu_kernels
-from engine.torch_attention import paged_decode_attention
+from engine.layernorm import rms_norm_reference
+from engine.rotary import rotate_reference
+from engine.torch_attention import paged_decode_attention, write_kv_cache
 
 kernels = load_cpu_kernels()
 pytestmark = pytest.mark.skipif(kernels is None, reason="no C++ toolchain to build the kernels")
@@ -51,3 +54,113 @@ def test_unsupported_shapes_are_reported_not_computed() -> None:
     assert kernels is not None
     assert not kernels.supports(96, 3)
     assert not kernels.supports(64, 9)
+
+
+def test_decode_reads_a_strided_query_in_place() -> None:
+    # The query is a view into the fused QKV projection: rows strided, heads contiguous.
+    torch.manual_seed(1)
+    seq_lens = [3, 40, 17]
+    k_cache, v_cache, tables = random_paged_cache(seq_lens, 16, 2, 64)
+    qkv = torch.randn(len(seq_lens), (6 + 2 + 2) * 64)
+    query = qkv[:, : 6 * 64].view(len(seq_lens), 6, 64)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    expected = paged_decode_attention(
+        query.contiguous(), k_cache, v_cache, tables, lens, max(seq_lens), 0.125
+    )
+    out = torch.full((len(seq_lens), 6, 64), float("nan"))
+    assert kernels is not None
+    kernels.paged_decode(query, k_cache, v_cache, tables, lens, 0.125, out)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_seqs", [1, 2, 64])
+def test_decode_splits_heads_when_sequences_are_few(num_seqs: int) -> None:
+    # One sequence with 8 KV heads is cut into per-head items; 64 are one item each.
+    torch.manual_seed(num_seqs)
+    seq_lens = [5 + 7 * i for i in range(num_seqs)]
+    k_cache, v_cache, tables = random_paged_cache(seq_lens, 16, 8, 32)
+    query = torch.randn(num_seqs, 8 * 2, 32)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    expected = paged_decode_attention(query, k_cache, v_cache, tables, lens, max(seq_lens), 0.2)
+    out = torch.full_like(query, float("nan"))
+    assert kernels is not None
+    kernels.paged_decode(query, k_cache, v_cache, tables, lens, 0.2, out)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_kv_cache_write_matches_index_copy_and_skips_padding_slots() -> None:
+    torch.manual_seed(2)
+    qkv = torch.randn(5, (4 + 2 + 2) * 32)
+    key = qkv[:, 4 * 32 : 6 * 32].view(5, 2, 32)
+    value = qkv[:, 6 * 32 :].view(5, 2, 32)
+    slots = torch.tensor([7, 0, -1, 33, 12])
+    k_cache, v_cache = torch.zeros(4, 16, 2, 32), torch.zeros(4, 16, 2, 32)
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    keep = slots >= 0
+    write_kv_cache(key[keep], value[keep], expected_k, expected_v, slots[keep])
+    assert kernels is not None
+    kernels.write_kv_cache(key, value, k_cache, v_cache, slots)
+    assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
+
+
+def test_kv_cache_write_rejects_a_slot_beyond_the_cache() -> None:
+    k_cache, v_cache = torch.zeros(2, 16, 1, 16), torch.zeros(2, 16, 1, 16)
+    key = torch.randn(1, 1, 16)
+    assert kernels is not None
+    with pytest.raises(RuntimeError, match="out of range"):
+        kernels.write_kv_cache(key, key, k_cache, v_cache, torch.tensor([32]))
+
+
+def test_rotary_rotates_strided_q_and_k_in_place_like_the_torch_expression() -> None:
+    torch.manual_seed(3)
+    tokens, heads, kv_heads, dim = 7, 4, 2, 64
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim)
+    q = qkv[:, : heads * dim].view(tokens, heads, dim)
+    k = qkv[:, heads * dim : (heads + kv_heads) * dim].view(tokens, kv_heads, dim)
+    cos, sin = torch.randn(tokens, 1, dim // 2), torch.randn(tokens, 1, dim // 2)
+    expected_q, expected_k = (
+        rotate_reference(q.clone(), cos, sin),
+        rotate_reference(k.clone(), cos, sin),
+    )
+    v_before = qkv[:, (heads + kv_heads) * dim :].clone()
+    assert kernels is not None
+    kernels.rotary_embedding_(q, k, cos, sin)
+    torch.testing.assert_close(q, expected_q, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(k, expected_k, rtol=1e-5, atol=1e-6)
+    assert torch.equal(qkv[:, (heads + kv_heads) * dim :], v_before)  # V untouched
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3, 300])
+def test_rms_norm_and_fused_add_match_torch(rows: int) -> None:
+    torch.manual_seed(rows)
+    x, residual, weight = torch.randn(rows, 576), torch.randn(rows, 576), torch.randn(576)
+    assert kernels is not None
+    torch.testing.assert_close(
+        kernels.rms_norm(x, weight, 1e-5), rms_norm_reference(x, weight, 1e-5)
+    )
+    expected_residual = residual + x
+    expected = rms_norm_reference(expected_residual, weight, 1e-5)
+    kernels.fused_add_rms_norm_(x, residual, weight, 1e-5)
+    torch.testing.assert_close(residual, expected_residual)
+    torch.testing.assert_close(x, expected)
+
+
+@pytest.mark.parametrize("rows", [0, 2, 257])
+def test_silu_and_mul_matches_torch(rows: int) -> None:
+    torch.manual_seed(rows)
+    gate_up = torch.randn(rows, 2 * 1536) * 4
+    gate, up = gate_up.chunk(2, dim=-1)
+    assert kernels is not None
+    torch.testing.assert_close(
+        kernels.silu_and_mul(gate_up), F.silu(gate) * up, rtol=1e-5, atol=1e-5
+    )
+
+
+def test_row_kernels_refuse_tensors_they_cannot_read() -> None:
+    assert kernels is not None
+    with pytest.raises(RuntimeError, match="float32"):
+        kernels.silu_and_mul(torch.randn(2, 8, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="contiguous"):
+        kernels.rms_norm(torch.randn(8, 4).t(), torch.ones(8), 1e-5)
+    with pytest.raises(RuntimeError, match="weight"):
+        kernels.rms_norm(torch.randn(2, 8), torch.ones(7), 1e-5)

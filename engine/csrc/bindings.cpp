@@ -1,0 +1,15 @@
+// One Python module for every C++ CPU kernel (torch's JIT builder compiles them together).
+#include <torch/extension.h>
+
+#include "cpu_ops.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("paged_decode", &paged_decode, "paged decode attention (float32)");
+  m.def("supports", &paged_decode_supports, "whether a head_dim / GQA group is compiled in");
+  m.def("write_kv_cache", &write_kv_cache, "scatter a step's K and V into their cache slots");
+  m.def("rotary_embedding_", &rotary_embedding_, "rotate-half rotary, in place on q and k");
+  m.def("rms_norm", &rms_norm, "RMSNorm of every row");
+  m.def("fused_add_rms_norm_", &fused_add_rms_norm_,
+        "residual += x, then x = RMSNorm(residual), in place");
+  m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up of a fused [gate | up] projection");
+}
