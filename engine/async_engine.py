@@ -11,6 +11,12 @@ for every output of the step together.
     abort()                                  engine.step()        (torch releases the GIL)
     _on_step()    <-- call_soon_threadsafe   outputs + stats + new KV event batches
 
+Where the loop runs: `start()` gives it a thread of its own (tests, embedding); `pagedock serve`
+instead runs it on the process's main thread (`run_on_this_thread`) with uvicorn on a second
+thread. Measured on 2 cores, torch's OpenMP regions entered from a non-main thread ran 7-25 %
+slower (the same decode work at batch 16: 171.6 against 184.7 generated tok/s), and that was most
+of the gap between online and offline throughput.
+
 Admission control lives here because only the step results say how many requests wait: the number
 waiting after the last step plus the adds queued since then must stay below `max_waiting`.
 """
@@ -83,8 +89,10 @@ class AsyncEngine:
         max_waiting: int | None = None,
         metrics: EngineMetrics | None = None,
         log_prompts: bool = False,
+        own_thread: bool = True,
     ) -> None:
         self.engine = engine
+        self.own_thread = own_thread
         self.max_waiting = max_waiting
         self.metrics = metrics
         self.log_prompts = log_prompts
@@ -96,24 +104,46 @@ class AsyncEngine:
         self._kv_seq = engine.kv_events.last_seq
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._running = False
+        self._loop_ready = threading.Event()
+        self._loop_done = threading.Event()
         self._dead: BaseException | None = None
 
     # ---- lifecycle (event loop) ---------------------------------------------------------------
 
     def start(self) -> None:
+        """Bind to the running event loop. With own_thread the engine loop starts on a new
+        thread; without, the thread blocked in `run_on_this_thread` takes it up."""
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="pagedock-engine", daemon=True)
-        self._thread.start()
+        self._running = True
+        if self.own_thread:
+            self._thread = threading.Thread(target=self._run, name="pagedock-engine", daemon=True)
+            self._thread.start()
+        self._loop_ready.set()
+
+    def run_on_this_thread(self, keep_waiting: Callable[[], bool]) -> bool:
+        """Wait for `start()` (own_thread=False), then run the engine loop here until shutdown.
+        Returns False if `keep_waiting()` turned false before the loop was started (the server
+        never came up)."""
+        while not self._loop_ready.wait(0.1):
+            if not keep_waiting():
+                return False
+        self._run()
+        return True
 
     async def shutdown(self, timeout_s: float = 10.0) -> None:
-        if self._thread is None:
+        if not self._running:
             return
+        self.request_stop()
+        await asyncio.to_thread(self._loop_done.wait, timeout_s)
+
+    def request_stop(self) -> None:
+        """Ask the engine loop to return at its next step boundary (from any thread)."""
         self._commands.put(_Command("stop"))
-        await asyncio.to_thread(self._thread.join, timeout_s)
 
     @property
     def is_alive(self) -> bool:
-        return self._dead is None and self._thread is not None and self._thread.is_alive()
+        return self._dead is None and self._running and not self._loop_done.is_set()
 
     @property
     def num_in_flight(self) -> int:
@@ -158,7 +188,7 @@ class AsyncEngine:
 
     def abort(self, request_id: str) -> None:
         """Stop a request at the next step boundary and free its blocks; a no-op once finished."""
-        if self._thread is None or request_id not in self._streams:
+        if not self._running or request_id not in self._streams:
             return
 
         def abort(engine: LLMEngine) -> RequestOutput | None:
@@ -184,7 +214,7 @@ class AsyncEngine:
         return await self.call(_take_kv_snapshot)
 
     def _check_admission(self) -> None:
-        if self._dead is not None or self._thread is None:
+        if self._dead is not None or not self._running:
             raise EngineDeadError("the engine loop is not running")
         if self.max_waiting is None:
             return
@@ -221,6 +251,8 @@ class AsyncEngine:
         except BaseException as e:  # the loop must report its death, whatever killed it
             logger.exception("the engine loop died")
             self._post(self._on_dead, e)
+        finally:
+            self._loop_done.set()
 
     def _take_commands(self) -> list[_Command]:
         commands: list[_Command] = []

@@ -1,14 +1,18 @@
 """`pagedock serve`: load the model, start the engine loop, serve HTTP until SIGTERM has drained.
 
-The engine loop runs on a thread of this process, not in a process of its own: on 2 cores the
-measured online throughput stays within a few percent of the offline engine (docs/server.md), the
-step's heavy work is torch kernels that release the GIL, and a process would add a pickle round
-trip of every step's outputs.
+The engine loop runs on this process's main thread and uvicorn's event loop on a second thread:
+torch's OpenMP regions are measurably slower when entered from a non-main thread (see
+engine/async_engine.py), the step's heavy work is kernels that release the GIL, and a process of
+its own would add a pickle round trip of every step's outputs. Signals arrive on the main thread,
+so the handlers installed here hand them to the server's drain (uvicorn installs none off the
+main thread).
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import uuid
 
 import uvicorn
@@ -27,10 +31,12 @@ logger = logging.getLogger("pagedock.server")
 _GRACEFUL_SHUTDOWN_S = 5
 
 
-def build_context(engine: LLMEngine, options: ServerOptions) -> ServerContext:
+def build_context(
+    engine: LLMEngine, options: ServerOptions, own_thread: bool = True
+) -> ServerContext:
     metrics = EngineMetrics(engine.served_model_name)
     max_waiting = options.max_waiting if options.max_waiting and options.max_waiting > 0 else None
-    async_engine = AsyncEngine(engine, max_waiting, metrics, options.log_prompts)
+    async_engine = AsyncEngine(engine, max_waiting, metrics, options.log_prompts, own_thread)
     return ServerContext(
         engine=async_engine,
         metrics=metrics,
@@ -46,7 +52,7 @@ def build_context(engine: LLMEngine, options: ServerOptions) -> ServerContext:
 def run_server(config: EngineConfig, options: ServerOptions) -> int:
     configure_logging(options.log_level)
     engine = LLMEngine(config)
-    ctx = build_context(engine, options)
+    ctx = build_context(engine, options, own_thread=False)
     uv_config = uvicorn.Config(
         build_app(ctx),
         host=options.host,
@@ -57,7 +63,20 @@ def run_server(config: EngineConfig, options: ServerOptions) -> int:
         timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
     )
     server = DrainingServer(uv_config, drain=lambda: drain(ctx), on_ready=lambda: _print_ready(ctx))
-    server.run()
+
+    def serve_http() -> None:
+        try:
+            server.run()
+        finally:  # a forced exit skips the app's shutdown: stop the engine loop from here too
+            ctx.engine.request_stop()
+
+    http = threading.Thread(target=serve_http, name="pagedock-http")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, server.handle_exit)
+    http.start()
+    # Returns once the app's shutdown stopped the engine loop (or at once if it never started).
+    ctx.engine.run_on_this_thread(keep_waiting=http.is_alive)
+    http.join()
     return 0 if server.started else 1
 
 
