@@ -85,7 +85,8 @@ def online(
     system: str = "pagedock",
     model: str | None = None,
 ) -> dict[str, Any]:
-    warmup = Workload("warm-up", workload.prompts[:2], max_tokens=4)
+    # Warm-up prompts of their own, so the measured requests find nothing in the prefix cache.
+    warmup = Workload("warm-up", [p[::-1] for p in workload.prompts[:2]], max_tokens=4)
     asyncio.run(run_load(url, warmup, concurrency=2, model=model))
     report = asyncio.run(run_load(url, workload, concurrency=concurrency, model=model))
     print(f"{system} online, concurrency {concurrency}: {report.summary()}", flush=True)
@@ -153,10 +154,11 @@ def main() -> None:
         print(f"pagedock serve healthy after {startup_s:.1f}s", flush=True)
         rss = PeakRSS(process.pid)
         try:
-            # Each run gets prompts of its own: a repeat would hit the prefix cache of the last.
+            # Each run gets token ids of its own (a repeat would hit the prefix cache of the
+            # last) but the offline run's prompt lengths: the same work, token for token.
             concurrencies = [args.concurrency, *args.also_concurrency]
             runs = [
-                online(url, workload_a(vocab, args.num_requests, seed=i), c)
+                online(url, workload_a(vocab, args.num_requests, content_seed=1 + i), c)
                 for i, c in enumerate(concurrencies)
             ]
         finally:

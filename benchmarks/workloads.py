@@ -21,15 +21,24 @@ class Workload:
         return len(self.prompts) * self.max_tokens
 
 
-def workload_a(vocab_size: int, num_requests: int = 64, seed: int = 0) -> Workload:
+def workload_a(
+    vocab_size: int, num_requests: int = 64, seed: int = 0, content_seed: int | None = None
+) -> Workload:
     """Workload A: 64 requests, synthetic prompts of 32-512 tokens, exactly 128 generated each
-    (greedy, ignore_eos). Token ids avoid the first 100 (special tokens live there)."""
+    (greedy, ignore_eos). Token ids avoid the first 100 (special tokens live there).
+
+    `seed` fixes the prompt lengths; `content_seed` (default: the same) the token ids. Repeat
+    runs against one server vary the content only, so they miss its prefix cache but do exactly
+    the same amount of work as the offline run."""
     rng = random.Random(seed)
     low = min(100, vocab_size // 4)
     prompts = [
         [rng.randrange(low, vocab_size) for _ in range(rng.randint(32, 512))]
         for _ in range(num_requests)
     ]
+    if content_seed is not None:
+        content = random.Random(content_seed)
+        prompts = [[content.randrange(low, vocab_size) for _ in p] for p in prompts]
     return Workload("A", prompts, max_tokens=128)
 
 
