@@ -34,9 +34,11 @@ from engine.model_loader import read_model_config
 from engine.model_registry import resolve_model
 
 
-def run_pagedock(model: str, workload: Workload, dtype: str) -> dict[str, Any]:
+def run_pagedock(
+    model: str, workload: Workload, dtype: str, device: str = "cpu", enforce_eager: bool = False
+) -> dict[str, Any]:
     started = time.perf_counter()
-    llm = LLM(model=model, dtype=dtype)
+    llm = LLM(model=model, dtype=dtype, device=device, enforce_eager=enforce_eager)
     load_s = time.perf_counter() - started
     params = SamplingParams(max_tokens=workload.max_tokens, temperature=0.0, ignore_eos=True)
     llm.generate(workload.prompts[:2], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
@@ -168,6 +170,10 @@ def main() -> None:
     parser.add_argument("--hf-requests", type=int, default=16)
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--enforce-eager", action="store_true", help="GPU: no CUDA graphs for decode steps"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -183,12 +189,15 @@ def main() -> None:
             f"{args.threads} threads; {flops / 1e12:.2f} TFLOP; float32 GEMM ceiling "
             f"{ceiling:.0f} GFLOP/s"
         )
-        results = [run_pagedock(model, workload, args.dtype)]
+        results = [run_pagedock(model, workload, args.dtype, args.device, args.enforce_eager)]
+        if args.device == "cuda":
+            results[-1]["system"] += " (eager)" if args.enforce_eager else " (CUDA graphs)"
         print(json.dumps(results[-1]))
-        if vllm_configured() and args.model == "smollm2-135m-instruct":
+        on_cpu = args.device == "cpu"
+        if on_cpu and vllm_configured() and args.model == "smollm2-135m-instruct":
             results.append(run_vllm_offline(workload, args.threads))
             print(json.dumps(results[-1]))
-        if not args.skip_hf:
+        if on_cpu and not args.skip_hf:
             started = time.perf_counter()
             hf = load_hf(model, getattr(torch, args.dtype))
             hf_load_s = time.perf_counter() - started
@@ -207,6 +216,8 @@ def main() -> None:
     print("\n" + overhead_line)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"offline_{args.model if '/' not in args.model else 'custom'}"
+    if not on_cpu:
+        stem += "_cuda_eager" if args.enforce_eager else "_cuda"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     (args.out / f"{stem}.md").write_text(
         f"Workload A offline, {args.model} {args.dtype}, {args.threads} threads, {stamp}, "

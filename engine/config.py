@@ -53,6 +53,8 @@ class EngineConfig:
     """Name the API reports; None = the built-in name or the model path's basename."""
     num_threads: int | None = None
     """torch intra-op threads on CPU; None = every core this process may use."""
+    enforce_eager: bool = False
+    """GPU: never capture CUDA graphs, run every step eagerly (CPU steps are always eager)."""
 
     def __post_init__(self) -> None:
         _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")

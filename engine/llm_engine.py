@@ -78,6 +78,12 @@ class LLMEngine:
             self.device,
             seed=config.seed,
         )
+        if self.device.type == "cuda" and not config.enforce_eager:
+            from engine.cuda_graph_runner import CudaCapture
+
+            self.runner.capture_decode_graphs(
+                config.max_num_seqs, self.max_model_len, CudaCapture()
+            )
         self.output_processor = OutputProcessor(self.tokenizer)
         self.parallel = ParallelSampling()
         self.kv_events = KVEventLog()

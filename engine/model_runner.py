@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from engine.attention import AttentionBackend
+from engine.cuda_graph_runner import DecodeGraphRunner, GraphCapture, is_graphable
 from engine.input_batch import build_model_inputs, order_decodes_first
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
@@ -34,6 +35,22 @@ class ModelRunner:
         self.sampler = Sampler(torch.Generator(device="cpu").manual_seed(seed))
         # Per-request generators for requests with their own seed; dropped when they finish.
         self.generators: dict[str, torch.Generator] = {}
+        self.graphs: DecodeGraphRunner | None = None
+
+    def capture_decode_graphs(
+        self, max_num_seqs: int, max_model_len: int, capturer: GraphCapture
+    ) -> None:
+        """From now on decode-only steps replay captured graphs (engine/cuda_graph_runner.py)."""
+        with torch.inference_mode():
+            self.graphs = DecodeGraphRunner(
+                self.model,
+                self.kv_caches,
+                max_num_seqs,
+                max_model_len,
+                self.block_size,
+                self.device,
+                capturer,
+            )
 
     @torch.inference_mode()
     def execute(self, output: SchedulerOutput) -> ModelRunnerOutput:
@@ -42,11 +59,18 @@ class ModelRunner:
         if output.is_empty:
             return ModelRunnerOutput({})
         batch = order_decodes_first(output.scheduled)
-        inputs = build_model_inputs(batch, self.block_size, self.device)
-        logits = self.model(
-            inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, inputs.sample_indices
-        )
-        sampling = inputs.sample_requests
+        if self.graphs is not None and is_graphable(batch, self.graphs.max_size):
+            logits, sampling = self.graphs.run(batch), batch
+        else:
+            inputs = build_model_inputs(batch, self.block_size, self.device)
+            logits = self.model(
+                inputs.input_ids,
+                inputs.positions,
+                self.kv_caches,
+                inputs.meta,
+                inputs.sample_indices,
+            )
+            sampling = inputs.sample_requests
         if not sampling:
             return ModelRunnerOutput({})
         tokens = self.sampler(logits.cpu(), build_sampling_tensors(sampling, self._generator_for))
