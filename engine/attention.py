@@ -17,8 +17,8 @@ KV cache, per layer, for K and for V:  [num_blocks, block_size, num_kv_heads, he
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 
@@ -40,6 +40,8 @@ class AttentionMetadata:
     # Host copies, so CPU code never synchronises on a device tensor to loop over sequences.
     query_start_loc_cpu: list[int]
     seq_lens_cpu: list[int]
+    # What a backend derives from the above once per step and reuses in every layer.
+    backend_cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_decode_tokens(self) -> int:

@@ -26,6 +26,7 @@ triton = pytest.importorskip("triton")
 from engine import torch_attention as ref  # noqa: E402
 from engine import triton_attention as tri  # noqa: E402
 from engine.attention import AttentionMetadata  # noqa: E402
+from tests.engine.attention_factories import attention_metadata, make_block_tables  # noqa: E402
 
 if DEVICE == "cpu" and not os.environ.get("TRITON_INTERPRET"):
     pytest.skip(
@@ -55,10 +56,6 @@ class Shape:
 SHAPES = [Shape(4, 4, 64, 16), Shape(8, 2, 128, 32), Shape(16, 2, 32, 16), Shape(8, 1, 16, 32)]
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def randn(*shape: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(*shape, generator=gen).to(device=DEVICE, dtype=dtype)
 
@@ -70,46 +67,10 @@ def make_cache(
     return randn(*dims, gen=gen, dtype=dtype), randn(*dims, gen=gen, dtype=dtype)
 
 
-def make_block_tables(
-    seq_lens: list[int], block_size: int, gen: torch.Generator
-) -> tuple[torch.Tensor, int]:
-    """Shuffled physical blocks per sequence, padded with 0 (one spare column); (table, pool size)."""
-    needed = [cdiv(n, block_size) for n in seq_lens]
-    num_blocks = sum(needed) + 3
-    free = torch.randperm(num_blocks, generator=gen).tolist()
-    table = torch.zeros(len(seq_lens), max(needed) + 1, dtype=torch.int32)
-    for s, n in enumerate(needed):
-        table[s, :n] = torch.tensor([free.pop() for _ in range(n)], dtype=torch.int32)
-    return table.to(DEVICE), num_blocks
-
-
 def make_metadata(
     query_lens: list[int], seq_lens: list[int], block_size: int, gen: torch.Generator
 ) -> tuple[AttentionMetadata, int]:
-    """A step's metadata (decodes are the leading query_len == 1 sequences); (meta, pool size)."""
-    block_tables, num_blocks = make_block_tables(seq_lens, block_size, gen)
-    starts = [0]
-    for n in query_lens:
-        starts.append(starts[-1] + n)
-    slots = []
-    for s, (q_len, seq_len) in enumerate(zip(query_lens, seq_lens, strict=True)):
-        for pos in range(seq_len - q_len, seq_len):
-            slots.append(int(block_tables[s, pos // block_size]) * block_size + pos % block_size)
-    num_decodes = next((i for i, n in enumerate(query_lens) if n != 1), len(query_lens))
-    meta = AttentionMetadata(
-        num_tokens=starts[-1],
-        num_seqs=len(seq_lens),
-        num_decodes=num_decodes,
-        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=DEVICE),
-        query_start_loc=torch.tensor(starts, dtype=torch.int32, device=DEVICE),
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
-        block_tables=block_tables,
-        max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens),
-        query_start_loc_cpu=starts,
-        seq_lens_cpu=list(seq_lens),
-    )
-    return meta, num_blocks
+    return attention_metadata(query_lens, seq_lens, block_size, gen, DEVICE)
 
 
 def poisoned(like: torch.Tensor) -> torch.Tensor:
@@ -160,7 +121,7 @@ def run_decode(
     shape: Shape, dtype: torch.dtype, num_splits: int | None, seq_lens: list[int]
 ) -> None:
     gen = torch.Generator().manual_seed(2)
-    block_tables, num_blocks = make_block_tables(seq_lens, shape.block_size, gen)
+    block_tables, num_blocks = make_block_tables(seq_lens, shape.block_size, gen, DEVICE)
     k_cache, v_cache = make_cache(shape, num_blocks, dtype, gen)
     query = randn(len(seq_lens), shape.num_heads, shape.head_dim, gen=gen, dtype=dtype)
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
