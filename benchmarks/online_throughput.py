@@ -122,6 +122,34 @@ def print_online_table(runs: list[dict[str, Any]]) -> None:
         )
 
 
+def save_online_chart(runs: list[dict[str, Any]], path: Path) -> None:
+    """Output tok/s, and TTFT / inter-token latency p50 and p99, per system and concurrency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['system']}\nc={r['concurrency']}" for r in runs]
+    panels = [
+        ("output tok/s (higher is better)", ["output_tok_s"]),
+        ("TTFT ms p50 / p99 (lower is better)", ["ttft_p50_ms", "ttft_p99_ms"]),
+        ("inter-token ms p50 / p99 (lower is better)", ["itl_p50_ms", "itl_p99_ms"]),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2 + 0.3 * len(runs)))
+    for ax, (title, keys) in zip(axes, panels, strict=True):
+        height = 0.8 / len(keys)
+        for k, key in enumerate(keys):
+            rows = [i + k * height for i in range(len(runs))]
+            ax.barh(rows, [r[key] for r in runs], height=height, label=key.split("_")[1])
+        ax.set_yticks([i + (len(keys) - 1) * height / 2 for i in range(len(runs))], labels)
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=9)
+        if len(keys) > 1:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -174,6 +202,7 @@ def main() -> None:
             print(f"online/offline at concurrency {run['concurrency']}: {ratio:.2f}")
     if args.json:
         args.json.write_text(json.dumps({"offline_tok_s": offline, "online": runs}, indent=2))
+        save_online_chart(runs, args.json.with_suffix(".png"))
 
 
 if __name__ == "__main__":

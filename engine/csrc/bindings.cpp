@@ -4,7 +4,10 @@
 #include "cpu_ops.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_decode", &paged_decode, "paged decode attention (float32)");
+  // The attention kernel runs for milliseconds a layer: let the server's event loop thread run
+  // meanwhile. The short elementwise ops keep the GIL (releasing costs more than they take).
+  m.def("paged_decode", &paged_decode, "paged decode attention (float32)",
+        py::call_guard<py::gil_scoped_release>());
   m.def("supports", &paged_decode_supports, "whether a head_dim / GQA group is compiled in");
   m.def("write_kv_cache", &write_kv_cache, "scatter a step's K and V into their cache slots");
   m.def("rotary_embedding_", &rotary_embedding_, "rotate-half rotary, in place on q and k");
