@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from engine.attention import AttentionMetadata
+from engine.input_batch import block_table_array
 from engine.scheduler_output import ScheduledRequest
 
 logger = logging.getLogger("pagedock.cuda_graphs")
@@ -190,10 +191,8 @@ class DecodeGraphRunner:
             dtype=np.int64,
             count=n,
         )
-        width = max(len(s.block_ids) for s in batch)
-        tables = np.zeros((n, width), dtype=np.int32)
-        for row, s in enumerate(batch):
-            tables[row, : len(s.block_ids)] = s.block_ids
+        tables = block_table_array(batch)
+        width = tables.shape[1]
         b = self.buffers
         b.input_ids[:n].copy_(torch.from_numpy(ids))
         b.positions[:n].copy_(torch.from_numpy(positions))

@@ -44,7 +44,7 @@ def build_model_inputs(
     num_tokens = int(query_start_loc[-1])
     seq_index = np.repeat(np.arange(num_seqs), query_lens)
     positions = starts[seq_index] + (np.arange(num_tokens) - query_start_loc[seq_index])
-    block_tables = _block_tables(batch)
+    block_tables = block_table_array(batch)
     slot_mapping = (
         block_tables[seq_index, positions // block_size].astype(np.int64) * block_size
         + positions % block_size
@@ -76,7 +76,8 @@ def build_model_inputs(
     )
 
 
-def _block_tables(batch: list[ScheduledRequest]) -> np.ndarray:
+def block_table_array(batch: list[ScheduledRequest]) -> np.ndarray:
+    """[len(batch), longest block list] int32: each request's block ids, padded with 0."""
     max_blocks = max(len(s.block_ids) for s in batch)
     tables = np.zeros((len(batch), max_blocks), dtype=np.int32)
     for row, s in enumerate(batch):

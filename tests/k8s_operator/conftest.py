@@ -14,6 +14,7 @@ from llm_operator.handlers import make_registry
 from llm_operator.settings import OperatorSettings
 
 from tests.k8s_operator.emulator import RESOURCES, Emulator
+from tests.kubeconfig import write_kubeconfig
 
 
 @pytest.fixture()
@@ -26,14 +27,7 @@ def cluster(kmock: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     """The emulator, its resources declared, and KUBECONFIG pointing at it."""
     for resource, info in RESOURCES.items():
         kmock.resources[resource] = info
-    kubeconfig = tmp_path / "kubeconfig"
-    server = str(kmock.url).rstrip("/")
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-        f"clusters: [{{name: test, cluster: {{server: '{server}'}}}}]\n"
-        "users: [{name: test, user: {token: test-token}}]\n"
-        "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     return kmock
 

@@ -16,6 +16,7 @@ import pytest
 import pytest_asyncio
 
 from router.discovery.kubernetes import KubernetesDiscovery
+from tests.kubeconfig import write_kubeconfig
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/team-a/endpointslices"
@@ -45,14 +46,7 @@ def cluster(kmock: kmock.KubernetesEmulator, tmp_path: Path, monkeypatch: pytest
         namespaced=True,
         verbs={"list", "watch", "get", "create", "patch", "delete"},
     )
-    kubeconfig = tmp_path / "kubeconfig"
-    server = str(kmock.url).rstrip("/")
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-        f"clusters: [{{name: test, cluster: {{server: '{server}'}}}}]\n"
-        "users: [{name: test, user: {token: test-token}}]\n"
-        "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     return kmock

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -56,12 +57,12 @@ def health_status(server: ServerProcess) -> int:
         return -1
 
 
-def test_sigterm_lets_in_flight_requests_finish_then_exits_zero(
-    make_server: list[ServerProcess], long_tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    server = start_draining_server(long_tiny_model_dir, tmp_path / "drain.log", drain_timeout=60)
-    make_server.append(server)
-    body = {"prompt": "abc", "max_tokens": 600, "ignore_eos": True, "stream": True}
+@contextmanager
+def streaming_then_sigterm(
+    server: ServerProcess, max_tokens: int
+) -> Iterator[tuple[httpx.Client, Iterator[str]]]:
+    """A long streaming request under way (its first chunk read), then SIGTERM to the server."""
+    body = {"prompt": "abc", "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
     with (
         httpx.Client(base_url=server.url, timeout=60) as client,
         client.stream("POST", "/v1/completions", json=body) as stream,
@@ -69,6 +70,15 @@ def test_sigterm_lets_in_flight_requests_finish_then_exits_zero(
         lines = stream.iter_lines()
         next(lines)
         server.terminate()
+        yield client, lines
+
+
+def test_sigterm_lets_in_flight_requests_finish_then_exits_zero(
+    make_server: list[ServerProcess], long_tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    server = start_draining_server(long_tiny_model_dir, tmp_path / "drain.log", drain_timeout=60)
+    make_server.append(server)
+    with streaming_then_sigterm(server, max_tokens=600) as (client, lines):
         assert wait_until(lambda: health_status(server) == 503)
         refused = client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 1})
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
@@ -81,13 +91,6 @@ def test_drain_timeout_aborts_what_is_left_and_still_exits_zero(
 ) -> None:
     server = start_draining_server(long_tiny_model_dir, tmp_path / "drain.log", drain_timeout=0.5)
     make_server.append(server)
-    body = {"prompt": "abc", "max_tokens": 4000, "ignore_eos": True, "stream": True}
-    with (
-        httpx.Client(base_url=server.url, timeout=60) as client,
-        client.stream("POST", "/v1/completions", json=body) as stream,
-    ):
-        lines = stream.iter_lines()
-        next(lines)
-        server.terminate()
+    with streaming_then_sigterm(server, max_tokens=4000) as (_, lines):
         assert last_finish_reason(lines) == "abort"
     assert server.wait_exit(timeout_s=30) == 0
