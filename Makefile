@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[engine,router,operator,dev]'
 	# Compile the C++ CPU kernels now (~30 s, once per machine), not on the first serve or test.
-	$(BIN)/python -c 'from engine.cpu_kernels import load_cpu_kernels; load_cpu_kernels()'
+	$(BIN)/python -c 'from engine.kernels.cpu_kernels import load_cpu_kernels; load_cpu_kernels()'
 	touch $(STAMP)
 
 test: $(STAMP)

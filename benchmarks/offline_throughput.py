@@ -30,8 +30,8 @@ from benchmarks.peers.vllm_runner import run_vllm_offline, vllm_configured
 from benchmarks.scheduler_overhead import measure_scheduler_overhead
 from benchmarks.workloads import Workload, workload_a
 from engine import LLM, SamplingParams
-from engine.model_loader import read_model_config
-from engine.model_registry import resolve_model
+from engine.loader.model_loader import read_model_config
+from engine.loader.registry import resolve_model
 
 
 def run_pagedock(
@@ -107,7 +107,7 @@ def run_hf(hf: Any, workload: Workload, batch_size: int, num_requests: int) -> d
 
 def resolve_benchmark_model(name: str, tmp: Path) -> str:
     if name == "tiny":
-        from engine.tiny_model import make_tiny_llama_dir
+        from tests.tiny_model import make_tiny_llama_dir
 
         # Bigger than the unit tests' model so the GEMMs, not Python, dominate a step.
         return str(

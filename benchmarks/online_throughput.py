@@ -161,8 +161,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     from benchmarks.offline_throughput import resolve_benchmark_model
-    from engine.model_loader import read_model_config
-    from engine.model_registry import resolve_model
+    from engine.loader.model_loader import read_model_config
+    from engine.loader.registry import resolve_model
 
     with tempfile.TemporaryDirectory() as tmp:
         model = resolve_benchmark_model(args.model, Path(tmp))

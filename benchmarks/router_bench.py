@@ -238,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overhead-requests", type=int, default=500)
     parser.add_argument("--overhead-only", action="store_true", help="only part 2 (prints, writes nothing)")  # fmt: skip
     args = parser.parse_args(argv)
-    from engine.tiny_model import make_tiny_llama_dir
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
+    from tests.tiny_model import make_tiny_llama_dir
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = make_tiny_llama_dir(Path(tmp) / "tiny")

@@ -6,14 +6,14 @@ import time
 
 import torch
 
-from engine.block_hash import root_hash
 from engine.config import EngineConfig
-from engine.input_batch import build_model_inputs, order_decodes_first
-from engine.request import Request
-from engine.sampling_batch import build_sampling_tensors
+from engine.core.block_hash import root_hash
+from engine.core.request import Request
+from engine.core.scheduler import Scheduler
+from engine.core.scheduler_output import ModelRunnerOutput, SampledToken
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.scheduler_output import ModelRunnerOutput, SampledToken
+from engine.worker.input_batch import build_model_inputs, order_decodes_first
+from engine.worker.sampling_batch import build_sampling_tensors
 
 
 def measure_scheduler_overhead(

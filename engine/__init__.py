@@ -1,7 +1,7 @@
 """pagedock's inference engine.
 
 Importing `engine` is cheap and torch-free: the router and the operator import the shared,
-torch-free modules (`engine.block_hash`, `engine.errors`, ...) without pulling in torch. The heavy
+torch-free modules (`engine.core.block_hash`, `engine.errors`, ...) without pulling in torch. The heavy
 names below are resolved lazily on first use.
 """
 

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from engine.core.kv_events import KVEventBatch
 from engine.errors import EngineDeadError, PagedockError, UnknownRequestError
-from engine.kv_events import KVEventBatch
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.server.request_metrics import record_finished, record_output
@@ -42,7 +42,7 @@ from engine.server.request_stream import RequestStream
 
 if TYPE_CHECKING:
     from engine.llm_engine import EngineStats, LLMEngine
-    from engine.metrics import EngineMetrics
+    from engine.server.metrics import EngineMetrics
 
 logger = logging.getLogger("pagedock.async_engine")
 T = TypeVar("T")

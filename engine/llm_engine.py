@@ -10,22 +10,22 @@ from pathlib import Path
 
 import torch
 
-from engine.attention import get_attention_backend
-from engine.block_hash import root_hash
+from engine.attention.backend import get_attention_backend
 from engine.config import DEFAULT_CPU_KV_CACHE_MEMORY, EngineConfig
+from engine.core.block_hash import root_hash
+from engine.core.kv_events import KVEventLog
+from engine.core.request import Request, RequestStatus
+from engine.core.scheduler import Scheduler
+from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from engine.errors import InvalidRequestError, PromptTooLongError
-from engine.kv_events import KVEventLog
-from engine.model_loader import load_model, read_model_config
-from engine.model_registry import resolve_model
-from engine.model_runner import ModelRunner, kv_cache_bytes_per_block
+from engine.loader.model_loader import load_model, read_model_config
+from engine.loader.registry import resolve_model
 from engine.output_processor import OutputProcessor
 from engine.outputs import RequestOutput
 from engine.parallel_sampling import ParallelSampling, child_params, child_request_id
-from engine.request import Request, RequestStatus
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
+from engine.worker.model_runner import ModelRunner, kv_cache_bytes_per_block
 
 logger = logging.getLogger("pagedock.engine")
 
@@ -79,7 +79,7 @@ class LLMEngine:
             seed=config.seed,
         )
         if self.device.type == "cuda" and not config.enforce_eager:
-            from engine.cuda_graph_runner import CudaCapture
+            from engine.worker.cuda_graph_runner import CudaCapture
 
             self.runner.capture_decode_graphs(
                 config.max_num_seqs, self.max_model_len, CudaCapture()

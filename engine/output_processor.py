@@ -7,13 +7,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from engine.core.scheduler_output import EngineCoreOutput, SampledToken
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.scheduler_output import EngineCoreOutput, SampledToken
 
 if TYPE_CHECKING:
-    from engine.detokenizer import IncrementalDetokenizer
-    from engine.tokenizer import Tokenizer
+    from engine.text.detokenizer import IncrementalDetokenizer
+    from engine.text.tokenizer import Tokenizer
 
 
 @dataclass
@@ -51,7 +51,7 @@ class OutputProcessor:
     ) -> None:
         detok = None
         if self.tokenizer is not None:
-            from engine.detokenizer import IncrementalDetokenizer
+            from engine.text.detokenizer import IncrementalDetokenizer
 
             detok = IncrementalDetokenizer(
                 self.tokenizer,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from engine.core.request import Request
 from engine.outputs import RequestOutput
-from engine.request import Request
 from engine.sampling_params import SamplingParams
 
 CHILD_SEPARATOR = "#"

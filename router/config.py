@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.errors import InvalidRequestError
-from engine.model_registry import DEFAULT_MODEL
+from engine.loader.registry import DEFAULT_MODEL
 
 POLICIES = ("prefix-aware", "round-robin", "least-loaded", "session")
 DISCOVERIES = ("static", "k8s")

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
-from engine.block_hash import BlockHash
+from engine.core.block_hash import BlockHash
 
 
 class KVIndex:

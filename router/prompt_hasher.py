@@ -13,12 +13,12 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.block_hash import BlockHash, hash_blocks
+from engine.core.block_hash import BlockHash, hash_blocks
 from engine.errors import ModelLoadError, PagedockError
-from engine.hf_hub import HF_SCHEME
-from engine.model_registry import resolve_model
+from engine.loader.hub import HF_SCHEME
+from engine.loader.registry import resolve_model
 from engine.protocol import ChatCompletionRequest, CompletionRequest
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 
 logger = logging.getLogger("pagedock.router")
 _TOKENIZE_ERRORS = (PagedockError, UnicodeError, TypeError, ValueError, OverflowError)

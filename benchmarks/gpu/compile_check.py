@@ -26,7 +26,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from engine import triton_attention as tri
+from engine.attention import triton_attention as tri
 
 INT32_POINTERS = {"block_tables_ptr", "seq_lens_ptr", "query_start_loc_ptr"}
 FP32_POINTERS = {"part_acc_ptr", "part_max_ptr", "part_sum_ptr"}

@@ -135,7 +135,7 @@ def make_batch(case: Case, dtype: torch.dtype) -> Batch:
 @contextmanager
 def config(**values: int) -> Iterator[None]:
     """Temporarily override the module's tile constants (DECODE_BLOCK_N, PREFILL_NUM_WARPS...)."""
-    from engine import triton_attention as tri
+    from engine.attention import triton_attention as tri
 
     saved = {name: getattr(tri, name) for name in values}
     for name, value in values.items():
@@ -154,8 +154,8 @@ def report(label: str, ms: float, num_bytes: int, copy_gbs: float, extra: str = 
 
 
 def bench_decode(case: Case, dtype: torch.dtype, copy_gbs: float, sweep: bool) -> float:
-    from engine import torch_attention as ref
-    from engine import triton_attention as tri
+    from engine.attention import torch_attention as ref
+    from engine.attention import triton_attention as tri
 
     b = make_batch(case, dtype)
     scale = case.head_dim**-0.5
@@ -191,7 +191,7 @@ def bench_decode(case: Case, dtype: torch.dtype, copy_gbs: float, sweep: bool) -
 def bench_prefill(case: Case, dtype: torch.dtype, copy_gbs: float, sweep: bool) -> None:
     import torch.nn.functional as F
 
-    from engine import triton_attention as tri
+    from engine.attention import triton_attention as tri
 
     b = make_batch(case, dtype)
     scale = case.head_dim**-0.5
@@ -232,7 +232,7 @@ def bench_prefill(case: Case, dtype: torch.dtype, copy_gbs: float, sweep: bool) 
 
 
 def bench_write(dtype: torch.dtype, copy_gbs: float) -> None:
-    from engine import triton_attention as tri
+    from engine.attention import triton_attention as tri
 
     case = Case(f"cache write {WRITE_TOKENS} tokens d128 kv8", 8, 0, WRITE_TOKENS // 8, 8, 8, 128)
     b = make_batch(case, dtype)

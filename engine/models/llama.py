@@ -13,12 +13,12 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from engine.activation import silu_and_mul
-from engine.attention import AttentionBackend, AttentionMetadata
+from engine.attention.backend import AttentionBackend, AttentionMetadata
 from engine.errors import ModelLoadError
-from engine.layernorm import RMSNorm
-from engine.model_config import ModelConfig
-from engine.rotary import RotaryEmbedding, apply_rotary
+from engine.layers.activation import silu_and_mul
+from engine.layers.norm import RMSNorm
+from engine.layers.rotary import RotaryEmbedding, apply_rotary
+from engine.models.model_config import ModelConfig
 
 CosSin = tuple[torch.Tensor, torch.Tensor]
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request, Response
 
+from engine.core.scheduler_output import SampledToken
 from engine.protocol import (
     CompletionChoice,
     CompletionLogprobs,
@@ -15,7 +16,6 @@ from engine.protocol import (
     UsageInfo,
     now_s,
 )
-from engine.scheduler_output import SampledToken
 from engine.server.context import ServerContext
 from engine.server.errors import to_api_error
 from engine.server.generation import ChoiceDelta, Generation

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.async_engine import AsyncEngine
-    from engine.kv_events_stream import KVEventHub
-    from engine.metrics import EngineMetrics
-    from engine.tokenizer import Tokenizer
+    from engine.server.kv_events_stream import KVEventHub
+    from engine.server.metrics import EngineMetrics
+    from engine.text.tokenizer import Tokenizer
 
 
 @dataclass

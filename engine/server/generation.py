@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
+from engine.core.scheduler_output import SampledToken
 from engine.outputs import CompletionOutput, RequestOutput
 from engine.protocol import PromptTokensDetails, UsageInfo
 from engine.sampling_params import SamplingParams
-from engine.scheduler_output import SampledToken
 from engine.server.context import ServerContext
 from engine.server.errors import GenerationError
 from engine.server.request_stream import RequestStream

@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from engine.core.scheduler_output import SampledToken
 from engine.protocol import ChatChoiceLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
-from engine.scheduler_output import SampledToken
 
 if TYPE_CHECKING:
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
 
 # JSON has no -inf; OpenAI reports a token the model gives no chance at as -9999.
 _MIN_LOGPROB = -9999.0

@@ -15,7 +15,7 @@ from engine.protocol import PromptInput
 from engine.server.generation import Prompt
 
 if TYPE_CHECKING:
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
 
 
 def require_tokenizer(tokenizer: Tokenizer | None, param: str) -> Tokenizer:

@@ -10,7 +10,7 @@ from engine.server.request_log import log_request_finished
 from engine.server.request_stream import RequestStream
 
 if TYPE_CHECKING:
-    from engine.metrics import EngineMetrics
+    from engine.server.metrics import EngineMetrics
 
 
 def record_output(
@@ -44,7 +44,7 @@ def record_finished(
     log_request_finished(stream, now, log_prompts)
     if metrics is None:
         return
-    from engine.metrics import FinishedRequest
+    from engine.server.metrics import FinishedRequest
 
     scheduled = None if output.metrics is None else output.metrics.first_scheduled_time
     queue_s = None if scheduled is None else scheduled - stream.timing.arrival_time

@@ -19,12 +19,12 @@ import uvicorn
 
 from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
-from engine.kv_events_stream import KVEventHub
 from engine.llm_engine import LLMEngine
-from engine.metrics import EngineMetrics
 from engine.server.app import build_app
 from engine.server.context import ServerContext, ServerOptions
 from engine.server.drain import DrainingServer, drain
+from engine.server.kv_events_stream import KVEventHub
+from engine.server.metrics import EngineMetrics
 
 logger = logging.getLogger("pagedock.server")
 # Seconds uvicorn waits for open connections once the drain is over.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import AttentionMetadata
+from engine.attention.backend import AttentionMetadata
 
 
 def cdiv(a: int, b: int) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine.tiny_model import TINY_VOCAB, make_tiny_llama_dir
+from tests.tiny_model import TINY_VOCAB, make_tiny_llama_dir
 
 
 @pytest.fixture(scope="session")
@@ -54,9 +54,9 @@ def prefill_logits(llm: Any, prompt: list[int]) -> Any:
     """pagedock's logits at every position of a fresh prompt (one prefill, no sampling)."""
     import torch
 
-    from engine.input_batch import build_model_inputs
+    from engine.core.scheduler_output import ScheduledRequest
     from engine.sampling_params import SamplingParams
-    from engine.scheduler_output import ScheduledRequest
+    from engine.worker.input_batch import build_model_inputs
 
     engine = llm.engine
     num_blocks = -(-len(prompt) // engine.config.block_size)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from engine.block_hash import root_hash
 from engine.config import EngineConfig
-from engine.request import Request
+from engine.core.block_hash import root_hash
+from engine.core.request import Request
+from engine.core.scheduler import Scheduler
+from engine.core.scheduler_output import ModelRunnerOutput, SampledToken, SchedulerOutput
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.scheduler_output import ModelRunnerOutput, SampledToken, SchedulerOutput
 
 ROOT = root_hash("test-model")
 EOS = 2

@@ -1,6 +1,6 @@
-from engine.block_hash import hash_block
-from engine.block_pool import BlockPool
-from engine.kv_events import BlockRemoved, BlockStored
+from engine.core.block_hash import hash_block
+from engine.core.block_pool import BlockPool
+from engine.core.kv_events import BlockRemoved, BlockStored
 from tests.engine.factories import ROOT
 
 

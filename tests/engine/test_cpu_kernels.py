@@ -6,15 +6,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import torch_attention
-from engine.cpu_kernels import load_cpu_kernels
-from engine.layernorm import rms_norm_reference
-from engine.rotary import rotate_reference
-from engine.torch_attention import (
+from engine.attention import torch_attention
+from engine.attention.torch_attention import (
     TorchAttentionBackend,
     paged_decode_attention,
     write_kv_cache,
 )
+from engine.kernels.cpu_kernels import load_cpu_kernels
+from engine.layers.norm import rms_norm_reference
+from engine.layers.rotary import rotate_reference
 from tests.engine.attention_factories import attention_metadata
 
 kernels = load_cpu_kernels()

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
-from engine.cpu_kernels import load_cpu_kernels
-from engine.cuda_graph_runner import EagerCapture, capture_sizes, is_graphable
+from engine.kernels.cpu_kernels import load_cpu_kernels
+from engine.worker.cuda_graph_runner import EagerCapture, capture_sizes, is_graphable
 from tests.engine.conftest import hf_greedy, make_prompts
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
@@ -35,7 +35,7 @@ def test_capture_sizes_cover_every_batch_up_to_the_largest() -> None:
 
 
 def test_only_decode_only_steps_small_enough_take_the_graph_path(tiny_model_dir: Path) -> None:
-    from engine.scheduler_output import ScheduledRequest
+    from engine.core.scheduler_output import ScheduledRequest
 
     def scheduled(tokens: int, do_sample: bool = True) -> ScheduledRequest:
         return ScheduledRequest("r", [5] * tokens, 10, [0], do_sample, GREEDY, [], [])

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from engine import LLM
-from engine.tiny_model import make_tiny_llama_dir
 from tests.engine.conftest import make_prompts, prefill_logits
+from tests.tiny_model import make_tiny_llama_dir
 
 SCALINGS: dict[str, dict[str, Any]] = {
     "linear": {"rope_type": "linear", "factor": 4.0},

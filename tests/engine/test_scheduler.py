@@ -1,4 +1,4 @@
-from engine.request import RequestStatus
+from engine.core.request import RequestStatus
 from tests.engine.factories import (
     EOS,
     fake_runner_output,

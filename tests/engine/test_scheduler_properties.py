@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine.request import RequestStatus
-from engine.scheduler_output import ModelRunnerOutput, SampledToken
+from engine.core.request import RequestStatus
+from engine.core.scheduler_output import ModelRunnerOutput, SampledToken
 from tests.engine.factories import EOS, make_request, make_scheduler
 
 SHARED_PREFIXES = [list(range(500, 532)), list(range(600, 648))]

@@ -1,4 +1,4 @@
-"""The Triton attention kernels against the torch reference (engine.torch_attention).
+"""The Triton attention kernels against the torch reference (engine.attention.torch_attention).
 
 On CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, set here before triton is
 imported) in fp32. With PAGEDOCK_TEST_DEVICE=cuda they are compiled and run on the GPU in fp16
@@ -23,9 +23,9 @@ import torch  # noqa: E402
 
 triton = pytest.importorskip("triton")
 
-from engine import torch_attention as ref  # noqa: E402
-from engine import triton_attention as tri  # noqa: E402
-from engine.attention import AttentionMetadata  # noqa: E402
+from engine.attention import torch_attention as ref  # noqa: E402
+from engine.attention import triton_attention as tri  # noqa: E402
+from engine.attention.backend import AttentionMetadata  # noqa: E402
 from tests.engine.attention_factories import attention_metadata, make_block_tables  # noqa: E402
 
 if DEVICE == "cpu" and not os.environ.get("TRITON_INTERPRET"):
@@ -256,14 +256,14 @@ def test_engine_imports_without_triton() -> None:
     code = (
         "import sys\n"
         "sys.modules['triton'] = None\n"
-        "import torch, engine, engine.attention, engine.torch_attention\n"
-        "engine.attention.get_attention_backend(torch.device('cpu'))\n"
+        "import torch, engine, engine.attention.backend, engine.attention.torch_attention\n"
+        "engine.attention.backend.get_attention_backend(torch.device('cpu'))\n"
         "try:\n"
-        "    import engine.triton_attention\n"
+        "    import engine.attention.triton_attention\n"
         "except ImportError as e:\n"
         "    assert 'pip install' in str(e), e\n"
         "else:\n"
-        "    raise AssertionError('engine.triton_attention imported without triton')\n"
+        "    raise AssertionError('engine.attention.triton_attention imported without triton')\n"
     )
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 from tests.router.live import (
     Process,
     metric_sum,
@@ -36,7 +36,7 @@ HITS = "vllm:prefix_cache_hits_total"
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.tiny_model import make_tiny_llama_dir
+    from tests.tiny_model import make_tiny_llama_dir
 
     return make_tiny_llama_dir(tmp_path_factory.mktemp("tiny"))
 

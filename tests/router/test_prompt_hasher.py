@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.block_hash import hash_blocks, root_hash
+from engine.core.block_hash import hash_blocks, root_hash
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.server.prompts import completion_prompts, render_chat
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 from router.prompt_hasher import PromptHasher, load_tokenizer
 
 MESSAGES = [
@@ -20,7 +20,7 @@ MESSAGES = [
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
-    from engine.tiny_model import make_tiny_llama_dir
+    from tests.tiny_model import make_tiny_llama_dir
 
     return Tokenizer.from_hf_dir(make_tiny_llama_dir(tmp_path_factory.mktemp("tiny")))
 
@@ -70,7 +70,7 @@ def test_without_a_tokenizer_text_cannot_be_hashed_but_token_ids_can() -> None:
 
 def test_the_engine_publishes_its_root_hash_in_the_kv_snapshot(tmp_path: Path) -> None:
     from engine.async_engine import KVSnapshot
-    from engine.kv_events_stream import encode_snapshot
+    from engine.server.kv_events_stream import encode_snapshot
 
     line = encode_snapshot(KVSnapshot(seq=3, block_size=16, block_hashes=[b"\x01" * 32]), "i", root_hash=b"\x02".hex())  # fmt: skip
     assert b'"root_hash":"02"' in line

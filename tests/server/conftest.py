@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from engine.config import EngineConfig
-from engine.tiny_model import make_tiny_llama_dir
 from tests.server.inprocess_server import InProcessServer
 from tests.server.server_process import ServerProcess, start_server
+from tests.tiny_model import make_tiny_llama_dir
 
 # The shared tiny server's KV pool: small enough that a random workload evicts blocks.
 TINY_NUM_KV_BLOCKS = 256

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="session")

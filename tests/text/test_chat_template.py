@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from engine.chat_template import ChatTemplate, render_chat_template
 from engine.errors import InvalidRequestError, ModelLoadError
-from engine.tokenizer import Tokenizer
+from engine.text.chat_template import ChatTemplate, render_chat_template
+from engine.text.tokenizer import Tokenizer
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 CONVERSATIONS = {

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as BackendTokenizer
 
-from engine.detokenizer import (
+from engine.text.detokenizer import (
     IncrementalDetokenizer,
     StopStringMatcher,
     find_stop_string,
     partial_stop_length,
 )
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 from tests.text.test_tokenizer import SAMPLES
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engine.errors import ModelLoadError
-from engine.gguf_loader import iter_gguf_weights, read_gguf_config
+from engine.loader.gguf_loader import iter_gguf_weights, read_gguf_config
 from tests.text.factories import TINY_TOKENS, tiny_llama_weights, write_tiny_gguf
 
 

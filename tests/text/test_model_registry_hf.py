@@ -21,9 +21,9 @@ import pytest
 from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 
 from engine.errors import ModelLoadError
-from engine.hf_hub import HfSource, parse_hf_uri
-from engine.model_registry import resolve_model
-from engine.tiny_model import make_tiny_llama_dir
+from engine.loader.hub import HfSource, parse_hf_uri
+from engine.loader.registry import resolve_model
+from tests.tiny_model import make_tiny_llama_dir
 
 REPO_URI = "hf://acme/tiny-llama"
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from engine.errors import ModelLoadError
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 from tests.text.factories import tiny_llama_weights, write_tiny_gguf
 
 SAMPLES = {

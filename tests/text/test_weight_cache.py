@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine import gguf_weight_cache
-from engine.gguf_loader import iter_gguf_weights
+from engine.loader import gguf_weight_cache
+from engine.loader.gguf_loader import iter_gguf_weights
 from tests.text.factories import TINY_TOKENS, tiny_llama_weights, write_tiny_gguf
 
 

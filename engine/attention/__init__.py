@@ -1,0 +1,1 @@
+"""Attention backends: the interface, the torch/C++ backend (CPU) and the Triton backend (GPU)."""

@@ -1,0 +1,138 @@
+"""Which blocks each request holds: prefix lookup, slot allocation per step, caching, freeing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.core.block_hash import BlockHash
+from engine.core.block_pool import BlockPool
+from engine.core.kv_cache_block import KVCacheBlock
+from engine.core.request import Request
+
+
+@dataclass
+class PrefixCacheStats:
+    """Prompt tokens looked up in the prefix cache and tokens found there."""
+
+    queries: int = 0
+    hits: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.queries if self.queries else 0.0
+
+
+class KVCacheManager:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        root_hash: BlockHash,
+        enable_caching: bool = True,
+    ) -> None:
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.root_hash = root_hash
+        self.pool = BlockPool(num_blocks, block_size, enable_caching)
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        # The same blocks as ids, kept incrementally: the block table the runner reads each step.
+        self.req_to_block_ids: dict[str, list[int]] = {}
+        # How many leading blocks of each request are already published in the prefix cache.
+        self.num_cached_blocks: dict[str, int] = {}
+        self.prefix_cache_stats = PrefixCacheStats()
+
+    @property
+    def usage(self) -> float:
+        return self.pool.usage
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
+        """The longest run of the request's leading blocks already cached, and its token count.
+
+        A full hit still leaves the last token to compute, so there are logits to sample from:
+        the lookup stops one token short of the request's length.
+        """
+        if not self.enable_caching:
+            return [], 0
+        request.update_block_hashes(self.block_size, self.root_hash)
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        blocks: list[KVCacheBlock] = []
+        for block_hash in request.block_hashes[:max_blocks]:
+            block = self.pool.get_cached_block(block_hash)
+            if block is None:
+                break
+            blocks.append(block)
+        num_tokens = len(blocks) * self.block_size
+        self.prefix_cache_stats.queries += request.num_tokens
+        self.prefix_cache_stats.hits += num_tokens
+        return blocks, num_tokens
+
+    def can_fit(self, num_tokens: int) -> bool:
+        """Whether a request of num_tokens could ever be held, with the whole pool to itself."""
+        return self._blocks_for(num_tokens) <= self.pool.num_blocks
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        new_computed_blocks: list[KVCacheBlock] | None = None,
+        num_new_computed_tokens: int = 0,
+    ) -> list[KVCacheBlock] | None:
+        """Make room for num_new_tokens beyond what the request (and its prefix hit) covers.
+
+        Returns the newly allocated blocks, or None (and changes nothing) when the pool can't
+        serve the request now: the scheduler then preempts or waits.
+        """
+        computed = new_computed_blocks or []
+        held = self.req_to_blocks.get(request.request_id, [])
+        total_tokens = request.num_computed_tokens + num_new_computed_tokens + num_new_tokens
+        num_new_blocks = max(self._blocks_for(total_tokens) - len(held) - len(computed), 0)
+        # Prefix-hit blocks sitting in the free queue stop being allocatable once touched.
+        num_revived = sum(1 for block in computed if block.ref_cnt == 0)
+        if num_new_blocks + num_revived > self.pool.num_free_blocks:
+            return None
+        self.pool.touch(computed)
+        new_blocks = self.pool.get_new_blocks(num_new_blocks)
+        blocks = self.req_to_blocks.setdefault(request.request_id, [])
+        blocks.extend(computed)
+        blocks.extend(new_blocks)
+        block_ids = self.req_to_block_ids.setdefault(request.request_id, [])
+        block_ids.extend(block.block_id for block in computed)
+        block_ids.extend(block.block_id for block in new_blocks)
+        if computed:
+            # Blocks found in the cache are already published.
+            self.num_cached_blocks[request.request_id] = len(blocks) - len(new_blocks)
+        return new_blocks
+
+    def cache_blocks(self, request: Request) -> None:
+        """Publish the request's blocks that its computed tokens have filled."""
+        if not self.enable_caching:
+            return
+        request_id = request.request_id
+        num_full = request.num_computed_tokens // self.block_size
+        num_cached = self.num_cached_blocks.get(request_id, 0)
+        if num_full <= num_cached:
+            return
+        request.update_block_hashes(self.block_size, self.root_hash)
+        blocks = self.req_to_blocks[request_id]
+        parent = request.block_hashes[num_cached - 1] if num_cached else None
+        self.pool.cache_full_blocks(
+            blocks[num_cached:num_full], request.block_hashes[num_cached:num_full], parent
+        )
+        self.num_cached_blocks[request_id] = num_full
+
+    def free(self, request: Request) -> None:
+        """Return the request's blocks; its last blocks (least likely shared) are evicted first."""
+        blocks = self.req_to_blocks.pop(request.request_id, [])
+        self.req_to_block_ids.pop(request.request_id, None)
+        self.num_cached_blocks.pop(request.request_id, None)
+        self.pool.free_blocks(reversed(blocks))
+
+    def get_block_ids(self, request_id: str) -> list[int]:
+        """The request's block table (a live list: read it before the next allocation)."""
+        return self.req_to_block_ids.get(request_id, [])
+
+    def num_blocks_of(self, request_id: str) -> int:
+        return len(self.req_to_blocks.get(request_id, ()))
+
+    def _blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)

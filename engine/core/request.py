@@ -1,0 +1,113 @@
+"""A request's state as the scheduler sees it: token ids, progress, status."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Sequence
+
+from engine.core.block_hash import BlockHash, hash_blocks
+from engine.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.IntEnum):
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    # Everything after PREEMPTED is finished.
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+    FINISHED_ERROR = enum.auto()
+
+    @property
+    def is_finished(self) -> bool:
+        return self > RequestStatus.PREEMPTED
+
+    @property
+    def finish_reason(self) -> str | None:
+        return _FINISH_REASONS.get(self)
+
+
+_FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_ERROR: "error",
+}
+
+
+class Request:
+    """One sequence being generated.
+
+    The one progress rule: the scheduler only ever closes the gap between `num_computed_tokens`
+    (tokens whose KV is in the cache) and `num_tokens` (prompt + generated). Prefill, a prefill
+    chunk, a decode step, a prefix-cache hit and a recompute after preemption are all that gap.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        sampling_params: SamplingParams,
+        max_tokens: int,
+        eos_token_ids: Sequence[int] = (),
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.sampling_params = sampling_params
+        # Resolved from sampling_params.max_tokens and the model's context length.
+        self.max_tokens = max_tokens
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.stop_token_ids = frozenset(sampling_params.stop_token_ids)
+        self.priority = priority
+        self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        self.status = RequestStatus.WAITING
+        self.output_token_ids: list[int] = []
+        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self.num_computed_tokens = 0
+        # Prompt tokens found in the prefix cache when the request was first scheduled.
+        self.num_cached_tokens = -1
+        self.num_preemptions = 0
+        self.block_hashes: list[BlockHash] = []
+        self.stop_reason: int | str | None = None
+        self.first_token_time: float | None = None
+        self.scheduled_time: float | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    def append_output_token(self, token_id: int) -> None:
+        self.output_token_ids.append(token_id)
+        self.all_token_ids.append(token_id)
+
+    def update_block_hashes(self, block_size: int, root: BlockHash) -> None:
+        """Extend the chain of full-block hashes to cover every full block of all_token_ids."""
+        start = len(self.block_hashes)
+        if (start + 1) * block_size > self.num_tokens:
+            return
+        parent = self.block_hashes[-1] if self.block_hashes else root
+        self.block_hashes.extend(
+            hash_blocks(self.all_token_ids, block_size, root, parent=parent, start_block=start)
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, {self.status.name}, "
+            f"computed={self.num_computed_tokens}/{self.num_tokens})"
+        )

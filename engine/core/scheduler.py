@@ -1,0 +1,242 @@
+"""Continuous batching: every step re-forms the batch under a token budget.
+
+Each step, running requests go first (a decode token each, or their next prefill chunk), then
+waiting requests join while budget, sequence slots and KV blocks last. Prefill and decode share one
+step. When the pool runs dry for a running request, the lowest-priority (then newest) running
+request is preempted by recompute: its blocks are freed and it returns to the front of the queue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from engine.config import EngineConfig
+from engine.core.block_hash import BlockHash
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.request import Request, RequestStatus
+from engine.core.request_queue import make_request_queue
+from engine.core.scheduler_output import (
+    EngineCoreOutput,
+    ModelRunnerOutput,
+    SampledToken,
+    ScheduledRequest,
+    SchedulerOutput,
+)
+from engine.core.scheduler_stats import SchedulerStats
+from engine.errors import UnknownRequestError
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: EngineConfig,
+        num_kv_blocks: int,
+        max_model_len: int,
+        root_hash: BlockHash,
+    ) -> None:
+        self.config = config
+        self.max_model_len = max_model_len
+        self.block_size = config.block_size
+        self.token_budget = config.max_num_batched_tokens
+        self.kv_cache_manager = KVCacheManager(
+            num_kv_blocks, config.block_size, root_hash, config.enable_prefix_caching
+        )
+        self.requests: dict[str, Request] = {}
+        self.waiting = make_request_queue(config.scheduling_policy)
+        self.running: list[Request] = []
+        self.finished_req_ids: set[str] = set()
+        self.stats = SchedulerStats()
+
+    # ---- requests in and out -------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        self.requests[request.request_id] = request
+        self.waiting.add(request)
+
+    def finish_request(self, request_id: str, status: RequestStatus) -> Request:
+        """End a request from outside (abort, stop string): free its blocks, drop it."""
+        request = self.requests.get(request_id)
+        if request is None:
+            raise UnknownRequestError(f"no request with id {request_id!r}")
+        if request.status == RequestStatus.RUNNING:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        self._free(request, status)
+        return request
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    # ---- one step ------------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.token_budget
+        if self.config.scheduling_policy == "priority":
+            # Serve the most important first; the victim of a preemption is then the last.
+            self.running.sort(key=lambda r: (r.priority, r.arrival_time))
+        scheduled: list[ScheduledRequest] = []
+        preempted: list[str] = []
+        budget = self._schedule_running(budget, scheduled, preempted)
+        if not preempted:
+            # A step that had to preempt has no blocks to spare for newcomers.
+            self._schedule_waiting(budget, scheduled)
+        finished, self.finished_req_ids = self.finished_req_ids, set()
+        return SchedulerOutput(
+            scheduled=scheduled,
+            num_scheduled_tokens=sum(s.num_new_tokens for s in scheduled),
+            preempted_req_ids=preempted,
+            finished_req_ids=finished,
+        )
+
+    def _schedule_running(
+        self, budget: int, scheduled: list[ScheduledRequest], preempted: list[str]
+    ) -> int:
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            while self.kv_cache_manager.allocate_slots(request, num_new) is None:
+                victim = self._pick_victim()
+                self._preempt(victim)
+                preempted.append(victim.request_id)
+                if victim is request:
+                    break
+            else:
+                scheduled.append(self._scheduled(request, num_new))
+                budget -= num_new
+                index += 1
+                continue
+            # The request preempted itself: everything after it was preempted first.
+            break
+        return budget
+
+    def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest]) -> None:
+        while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting.peek()
+            computed_blocks, num_computed = self.kv_cache_manager.get_computed_blocks(request)
+            num_new = request.num_tokens - num_computed
+            if num_new > budget and not self.config.enable_chunked_prefill:
+                break
+            num_new = min(num_new, budget)
+            new_blocks = self.kv_cache_manager.allocate_slots(
+                request, num_new, computed_blocks, num_computed
+            )
+            if new_blocks is None:
+                break
+            self.waiting.pop()
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_computed
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = num_computed
+                request.scheduled_time = time.monotonic()
+            self.running.append(request)
+            scheduled.append(self._scheduled(request, num_new))
+            budget -= num_new
+
+    def _scheduled(self, request: Request, num_new: int) -> ScheduledRequest:
+        start = request.num_computed_tokens
+        params = request.sampling_params
+        banned: list[int] = []
+        if request.num_output_tokens < params.min_tokens:
+            banned = sorted(
+                request.stop_token_ids | (set() if params.ignore_eos else request.eos_token_ids)
+            )
+        return ScheduledRequest(
+            request_id=request.request_id,
+            new_token_ids=request.all_token_ids[start : start + num_new],
+            num_computed_tokens=start,
+            block_ids=self.kv_cache_manager.get_block_ids(request.request_id),
+            do_sample=start + num_new == request.num_tokens,
+            sampling_params=params,
+            prompt_token_ids=request.prompt_token_ids,
+            output_token_ids=request.output_token_ids,
+            banned_token_ids=banned,
+        )
+
+    def _pick_victim(self) -> Request:
+        # FCFS: the newest. Priority: running is sorted, so the least important, then newest.
+        # Either way a request already scheduled this step (earlier in the list) is never chosen.
+        return self.running[-1]
+
+    def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.stats.num_preemptions += 1
+        self.waiting.prepend(request)
+
+    # ---- after the forward pass ----------------------------------------------------------
+
+    def update(
+        self, output: SchedulerOutput, runner_output: ModelRunnerOutput
+    ) -> list[EngineCoreOutput]:
+        """Advance progress by what was computed, append sampled tokens, finish what stopped."""
+        core_outputs: list[EngineCoreOutput] = []
+        for item in output.scheduled:
+            request = self.requests.get(item.request_id)
+            if request is None or request.status != RequestStatus.RUNNING:
+                continue  # finished from outside (abort) while the step ran
+            request.num_computed_tokens += item.num_new_tokens
+            self.kv_cache_manager.cache_blocks(request)
+            error = runner_output.errors.get(item.request_id)
+            if error is not None:
+                self._finish_running(request, RequestStatus.FINISHED_ERROR)
+                core_outputs.append(EngineCoreOutput(request.request_id, [], "error", error=error))
+                continue
+            sampled = runner_output.sampled.get(item.request_id)
+            if sampled is not None:
+                core_outputs.append(self._append_token(request, sampled))
+        self.stats.record_step(self.running, self.kv_cache_manager, output.num_scheduled_tokens)
+        self.stats.record_naive(len(self.running), self.max_model_len)
+        return core_outputs
+
+    def _append_token(self, request: Request, sampled: SampledToken) -> EngineCoreOutput:
+        if request.first_token_time is None:
+            request.first_token_time = time.monotonic()
+        request.append_output_token(sampled.token_id)
+        status = self._check_stop(request, sampled.token_id)
+        if status is not None:
+            self._finish_running(request, status)
+        return EngineCoreOutput(
+            request.request_id,
+            [sampled.token_id],
+            finish_reason=request.status.finish_reason,
+            stop_reason=request.stop_reason,
+            logprobs=[sampled] if request.sampling_params.logprobs is not None else [],
+            num_cached_tokens=request.num_cached_tokens,
+        )
+
+    def _check_stop(self, request: Request, token_id: int) -> RequestStatus | None:
+        params = request.sampling_params
+        if request.num_output_tokens >= params.min_tokens:
+            if token_id in request.eos_token_ids and not params.ignore_eos:
+                return RequestStatus.FINISHED_STOPPED
+            if token_id in request.stop_token_ids:
+                request.stop_reason = token_id
+                return RequestStatus.FINISHED_STOPPED
+        if (
+            request.num_output_tokens >= request.max_tokens
+            or request.num_tokens >= self.max_model_len
+        ):
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+    def _finish_running(self, request: Request, status: RequestStatus) -> None:
+        self.running.remove(request)
+        self._free(request, status)
+
+    def _free(self, request: Request, status: RequestStatus) -> None:
+        request.status = status
+        self.kv_cache_manager.free(request)
+        del self.requests[request.request_id]
+        self.finished_req_ids.add(request.request_id)
+        self.stats.num_finished += 1
+
+    def iter_requests(self) -> Iterable[Request]:
+        return self.requests.values()

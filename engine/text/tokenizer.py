@@ -1,0 +1,346 @@
+"""The model's tokenizer, built on the `tokenizers` library (Rust, fast), from a GGUF or an HF dir.
+
+A GGUF carries no tokenizer.json, only llama.cpp's description of one (vocabulary, merges, token
+types, special ids, a pre-tokenizer name); `from_gguf` rebuilds the equivalent `tokenizers`
+pipeline. Token ids must equal transformers' for the same model: the router hashes prompt blocks
+from these ids and the engine caches KV under the same hashes.
+
+Torch-free: the router imports this.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
+from tokenizers import Tokenizer as BackendTokenizer
+
+from engine.errors import InvalidRequestError, ModelLoadError
+from engine.text.chat_template import ChatTemplate
+
+logger = logging.getLogger(__name__)
+
+# llama.cpp's token types (tokenizer.ggml.token_type).
+_TOKEN_TYPE_CONTROL = 3
+_TOKEN_TYPE_USER_DEFINED = 4
+
+# Markers with which chat templates end a turn. When a template writes one, generating it ends
+# the answer, even where the file names a different eos token.
+END_OF_TURN_TOKENS = (
+    "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+    "<|end_of_text|>", "<|return|>", "<|END_OF_TURN_TOKEN|>",
+)  # fmt: skip
+
+# How text is split before BPE, by llama.cpp's `tokenizer.ggml.pre` name. Each mirrors the
+# pre-tokenizer of the model's original tokenizer.json.
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def _gpt2_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+
+
+def _digits_then_gpt2() -> pre_tokenizers.PreTokenizer:
+    # SmolLM2 / StarCoder: every digit is its own pre-token, then GPT-2's split.
+    digits = pre_tokenizers.Digits(individual_digits=True)
+    return pre_tokenizers.Sequence([digits, _gpt2_pre_tokenizer()])
+
+
+def _regex_then_bytes(pattern: str) -> pre_tokenizers.PreTokenizer:
+    split = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    return pre_tokenizers.Sequence([split, byte_level])
+
+
+_PRE_TOKENIZERS = {
+    "default": _gpt2_pre_tokenizer,
+    "gpt2": _gpt2_pre_tokenizer,
+    "gpt-2": _gpt2_pre_tokenizer,
+    "smollm": _digits_then_gpt2,
+    "starcoder": _digits_then_gpt2,
+    "llama-bpe": lambda: _regex_then_bytes(_LLAMA3_SPLIT),
+    "llama3": lambda: _regex_then_bytes(_LLAMA3_SPLIT),
+    "qwen2": lambda: _regex_then_bytes(_QWEN2_SPLIT),
+}
+
+
+class Tokenizer:
+    """Text <-> token ids, special tokens and the chat template of one model."""
+
+    def __init__(
+        self,
+        backend: BackendTokenizer,
+        special_tokens: Mapping[str, str | None],
+        chat_template: str | None = None,
+        extra_eos_token_ids: Iterable[int] = (),
+        name: str = "model",
+    ) -> None:
+        """`special_tokens` maps `bos_token` / `eos_token` / `unk_token` / `pad_token` to text."""
+        self._backend = backend
+        self.name = name
+        self.special_tokens = dict(special_tokens)
+        self.chat_template = chat_template
+        self._template = ChatTemplate(chat_template, self.special_tokens) if chat_template else None
+        self.bos_token_id = self.token_to_id(self.special_tokens.get("bos_token"))
+        self.eos_token_id = self.token_to_id(self.special_tokens.get("eos_token"))
+        self.eos_token_ids = frozenset(self._end_of_generation_ids(extra_eos_token_ids))
+
+    @classmethod
+    def from_gguf(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """Rebuild the tokenizer a GGUF file describes (byte-level BPE: `tokenizer.ggml.model`
+        is `gpt2`); ModelLoadError for other tokenizer models."""
+        from engine.loader.gguf_loader import open_gguf
+
+        file = Path(path).expanduser().resolve()
+        metadata = open_gguf(file).metadata
+
+        def meta(key: str, default: Any = None) -> Any:
+            return metadata.get(f"tokenizer.{key}", default)
+
+        kind = meta("ggml.model")
+        if kind is None:
+            raise ModelLoadError(f"{file}: the GGUF holds no tokenizer (no tokenizer.ggml.model)")
+        if kind != "gpt2":
+            raise ModelLoadError(
+                f"{file}: unsupported GGUF tokenizer model {kind!r} (tokenizer.ggml.model); "
+                "pagedock rebuilds byte-level BPE ('gpt2') tokenizers from GGUF. For other "
+                "tokenizers serve the model as an HF directory with tokenizer.json"
+            )
+        tokens: list[str] = meta("ggml.tokens") or []
+        merges: list[str] = meta("ggml.merges") or []
+        if not tokens or not merges:
+            raise ModelLoadError(f"{file}: GGUF metadata lacks tokenizer.ggml.tokens or .merges")
+        backend = _byte_level_bpe(tokens, merges, file)
+        backend.pre_tokenizer = _pre_tokenizer(meta("ggml.pre"), file)
+        _add_gguf_added_tokens(backend, tokens, meta("ggml.token_type") or [])
+
+        special = {
+            f"{name}_token": None if (i := meta(f"ggml.{key}_token_id")) is None else tokens[i]
+            for name, key in (
+                ("bos", "bos"),
+                ("eos", "eos"),
+                ("unk", "unknown"),
+                ("pad", "padding"),
+            )
+        }
+        backend.post_processor = _special_token_template(
+            special["bos_token"] if meta("ggml.add_bos_token", False) else None,
+            special["eos_token"] if meta("ggml.add_eos_token", False) else None,
+            backend,
+        )
+        extra_eos = [meta(f"ggml.{k}_token_id") for k in ("eot", "eom")]
+        return cls(
+            backend,
+            special,
+            chat_template=meta("chat_template"),
+            extra_eos_token_ids=[int(i) for i in extra_eos if i is not None],
+            name=file.name,
+        )
+
+    @classmethod
+    def from_hf_dir(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """Load `tokenizer.json`, with special tokens and chat template from the files beside it."""
+        directory = Path(path).expanduser().resolve()
+        tokenizer_file = directory / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise ModelLoadError(f"{tokenizer_file}: no tokenizer.json in the model directory")
+        try:
+            backend = BackendTokenizer.from_file(str(tokenizer_file))
+        except Exception as e:  # the Rust side raises a bare Exception on malformed JSON
+            raise ModelLoadError(f"{tokenizer_file}: cannot load the tokenizer ({e})") from e
+        config = _read_json(directory / "tokenizer_config.json")
+        special = {
+            f"{name}_token": _token_text(config.get(f"{name}_token"))
+            for name in ("bos", "eos", "unk", "pad")
+        }
+        generation = _read_json(directory / "generation_config.json")
+        eos = generation.get("eos_token_id")
+        extra_eos = eos if isinstance(eos, list) else ([] if eos is None else [eos])
+        return cls(
+            backend,
+            special,
+            chat_template=_hf_chat_template(directory, config),
+            extra_eos_token_ids=[int(i) for i in extra_eos],
+            name=directory.name,
+        )
+
+    # -- text <-> ids ------------------------------------------------------------------------
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text`. Special-token text in it (e.g. `<|im_end|>`) becomes that token;
+        `add_special_tokens` adds what the model adds on its own (e.g. BOS)."""
+        return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """The text of `token_ids`; invalid UTF-8 (a partial character) becomes U+FFFD."""
+        return self._backend.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+    def convert_ids_to_tokens(self, token_ids: Sequence[int]) -> list[str | None]:
+        """The vocabulary strings of `token_ids` (None for an id outside the vocabulary)."""
+        return [self._backend.id_to_token(int(i)) for i in token_ids]
+
+    def token_to_id(self, token: str | None) -> int | None:
+        """The id of vocabulary string `token`, or None."""
+        return None if token is None else self._backend.token_to_id(token)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, added tokens included."""
+        return self._backend.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        """Ids of every special token (control tokens and bos/eos/unk/pad), sorted."""
+        ids = {i for i, t in self._backend.get_added_tokens_decoder().items() if t.special}
+        named = (self.token_to_id(t) for t in self.special_tokens.values())
+        ids.update(i for i in named if i is not None)
+        return sorted(ids)
+
+    # -- chat --------------------------------------------------------------------------------
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tokenize: bool = False,
+        **template_kwargs: Any,
+    ) -> str | list[int]:
+        """Render `messages` with the model's template; the prompt text, or its ids if `tokenize`.
+
+        The template writes any BOS itself, so tokenizing adds no special tokens (as HF does).
+        """
+        if self._template is None:
+            raise InvalidRequestError(
+                f"{self.name} has no chat template, so it cannot serve chat requests; send a raw "
+                "prompt to /v1/completions instead",
+                param="messages",
+            )
+        text = self._template.render(messages, add_generation_prompt, **template_kwargs)
+        return self.encode(text, add_special_tokens=False) if tokenize else text
+
+    def _end_of_generation_ids(self, extra_ids: Iterable[int]) -> set[int]:
+        ids = {i for i in (self.eos_token_id, *extra_ids) if i is not None}
+        special = {
+            t.content for t in self._backend.get_added_tokens_decoder().values() if t.special
+        }
+        for marker in END_OF_TURN_TOKENS:
+            marker_id = self._backend.token_to_id(marker)
+            used = self.chat_template is not None and marker in self.chat_template
+            if used and marker in special and marker_id is not None:
+                ids.add(marker_id)
+        return ids
+
+
+@cache
+def _byte_to_unicode() -> dict[int, str]:
+    """GPT-2's byte alphabet: each byte as a printable character (for vocabulary spelling)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    mapping = {b: chr(b) for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + shifted)
+            shifted += 1
+    return mapping
+
+
+def _byte_level_bpe(tokens: list[str], merges: list[str], file: Path) -> BackendTokenizer:
+    alphabet = set(_byte_to_unicode().values())
+    spelling = _byte_to_unicode()
+
+    def spelled(token: str) -> str:
+        # A byte-level vocabulary writes every token in the byte alphabet; a token outside it
+        # (seen in some converted files) is respelled so it can still be produced and decoded.
+        if set(token) <= alphabet:
+            return token
+        return "".join(spelling[b] for b in token.encode("utf-8"))
+
+    vocab = {spelled(token): i for i, token in enumerate(tokens)}
+    pairs = []
+    for merge in merges:
+        parts = merge.split(" ")
+        if len(parts) != 2:
+            raise ModelLoadError(f"{file}: malformed BPE merge {merge!r} in tokenizer.ggml.merges")
+        pairs.append((parts[0], parts[1]))
+    backend = BackendTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def _pre_tokenizer(pre: str | None, file: Path) -> pre_tokenizers.PreTokenizer:
+    make = _PRE_TOKENIZERS.get(pre or "default")
+    if make is None:
+        logger.warning(
+            "%s: unknown pre-tokenizer %r (tokenizer.ggml.pre); splitting text as GPT-2 does, "
+            "token ids may differ from the model's own tokenizer",
+            file,
+            pre,
+        )
+        make = _gpt2_pre_tokenizer
+    return make()
+
+
+def _add_gguf_added_tokens(backend: BackendTokenizer, tokens: list[str], types: list[int]) -> None:
+    """Register control tokens as special and user-defined ones as plain added tokens, so that
+    their text in a prompt maps to the one token rather than being split by BPE."""
+    control = [tokens[i] for i, kind in enumerate(types) if kind == _TOKEN_TYPE_CONTROL]
+    user = [tokens[i] for i, kind in enumerate(types) if kind == _TOKEN_TYPE_USER_DEFINED]
+    backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
+    backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
+
+
+def _special_token_template(
+    bos: str | None, eos: str | None, backend: BackendTokenizer
+) -> processors.PostProcessor | None:
+    """The post-processor that adds BOS / EOS around a sequence, when the model wants them."""
+    if bos is None and eos is None:
+        return None
+    single = " ".join([*([bos] if bos else []), "$A", *([eos] if eos else [])])
+    pair = " ".join([single, "$B:1", *([eos] if eos else [])])
+    specials = [(t, backend.token_to_id(t)) for t in (bos, eos) if t is not None]
+    return processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as e:
+        raise ModelLoadError(f"{file}: not valid JSON ({e})") from e
+    return data if isinstance(data, dict) else {}
+
+
+def _token_text(value: Any) -> str | None:
+    """tokenizer_config.json writes a special token as a string or as {"content": ...}."""
+    if isinstance(value, Mapping):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _hf_chat_template(directory: Path, config: Mapping[str, Any]) -> str | None:
+    """The default chat template: in tokenizer_config.json, else chat_template.jinja / .json."""
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, Mapping)}
+        template = named.get("default")
+    if isinstance(template, str):
+        return template
+    jinja_file = directory / "chat_template.jinja"
+    if jinja_file.is_file():
+        return jinja_file.read_text(encoding="utf-8")
+    template = _read_json(directory / "chat_template.json").get("chat_template")
+    return template if isinstance(template, str) else None

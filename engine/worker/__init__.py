@@ -1,0 +1,1 @@
+"""What runs a step on the device: batch preparation, the model runner, sampling, CUDA graphs."""

@@ -1,0 +1,85 @@
+"""Builds a step's flat varlen batch from the scheduled requests (numpy, then one copy to torch).
+
+scheduled (decodes first)  | d0 | d1 | p0 p0 p0 p0 | p1 p1 p1 |
+query_start_loc              0    1    2             6          9
+positions                    num_computed_tokens + offset within the step's chunk
+slot_mapping                 block_ids[pos // bs] * bs + pos % bs
+sample_indices               the last row of each request that samples this step
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.attention.backend import AttentionMetadata
+from engine.core.scheduler_output import ScheduledRequest
+
+
+@dataclass
+class ModelInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    sample_indices: torch.Tensor
+    sample_requests: list[ScheduledRequest]
+
+
+def order_decodes_first(scheduled: list[ScheduledRequest]) -> list[ScheduledRequest]:
+    """The attention backends batch single-token queries together; they must come first."""
+    return sorted(scheduled, key=lambda s: s.num_new_tokens != 1)
+
+
+def build_model_inputs(
+    batch: list[ScheduledRequest], block_size: int, device: torch.device
+) -> ModelInputs:
+    num_seqs = len(batch)
+    query_lens = np.fromiter((s.num_new_tokens for s in batch), dtype=np.int64, count=num_seqs)
+    starts = np.fromiter((s.num_computed_tokens for s in batch), dtype=np.int64, count=num_seqs)
+    seq_lens = starts + query_lens
+    query_start_loc = np.zeros(num_seqs + 1, dtype=np.int64)
+    np.cumsum(query_lens, out=query_start_loc[1:])
+    num_tokens = int(query_start_loc[-1])
+    seq_index = np.repeat(np.arange(num_seqs), query_lens)
+    positions = starts[seq_index] + (np.arange(num_tokens) - query_start_loc[seq_index])
+    block_tables = block_table_array(batch)
+    slot_mapping = (
+        block_tables[seq_index, positions // block_size].astype(np.int64) * block_size
+        + positions % block_size
+    )
+    input_ids = np.fromiter(
+        (tok for s in batch for tok in s.new_token_ids), dtype=np.int64, count=num_tokens
+    )
+    sample_rows = [i for i, s in enumerate(batch) if s.do_sample]
+    sample_indices = query_start_loc[1:][sample_rows] - 1
+    meta = AttentionMetadata(
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+        num_decodes=int((query_lens == 1).sum()),
+        slot_mapping=torch.from_numpy(slot_mapping).to(device),
+        query_start_loc=torch.from_numpy(query_start_loc.astype(np.int32)).to(device),
+        seq_lens=torch.from_numpy(seq_lens.astype(np.int32)).to(device),
+        block_tables=torch.from_numpy(block_tables).to(device),
+        max_query_len=int(query_lens.max()),
+        max_seq_len=int(seq_lens.max()),
+        query_start_loc_cpu=query_start_loc.tolist(),
+        seq_lens_cpu=seq_lens.tolist(),
+    )
+    return ModelInputs(
+        input_ids=torch.from_numpy(input_ids).to(device),
+        positions=torch.from_numpy(positions).to(device),
+        meta=meta,
+        sample_indices=torch.from_numpy(sample_indices).to(device),
+        sample_requests=[batch[i] for i in sample_rows],
+    )
+
+
+def block_table_array(batch: list[ScheduledRequest]) -> np.ndarray:
+    """[len(batch), longest block list] int32: each request's block ids, padded with 0."""
+    max_blocks = max(len(s.block_ids) for s in batch)
+    tables = np.zeros((len(batch), max_blocks), dtype=np.int32)
+    for row, s in enumerate(batch):
+        tables[row, : len(s.block_ids)] = s.block_ids
+    return tables

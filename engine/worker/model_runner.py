@@ -1,0 +1,109 @@
+"""Runs one step on the model: builds the flat varlen batch, runs the forward pass, samples."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.attention.backend import AttentionBackend
+from engine.core.scheduler_output import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
+from engine.models.llama import LlamaForCausalLM
+from engine.models.model_config import ModelConfig
+from engine.worker.cuda_graph_runner import DecodeGraphRunner, GraphCapture, is_graphable
+from engine.worker.input_batch import build_model_inputs, order_decodes_first
+from engine.worker.sampler import Sampler
+from engine.worker.sampling_batch import build_sampling_tensors
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        config: ModelConfig,
+        backend: AttentionBackend,
+        num_kv_blocks: int,
+        block_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        seed: int = 0,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.backend = backend
+        self.block_size = block_size
+        self.device = device
+        self.kv_caches = allocate_kv_caches(config, num_kv_blocks, block_size, dtype, device)
+        self.sampler = Sampler(torch.Generator(device="cpu").manual_seed(seed))
+        # Per-request generators for requests with their own seed; dropped when they finish.
+        self.generators: dict[str, torch.Generator] = {}
+        self.graphs: DecodeGraphRunner | None = None
+
+    def capture_decode_graphs(
+        self, max_num_seqs: int, max_model_len: int, capturer: GraphCapture
+    ) -> None:
+        """From now on decode-only steps replay captured graphs (engine/worker/cuda_graph_runner.py)."""
+        with torch.inference_mode():
+            self.graphs = DecodeGraphRunner(
+                self.model,
+                self.kv_caches,
+                max_num_seqs,
+                max_model_len,
+                self.block_size,
+                self.device,
+                capturer,
+            )
+
+    @torch.inference_mode()
+    def execute(self, output: SchedulerOutput) -> ModelRunnerOutput:
+        for request_id in output.finished_req_ids:
+            self.generators.pop(request_id, None)
+        if output.is_empty:
+            return ModelRunnerOutput({})
+        batch = order_decodes_first(output.scheduled)
+        if self.graphs is not None and is_graphable(batch, self.graphs.max_size):
+            logits, sampling = self.graphs.run(batch), batch
+        else:
+            inputs = build_model_inputs(batch, self.block_size, self.device)
+            logits = self.model(
+                inputs.input_ids,
+                inputs.positions,
+                self.kv_caches,
+                inputs.meta,
+                inputs.sample_indices,
+            )
+            sampling = inputs.sample_requests
+        if not sampling:
+            return ModelRunnerOutput({})
+        tokens = self.sampler(logits.cpu(), build_sampling_tensors(sampling, self._generator_for))
+        return ModelRunnerOutput({s.request_id: t for s, t in zip(sampling, tokens, strict=True)})
+
+    def _generator_for(self, s: ScheduledRequest) -> torch.Generator | None:
+        seed = s.sampling_params.seed
+        if seed is None or s.sampling_params.is_greedy:
+            return None
+        gen = self.generators.get(s.request_id)
+        if gen is None:
+            gen = torch.Generator(device="cpu").manual_seed(seed)
+            self.generators[s.request_id] = gen
+        return gen
+
+
+def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    element = torch.empty((), dtype=dtype).element_size()
+    per_layer = 2 * block_size * config.num_key_value_heads * config.head_dim * element
+    return per_layer * config.num_hidden_layers
+
+
+def allocate_kv_caches(
+    config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One [num_blocks, block_size, num_kv_heads, head_dim] K and V tensor per layer."""
+    shape = (
+        config.num_hidden_layers,
+        2,
+        num_blocks,
+        block_size,
+        config.num_key_value_heads,
+        config.head_dim,
+    )
+    storage = torch.zeros(shape, dtype=dtype, device=device)
+    return [(storage[i, 0], storage[i, 1]) for i in range(config.num_hidden_layers)]
