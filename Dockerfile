@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1.7
 # pagedock images, one Dockerfile, three targets:
 #   docker build --target engine   -t pagedock/engine   .   CUDA, torch + triton, `pagedock serve`
-#   docker build --target router   -t pagedock/router   .   slim Python, no torch
-#   docker build --target operator -t pagedock/operator .   slim Python, no torch
+#   docker build --target router   -t pagedock/router   .   slim Python, no torch, `pagedock route`
+#   docker build --target operator -t pagedock/operator .   slim Python, no torch, `pagedock operator`
+# Every image's entrypoint is the `pagedock` command (pagedock/cli.py); its CMD picks the program.
 # CI does not build these (no Docker engine there); it lints this file with hadolint.
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
@@ -13,6 +14,7 @@ ARG TORCH_VERSION=2.7.1
 FROM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY pagedock ./pagedock
 COPY engine ./engine
 COPY router ./router
 COPY operator ./operator

@@ -18,6 +18,7 @@ import resource
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,10 @@ from benchmarks.flops import measure_matmul_gflops, workload_flops
 from benchmarks.peers.vllm_runner import run_vllm_offline, vllm_configured
 from benchmarks.scheduler_overhead import measure_scheduler_overhead
 from benchmarks.workloads import Workload, workload_a
-from engine import LLM, SamplingParams
+from engine import LLM, RequestOutput, SamplingParams
 from engine.loader.model_loader import read_model_config
 from engine.loader.registry import resolve_model
+from engine.sampling_params import RequestOutputKind
 
 
 def run_pagedock(
@@ -43,8 +45,8 @@ def run_pagedock(
     params = SamplingParams(max_tokens=workload.max_tokens, temperature=0.0, ignore_eos=True)
     llm.generate(workload.prompts[:2], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
     started = time.perf_counter()
-    outs = llm.generate(workload.prompts, params, use_tqdm=False)
-    elapsed = time.perf_counter() - started
+    outs, kv = generate_sampling_kv(llm, workload.prompts, params)
+    elapsed = time.perf_counter() - started - kv.pop("sampling_s")
     generated = sum(len(o.token_ids) for o in outs)
     stats = llm.stats()
     # ru_maxrss (KiB): this process's peak so far; pagedock runs before HF loads anything.
@@ -57,10 +59,40 @@ def run_pagedock(
         "requests": len(outs),
         "generated_tok_s": generated / elapsed,
         "total_tok_s": (generated + workload.num_prompt_tokens) / elapsed,
-        "kv_utilisation": stats.kv_utilisation,
-        "naive_kv_utilisation": stats.naive_kv_utilisation,
+        **kv,
         "preemptions": stats.num_preemptions,
     }
+
+
+def generate_sampling_kv(
+    llm: LLM, prompts: list[list[int]], params: SamplingParams
+) -> tuple[list[RequestOutput], dict[str, float]]:
+    """`llm.generate`, stepping the engine here so that the KV cache's occupancy is sampled after
+    every step: KV utilisation (tokens held / slots of the blocks allocated to them, summed over
+    steps) and what it would be if each running request reserved max_model_len slots. The
+    engine keeps no such per-step account itself; `sampling_s` is the time the sampling took."""
+    engine = llm.engine
+    params = replace(params, output_kind=RequestOutputKind.FINAL_ONLY)
+    request_ids = [f"bench-{i}" for i in range(len(prompts))]
+    for request_id, prompt in zip(request_ids, prompts, strict=True):
+        engine.add_request(request_id, prompt, params)
+    finished: dict[str, RequestOutput] = {}
+    tokens = slots = running = 0
+    sampling_s = 0.0
+    while engine.has_unfinished_requests():
+        finished.update((o.request_id, o) for o in engine.step())
+        started = time.perf_counter()
+        occupancy = engine.kv_occupancy()
+        tokens += occupancy.num_tokens
+        slots += occupancy.num_slots
+        running += occupancy.num_running
+        sampling_s += time.perf_counter() - started
+    kv = {
+        "kv_utilisation": tokens / slots if slots else 0.0,
+        "naive_kv_utilisation": tokens / (running * engine.max_model_len) if running else 0.0,
+        "sampling_s": sampling_s,
+    }
+    return [finished[r] for r in request_ids], kv
 
 
 def load_hf(model: str, dtype: torch.dtype) -> Any:
@@ -162,7 +194,7 @@ def save_chart(results: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--dtype", default="float32")
@@ -175,7 +207,32 @@ def main() -> None:
         "--enforce-eager", action="store_true", help="GPU: no CUDA graphs for decode steps"
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def run_systems(args: argparse.Namespace, model: str, workload: Workload) -> list[dict[str, Any]]:
+    """pagedock, then (on the CPU) vLLM when configured and HF transformers."""
+    results = [run_pagedock(model, workload, args.dtype, args.device, args.enforce_eager)]
+    if args.device == "cuda":
+        results[-1]["system"] += " (eager)" if args.enforce_eager else " (CUDA graphs)"
+    print(json.dumps(results[-1]))
+    on_cpu = args.device == "cpu"
+    if on_cpu and vllm_configured() and args.model == "smollm2-135m-instruct":
+        results.append(run_vllm_offline(workload, args.threads))
+        print(json.dumps(results[-1]))
+    if on_cpu and not args.skip_hf:
+        started = time.perf_counter()
+        hf = load_hf(model, getattr(torch, args.dtype))
+        hf_load_s = time.perf_counter() - started
+        for batch_size in (1, 8):
+            n = args.hf_requests if batch_size == 1 else max(args.hf_requests, 16)
+            results.append(run_hf(hf, workload, batch_size, n) | {"load_s": hf_load_s})
+            print(json.dumps(results[-1]))
+    return results
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     ceiling = measure_matmul_gflops()
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,22 +246,7 @@ def main() -> None:
             f"{args.threads} threads; {flops / 1e12:.2f} TFLOP; float32 GEMM ceiling "
             f"{ceiling:.0f} GFLOP/s"
         )
-        results = [run_pagedock(model, workload, args.dtype, args.device, args.enforce_eager)]
-        if args.device == "cuda":
-            results[-1]["system"] += " (eager)" if args.enforce_eager else " (CUDA graphs)"
-        print(json.dumps(results[-1]))
-        on_cpu = args.device == "cpu"
-        if on_cpu and vllm_configured() and args.model == "smollm2-135m-instruct":
-            results.append(run_vllm_offline(workload, args.threads))
-            print(json.dumps(results[-1]))
-        if on_cpu and not args.skip_hf:
-            started = time.perf_counter()
-            hf = load_hf(model, getattr(torch, args.dtype))
-            hf_load_s = time.perf_counter() - started
-            for batch_size in (1, 8):
-                n = args.hf_requests if batch_size == 1 else max(args.hf_requests, 16)
-                results.append(run_hf(hf, workload, batch_size, n) | {"load_s": hf_load_s})
-                print(json.dumps(results[-1]))
+        results = run_systems(args, model, workload)
     table = print_table(results, flops, ceiling, args.num_requests)
     overhead = measure_scheduler_overhead(num_running=256)
     overhead_line = (
@@ -214,9 +256,20 @@ def main() -> None:
         f"update {overhead['update_ms']:.2f})"
     )
     print("\n" + overhead_line)
+    write_results(args, results, ceiling, table, overhead, overhead_line)
+
+
+def write_results(
+    args: argparse.Namespace,
+    results: list[dict[str, Any]],
+    ceiling: float,
+    table: str,
+    overhead: dict[str, float],
+    overhead_line: str,
+) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"offline_{args.model if '/' not in args.model else 'custom'}"
-    if not on_cpu:
+    if args.device != "cpu":
         stem += "_cuda_eager" if args.enforce_eager else "_cuda"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     (args.out / f"{stem}.md").write_text(

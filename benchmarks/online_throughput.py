@@ -49,7 +49,7 @@ def start_server(model: str, dtype: str, log: Path) -> tuple[subprocess.Popen[by
     command = [
         sys.executable,
         "-m",
-        "engine.cli",
+        "pagedock",
         "serve",
         "--model",
         model,
@@ -150,6 +150,30 @@ def save_online_chart(runs: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def serve_and_load(
+    model: str, args: argparse.Namespace, vocab: int, tmp: Path
+) -> list[dict[str, Any]]:
+    """Start `pagedock serve`, run the load generator at each concurrency, stop the server."""
+    started = time.perf_counter()
+    process, url = start_server(model, args.dtype, tmp / "server.log")
+    startup_s = time.perf_counter() - started
+    print(f"pagedock serve healthy after {startup_s:.1f}s", flush=True)
+    rss = PeakRSS(process.pid)
+    try:
+        # Each run gets token ids of its own (a repeat would hit the prefix cache of the last)
+        # but the offline run's prompt lengths: the same work, token for token.
+        concurrencies = [args.concurrency, *args.also_concurrency]
+        runs = [
+            online(url, workload_a(vocab, args.num_requests, content_seed=1 + i), c)
+            for i, c in enumerate(concurrencies)
+        ]
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    runs[0] |= {"startup_s": startup_s, "peak_rss_mb": rss.stop() / 1e6}
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -176,23 +200,7 @@ def main() -> None:
         offline = None if args.skip_offline else offline_tok_s(model, workload, args.dtype)
         if offline is not None:
             print(f"offline: {offline:.1f} output tok/s", flush=True)
-        started = time.perf_counter()
-        process, url = start_server(model, args.dtype, Path(tmp) / "server.log")
-        startup_s = time.perf_counter() - started
-        print(f"pagedock serve healthy after {startup_s:.1f}s", flush=True)
-        rss = PeakRSS(process.pid)
-        try:
-            # Each run gets token ids of its own (a repeat would hit the prefix cache of the
-            # last) but the offline run's prompt lengths: the same work, token for token.
-            concurrencies = [args.concurrency, *args.also_concurrency]
-            runs = [
-                online(url, workload_a(vocab, args.num_requests, content_seed=1 + i), c)
-                for i, c in enumerate(concurrencies)
-            ]
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
-        runs[0] |= {"startup_s": startup_s, "peak_rss_mb": rss.stop() / 1e6}
+        runs = serve_and_load(model, args, vocab, Path(tmp))
         if vllm_configured() and args.model == "smollm2-135m-instruct":
             runs.append(online_vllm(workload, args.concurrency, Path(tmp) / "vllm.log"))
     print_online_table(runs)

@@ -1,21 +1,14 @@
-"""AsyncEngine: the LLMEngine loop on its own thread, an asyncio stream per request.
+"""AsyncEngine: the LLMEngine behind an asyncio API, one output stream per request.
 
-LLMEngine is not thread-safe, so exactly one thread ever touches it: the engine thread. The event
-loop talks to it through a command queue that the thread drains between steps (add, abort,
-snapshot of the KV cache, ...); results come back with `loop.call_soon_threadsafe`, once per step
-for every output of the step together.
+The engine runs on an engine thread and its output path on an output worker thread (see
+engine/engine_loop.py); this module is the event loop's side: commands in, RequestStreams out,
+listeners for whoever records metrics (the server installs its own: nothing here knows HTTP).
 
-    event loop                               engine thread
-    ----------                               -------------
-    add_request() --- command queue ----->   drain commands (add / abort / call)
-    abort()                                  engine.step()        (torch releases the GIL)
-    _on_step()    <-- call_soon_threadsafe   outputs + stats + new KV event batches
-
-Where the loop runs: `start()` gives it a thread of its own (tests, embedding); `pagedock serve`
-instead runs it on the process's main thread (`run_on_this_thread`) with uvicorn on a second
-thread. Measured on 2 cores, torch's OpenMP regions entered from a non-main thread ran 7-25 %
-slower (the same decode work at batch 16: 171.6 against 184.7 generated tok/s), and that was most
-of the gap between online and offline throughput.
+Where the engine loop runs: `start()` gives it a thread of its own (tests, embedding); `pagedock
+serve` instead runs it on the process's main thread (`run_on_this_thread`) with uvicorn on a
+second thread. Measured on 2 cores, torch's OpenMP regions entered from a non-main thread ran
+7-25 % slower (the same decode work at batch 16: 171.6 against 184.7 generated tok/s), and that
+was most of the gap between online and offline throughput.
 
 Admission control lives here because only the step results say how many requests wait: the number
 waiting after the last step plus the adds queued since then must stay below `max_waiting`.
@@ -24,89 +17,93 @@ waiting after the last step plus the adds queued since then must stay below `max
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from engine.core.kv_events import KVEventBatch
+from engine.core.kv_events import KVEventBatch, KVSnapshot
+from engine.core.scheduler_stats import SchedulerStats
+from engine.engine_loop import Command, EngineLoop, LoopCallbacks, OutputBatch, StepReport
 from engine.errors import EngineDeadError, PagedockError, UnknownRequestError
-from engine.outputs import RequestOutput
+from engine.outputs import IterationStats, RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.server.request_metrics import record_finished, record_output
-from engine.server.request_stream import RequestStream
 
 if TYPE_CHECKING:
-    from engine.llm_engine import EngineStats, LLMEngine
-    from engine.server.metrics import EngineMetrics
+    from engine.core.scheduler_output import EngineCoreOutput
+    from engine.llm_engine import LLMEngine
+    from engine.output_processor import NewRequest
 
-logger = logging.getLogger("pagedock.async_engine")
+__all__ = ["AsyncEngine", "KVSnapshot", "QueueFullError", "RequestStream"]
 T = TypeVar("T")
-# How long the idle engine thread sleeps on its queue before looking at the stop flag again.
-_IDLE_POLL_S = 0.5
+
+KVListener = Callable[[list[KVEventBatch] | None], None]
+StatsListener = Callable[[SchedulerStats], None]
+OutputListener = Callable[[IterationStats], None]
 
 
 class QueueFullError(PagedockError):
     """More requests wait than --max-waiting allows: HTTP 429, try again later."""
 
 
-@dataclass
-class KVSnapshot:
-    """Every cached block hash, and the sequence number of the last event batch it includes."""
+class RequestStream:
+    """One request's outputs, from the output worker (via the event loop) to whoever awaits them.
 
-    seq: int
-    block_size: int
-    block_hashes: list[bytes]
+    A batch holds every output that arrived since the consumer last looked, in order, so a
+    consumer that falls behind catches up in one go instead of one chunk per step.
+    """
 
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.finished = False
+        self._pending: list[RequestOutput] = []
+        self._error: BaseException | None = None
+        self._ready = asyncio.Event()
 
-@dataclass
-class _Command:
-    kind: Literal["add", "abort", "call", "stop"]
-    fn: Callable[[LLMEngine], Any] | None = None
-    future: asyncio.Future[Any] | None = None
+    def put(self, output: RequestOutput) -> None:
+        self._pending.append(output)
+        self.finished = self.finished or output.finished
+        self._ready.set()
 
+    def fail(self, error: BaseException) -> None:
+        self._error = error
+        self.finished = True
+        self._ready.set()
 
-@dataclass
-class _StepResult:
-    outputs: list[RequestOutput]
-    stats: EngineStats
-    kv_batches: list[KVEventBatch] | None  # None: the log dropped batches we had not read
-    num_adds: int
-    time: float
-
-
-KVListener = Callable[[list[KVEventBatch] | None], None]
+    async def batches(self) -> AsyncIterator[list[RequestOutput]]:
+        """Every output until the request finishes, in batches; raises if the engine died."""
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._pending = self._pending, []
+            if batch:
+                yield batch
+            if self._error is not None:
+                raise self._error
+            if self.finished and not self._pending:
+                return
 
 
 class AsyncEngine:
     def __init__(
-        self,
-        engine: LLMEngine,
-        max_waiting: int | None = None,
-        metrics: EngineMetrics | None = None,
-        log_prompts: bool = False,
-        own_thread: bool = True,
+        self, engine: LLMEngine, max_waiting: int | None = None, own_thread: bool = True
     ) -> None:
         self.engine = engine
         self.own_thread = own_thread
         self.max_waiting = max_waiting
-        self.metrics = metrics
-        self.log_prompts = log_prompts
-        self.stats: EngineStats = engine.stats()
+        self.stats: SchedulerStats = engine.stats()
         self._streams: dict[str, RequestStream] = {}
-        self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._engine_loop = EngineLoop(engine, self._commands)
         self._pending_adds = 0
         self._kv_listeners: list[KVListener] = []
-        self._kv_seq = engine.kv_events.last_seq
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._stats_listeners: list[StatsListener] = []
+        self._output_listeners: list[OutputListener] = []
+        self._callbacks: LoopCallbacks | None = None
         self._running = False
         self._loop_ready = threading.Event()
-        self._loop_done = threading.Event()
         self._dead: BaseException | None = None
 
     # ---- lifecycle (event loop) ---------------------------------------------------------------
@@ -114,11 +111,12 @@ class AsyncEngine:
     def start(self) -> None:
         """Bind to the running event loop. With own_thread the engine loop starts on a new
         thread; without, the thread blocked in `run_on_this_thread` takes it up."""
-        self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        self._callbacks = LoopCallbacks(loop, self._on_step, self._on_outputs, self._on_dead)
         self._running = True
         if self.own_thread:
-            self._thread = threading.Thread(target=self._run, name="pagedock-engine", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._run, name="pagedock-engine", daemon=True)
+            thread.start()
         self._loop_ready.set()
 
     def run_on_this_thread(self, keep_waiting: Callable[[], bool]) -> bool:
@@ -135,15 +133,16 @@ class AsyncEngine:
         if not self._running:
             return
         self.request_stop()
-        await asyncio.to_thread(self._loop_done.wait, timeout_s)
+        await asyncio.to_thread(self._engine_loop.done.wait, timeout_s)
 
     def request_stop(self) -> None:
         """Ask the engine loop to return at its next step boundary (from any thread)."""
-        self._commands.put(_Command("stop"))
+        self._commands.put(Command("stop"))
 
     @property
     def is_alive(self) -> bool:
-        return self._dead is None and self._running and not self._loop_done.is_set()
+        done = self._engine_loop.done.is_set()
+        return self._dead is None and self._running and not done
 
     @property
     def num_in_flight(self) -> int:
@@ -152,6 +151,14 @@ class AsyncEngine:
     def add_kv_listener(self, listener: KVListener) -> None:
         """Called on the loop with each step's new KV event batches (None after a gap)."""
         self._kv_listeners.append(listener)
+
+    def add_stats_listener(self, listener: StatsListener) -> None:
+        """Called on the loop with the scheduler's stats after each step."""
+        self._stats_listeners.append(listener)
+
+    def add_output_listener(self, listener: OutputListener) -> None:
+        """Called on the loop with what each step's outputs add to the request metrics."""
+        self._output_listeners.append(listener)
 
     # ---- requests (event loop) ----------------------------------------------------------------
 
@@ -165,15 +172,17 @@ class AsyncEngine:
         prompt_text: str | None = None,
     ) -> RequestStream:
         """Queue a request; its stream once the engine accepted it. InvalidRequestError (bad
-        input), QueueFullError (admission), EngineDeadError."""
+        input), QueueFullError (admission), EngineDeadError. `prompt_text`: what the ids were
+        made from, for the outputs and the request log."""
         self._check_admission()
         arrival = time.monotonic() if arrival_time is None else arrival_time
-        stream = RequestStream(request_id, len(prompt_token_ids), arrival, prompt_text)
+        stream = RequestStream(request_id)
         self._streams[request_id] = stream
         self._pending_adds += 1
 
-        def add(engine: LLMEngine) -> None:
-            engine.add_request(request_id, prompt_token_ids, params, priority, arrival)
+        def add(engine: LLMEngine) -> NewRequest:
+            new = engine.add_core_request(request_id, prompt_token_ids, params, priority, arrival)
+            return new if prompt_text is None else replace(new, prompt=prompt_text)
 
         try:
             await self._submit("add", add)
@@ -191,13 +200,13 @@ class AsyncEngine:
         if not self._running or request_id not in self._streams:
             return
 
-        def abort(engine: LLMEngine) -> RequestOutput | None:
+        def abort(engine: LLMEngine) -> list[EngineCoreOutput]:
             try:
-                return engine.abort_request(request_id)
+                return engine.abort_core_request(request_id)
             except UnknownRequestError:
-                return None
+                return []  # finished meanwhile: its final output is on its way
 
-        self._commands.put(_Command("abort", abort))
+        self._commands.put(Command("abort", abort))
 
     def abort_all(self) -> None:
         for request_id in list(self._streams):
@@ -211,7 +220,7 @@ class AsyncEngine:
     async def kv_snapshot(self) -> KVSnapshot:
         """The cached-hash set and the seq it is current at, taken on the engine thread so that
         every batch after `seq` is a change to exactly this set."""
-        return await self.call(_take_kv_snapshot)
+        return await self.call(lambda engine: engine.kv_snapshot())
 
     def _check_admission(self) -> None:
         if self._dead is not None or not self._running:
@@ -228,99 +237,35 @@ class AsyncEngine:
     async def _submit(self, kind: Literal["add", "call"], fn: Callable[[LLMEngine], Any]) -> Any:
         if self._dead is not None:
             raise EngineDeadError("the engine loop has stopped")
-        assert self._loop is not None
-        future: asyncio.Future[Any] = self._loop.create_future()
-        self._commands.put(_Command(kind, fn, future))
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._commands.put(Command(kind, fn, future))
         return await future
 
-    # ---- the engine thread --------------------------------------------------------------------
-
     def _run(self) -> None:
-        try:
-            while True:
-                commands = self._take_commands()
-                if any(c.kind == "stop" for c in commands):
-                    self._apply(c for c in commands if c.kind != "stop")
-                    return
-                outputs = self._apply(commands)
-                if self.engine.has_unfinished_requests():
-                    outputs.extend(self.engine.step())
-                elif not commands:
-                    continue  # idle: nothing changed, nothing to report
-                self._post(self._on_step, self._step_result(outputs, commands))
-        except BaseException as e:  # the loop must report its death, whatever killed it
-            logger.exception("the engine loop died")
-            self._post(self._on_dead, e)
-        finally:
-            self._loop_done.set()
+        assert self._callbacks is not None
+        self._engine_loop.run(self._callbacks)
 
-    def _take_commands(self) -> list[_Command]:
-        commands: list[_Command] = []
-        if not self.engine.has_unfinished_requests():
-            try:  # idle: sleep until there is something to do
-                commands.append(self._commands.get(timeout=_IDLE_POLL_S))
-            except queue.Empty:
-                return commands
-        while True:
-            try:
-                commands.append(self._commands.get_nowait())
-            except queue.Empty:
-                return commands
+    # ---- results, back on the event loop ------------------------------------------------------
 
-    def _apply(self, commands: Any) -> list[RequestOutput]:
-        """Run the commands; outputs of aborted requests go back with the step's."""
-        outputs: list[RequestOutput] = []
-        for command in commands:
-            assert command.fn is not None
-            try:
-                result = command.fn(self.engine)
-            except Exception as e:
-                if command.future is None:
-                    logger.exception("engine command %s failed", command.kind)
-                else:
-                    self._post(_reject, command.future, e)
+    def _on_step(self, report: StepReport) -> None:
+        self._pending_adds -= report.num_adds
+        self.stats = report.stats
+        for listener in self._stats_listeners:
+            listener(report.stats)
+        if report.kv_batches is None or report.kv_batches:
+            for kv_listener in self._kv_listeners:
+                kv_listener(report.kv_batches)
+
+    def _on_outputs(self, batch: OutputBatch) -> None:
+        for output in batch.outputs:
+            stream = self._streams.get(output.request_id)
+            if stream is None:
                 continue
-            if command.future is not None:
-                self._post(_resolve, command.future, result)
-            elif isinstance(result, RequestOutput):
-                outputs.append(result)
-        return outputs
-
-    def _step_result(self, outputs: list[RequestOutput], commands: list[_Command]) -> _StepResult:
-        _fill_queue_times(self.engine, outputs)
-        kv_batches = self.engine.kv_events.since(self._kv_seq)
-        self._kv_seq = self.engine.kv_events.last_seq
-        num_adds = sum(c.kind == "add" for c in commands)
-        return _StepResult(outputs, self.engine.stats(), kv_batches, num_adds, time.monotonic())
-
-    def _post(self, fn: Callable[..., None], *args: Any) -> None:
-        assert self._loop is not None
-        # A closed loop means the server is gone: nobody is listening any more.
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(fn, *args)
-
-    # ---- back on the event loop ---------------------------------------------------------------
-
-    def _on_step(self, result: _StepResult) -> None:
-        self._pending_adds -= result.num_adds
-        self.stats = result.stats
-        if self.metrics is not None:
-            self.metrics.observe_stats(result.stats)
-        for output in result.outputs:
-            self._deliver(output, result.time)
-        if result.kv_batches is None or result.kv_batches:
-            for listener in self._kv_listeners:
-                listener(result.kv_batches)
-
-    def _deliver(self, output: RequestOutput, now: float) -> None:
-        stream = self._streams.get(output.request_id)
-        if stream is None:
-            return
-        record_output(self.metrics, stream, output, now)
-        stream.put(output)
-        if output.finished:
-            del self._streams[output.request_id]
-            record_finished(self.metrics, stream, output, now, self.log_prompts)
+            stream.put(output)
+            if output.finished:
+                del self._streams[output.request_id]
+        for listener in self._output_listeners:
+            listener(batch.stats)
 
     def _on_dead(self, error: BaseException) -> None:
         self._dead = error
@@ -335,34 +280,3 @@ class AsyncEngine:
                 break
             if command.future is not None and not command.future.done():
                 command.future.set_exception(dead)
-
-
-def _resolve(future: asyncio.Future[Any], result: Any) -> None:
-    if not future.done():
-        future.set_result(result)
-
-
-def _reject(future: asyncio.Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)
-
-
-def _take_kv_snapshot(engine: LLMEngine) -> KVSnapshot:
-    pool = engine.scheduler.kv_cache_manager.pool
-    # NOTE: events the pool recorded since the last step (none today; aborts only free blocks)
-    # are published first, so the snapshot never runs ahead of `seq`.
-    engine.kv_events.publish(pool.take_events())
-    return KVSnapshot(engine.kv_events.last_seq, pool.block_size, list(pool.cached_blocks))
-
-
-def _fill_queue_times(engine: LLMEngine, outputs: list[RequestOutput]) -> None:
-    """Copy the scheduler's first-scheduled time into the outputs' metrics (queue-time metric)."""
-    requests = engine.scheduler.requests
-    for output in outputs:
-        m = output.metrics
-        if m is None or m.first_scheduled_time is not None:
-            continue
-        request = requests.get(output.request_id)
-        scheduled = None if request is None else request.scheduled_time
-        if scheduled is not None:
-            m.first_scheduled_time = scheduled

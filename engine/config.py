@@ -4,16 +4,21 @@ CRD fields and Helm values mirror these field names."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from engine.errors import InvalidRequestError
+from engine.errors import ConfigError
+from pagedock.limits import (
+    ATTENTION_BACKENDS,
+    BLOCK_SIZES,
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_MODEL,
+    DTYPES,
+)
+from pagedock.options import option_meta
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
 # KV cache budget when num_kv_blocks is not given. On CPU the cache shares RAM with everything
 # else, so the default is a fixed, modest amount rather than a fraction of the machine.
 DEFAULT_CPU_KV_CACHE_MEMORY = 2 * 1024**3
-DTYPES = ("auto", "float32", "float16", "bfloat16")
-BLOCK_SIZES = (8, 16, 32, 64, 128)
 
 
 @dataclass
@@ -26,8 +31,8 @@ class EngineConfig:
     """cpu, cuda, or auto (cuda when available)."""
     tensor_parallel_size: int = 1
     """GPUs one engine shards the model over; must be 1 (tensor parallelism is not implemented)."""
-    block_size: int = 16
-    """Tokens per KV block."""
+    block_size: int = DEFAULT_BLOCK_SIZE
+    """Tokens per KV block: 8, 16, 32, 64 or 128."""
     num_kv_blocks: int | None = None
     """KV blocks in the pool; None sizes the pool from kv_cache_memory."""
     kv_cache_memory: int | str | None = None
@@ -38,9 +43,13 @@ class EngineConfig:
     """Tokens computed per step, decodes and prefill chunks together."""
     max_model_len: int | None = None
     """Context length (prompt + output); None = the model's own."""
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool = field(
+        default=True, metadata=option_meta(off_flag="--no-prefix-caching")
+    )
     """Reuse the KV blocks of shared prompt prefixes across requests."""
-    enable_chunked_prefill: bool = True
+    enable_chunked_prefill: bool = field(
+        default=True, metadata=option_meta(off_flag="--no-chunked-prefill")
+    )
     """Split prompts longer than the step's remaining token budget across steps."""
     scheduling_policy: str = "fcfs"
     """fcfs, or priority (lower value first)."""
@@ -55,6 +64,15 @@ class EngineConfig:
     """torch intra-op threads on CPU; None = every core this process may use."""
     enforce_eager: bool = False
     """GPU: never capture CUDA graphs, run every step eagerly (CPU steps are always eager)."""
+    onednn: bool = True
+    """CPU float32: run linear layers through oneDNN with weights packed at load (off: torch's
+    default matmul)."""
+    cpu_kernels: bool = True
+    """CPU float32: the C++ kernels (paged attention, fused norm, rotary, SiLU); off: pure torch.
+    Process-wide: the last engine built in a process decides."""
+    weight_cache: bool = True
+    """Cache a quantized GGUF's dequantized weights in the pagedock cache, so restarts skip
+    dequantizing."""
 
     def __post_init__(self) -> None:
         _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
@@ -89,8 +107,8 @@ class EngineConfig:
             f"scheduling_policy must be fcfs or priority, got {self.scheduling_policy!r}",
         )
         _check(
-            self.attention_backend in (None, "torch", "torch-sdpa", "triton"),
-            f"attention_backend must be torch, torch-sdpa or triton, got {self.attention_backend!r}",
+            self.attention_backend is None or self.attention_backend in ATTENTION_BACKENDS,
+            f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}",
         )
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
@@ -122,7 +140,7 @@ def parse_bytes(value: int | str) -> int:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
         unit = match.group(2).lower() if match else None
         if match is None or unit not in _UNITS:
-            raise InvalidRequestError(f"cannot read {value!r} as a size in bytes (e.g. '2GiB')")
+            raise ConfigError(f"cannot read {value!r} as a size in bytes (e.g. '2GiB')")
         amount = int(float(match.group(1)) * _UNITS[unit])
     _check(amount > 0, f"a memory size must be positive, got {value!r}")
     return amount
@@ -130,4 +148,4 @@ def parse_bytes(value: int | str) -> int:
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
-        raise InvalidRequestError(message)
+        raise ConfigError(message)

@@ -13,6 +13,11 @@ class InvalidRequestError(PagedockError, ValueError):
         self.param = param
 
 
+class ConfigError(PagedockError, ValueError):
+    """A setting is wrong or does not fit the model or machine (a flag, env var or config field).
+    Raised before serving starts, so it is never an HTTP answer; the CLIs print it and exit 2."""
+
+
 class PromptTooLongError(InvalidRequestError):
     """The prompt (plus what it asks to generate) does not fit the model's context."""
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from engine.config import DEFAULT_MODEL, EngineConfig
-from engine.llm_engine import EngineStats, LLMEngine
-from engine.outputs import CompletionOutput, RequestOutput
-from engine.sampling_params import SamplingParams
+from engine.core.scheduler_stats import SchedulerStats
+from engine.llm_engine import LLMEngine
+from engine.outputs import RequestOutput
+from engine.sampling_params import RequestOutputKind, SamplingParams
 
 Prompt = str | list[int]
 
@@ -25,12 +27,16 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
     ) -> list[RequestOutput]:
-        """Generate for every prompt (text or token ids); one output per prompt, in order."""
+        """Generate for every prompt (text or token ids); one output per prompt, in order.
+
+        Each request runs as FINAL_ONLY, whatever its params say: the engine hands back one whole
+        output per request when it finishes, and copies nothing per step."""
         prompt_list = _as_prompt_list(prompts)
         params = _as_params_list(sampling_params, len(prompt_list))
         request_ids = [f"offline-{next(self._ids)}" for _ in prompt_list]
         for request_id, prompt, p in zip(request_ids, prompt_list, params, strict=True):
-            self.engine.add_request(request_id, prompt, p)
+            final_only = replace(p, output_kind=RequestOutputKind.FINAL_ONLY)
+            self.engine.add_request(request_id, prompt, final_only)
         return self._run(request_ids, use_tqdm)
 
     def chat(
@@ -39,41 +45,34 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
     ) -> list[RequestOutput]:
-        """Apply the model's chat template to each conversation, then generate."""
-        tokenizer = self.engine.tokenizer
-        if tokenizer is None:
-            from engine.errors import InvalidRequestError
+        """Apply the model's chat template to each conversation, then generate.
 
-            raise InvalidRequestError("this model has no tokenizer or chat template")
+        Messages render exactly as the server's /v1/chat/completions renders them (one renderer,
+        engine/text/prompt_renderer.py), so the same chat gets the same tokens offline and online.
+        """
+        from engine.text.prompt_renderer import read_conversation, render_chat
+
         one = bool(messages) and isinstance(messages[0], dict)
         conversations = cast(list[list[dict[str, str]]], [messages] if one else messages)
-        prompts = [
-            tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
+        prompts: list[Prompt] = [
+            render_chat(self.engine.tokenizer, read_conversation(conv)).token_ids
             for conv in conversations
         ]
         return self.generate(prompts, sampling_params, use_tqdm)
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> SchedulerStats:
         return self.engine.stats()
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         finished: dict[str, RequestOutput] = {}
-        # Completions are cumulative; with n > 1 a step reports only those that advanced, so
-        # keep the latest of each index.
-        latest: dict[str, dict[int, CompletionOutput]] = {r: {} for r in request_ids}
         bar = _progress_bar(len(request_ids)) if use_tqdm else None
         while self.engine.has_unfinished_requests():
-            for output in self.engine.step():
-                for completion in output.outputs:
-                    latest[output.request_id][completion.index] = completion
-                if output.finished:
-                    finished[output.request_id] = output
-                    if bar is not None:
-                        bar.update(1)
+            for output in self.engine.step():  # FINAL_ONLY: finished outputs only
+                finished[output.request_id] = output
+                if bar is not None:
+                    bar.update(1)
         if bar is not None:
             bar.close()
-        for request_id, output in finished.items():
-            output.outputs = [c for _, c in sorted(latest[request_id].items())]
         return [finished[r] for r in request_ids]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -13,18 +12,20 @@ import torch
 from engine.attention.backend import get_attention_backend
 from engine.config import DEFAULT_CPU_KV_CACHE_MEMORY, EngineConfig
 from engine.core.block_hash import root_hash
-from engine.core.kv_events import KVEventLog
-from engine.core.request import Request, RequestStatus
+from engine.core.kv_events import KVEventLog, KVSnapshot
+from engine.core.parallel_sampling import ParallelSampling, child_params, child_request_id
+from engine.core.request import Request, RequestStatus, RequestTiming
 from engine.core.scheduler import Scheduler
-from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from engine.errors import InvalidRequestError, PromptTooLongError
+from engine.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
+from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
+from engine.errors import ConfigError, InvalidRequestError, PromptTooLongError
+from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
 from engine.loader.model_loader import load_model, read_model_config
 from engine.loader.registry import resolve_model
-from engine.output_processor import OutputProcessor
+from engine.output_processor import NewRequest, OutputProcessor
 from engine.outputs import RequestOutput
-from engine.parallel_sampling import ParallelSampling, child_params, child_request_id
 from engine.sampling_params import SamplingParams
-from engine.text.tokenizer import Tokenizer
+from engine.text.tokenizer import load_tokenizer
 from engine.worker.model_runner import ModelRunner, kv_cache_bytes_per_block
 
 logger = logging.getLogger("pagedock.engine")
@@ -32,23 +33,12 @@ logger = logging.getLogger("pagedock.engine")
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-@dataclass
-class EngineStats:
-    num_running: int
-    num_waiting: int
-    kv_cache_usage: float
-    prefix_cache_queries: int
-    prefix_cache_hits: int
-    prefix_cache_hit_rate: float
-    kv_utilisation: float
-    naive_kv_utilisation: float
-    num_preemptions: int
-    num_steps: int
-    num_kv_blocks: int
-    num_free_kv_blocks: int
-
-
 class LLMEngine:
+    """Not thread-safe. Each public call comes in two halves: the engine half (`add_core_request`,
+    `step_core`, `abort_core_request`, `finish_stopped`: scheduler and model, token ids only) and
+    the output half (`output_processor`: text, stop strings, RequestOutputs). `add_request`,
+    `step` and `abort_request` run both inline; AsyncEngine runs the halves on two threads."""
+
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.device = _pick_device(config.device)
@@ -59,12 +49,20 @@ class LLMEngine:
         self.model_config = read_model_config(self.model_path)
         self.max_model_len = self._pick_max_model_len()
         self._check_batching_limits()
+        set_cpu_kernels_enabled(config.cpu_kernels)  # before the backend and layers ask for them
         backend = get_attention_backend(self.device, config.attention_backend)
         self.model = load_model(
-            self.model_path, self.model_config, self.dtype, self.device, backend, self.max_model_len
+            self.model_path,
+            self.model_config,
+            self.dtype,
+            self.device,
+            backend,
+            self.max_model_len,
+            onednn=config.onednn,
+            weight_cache=config.weight_cache,
         )
         self.num_kv_blocks = self._pick_num_kv_blocks()
-        self.tokenizer = _load_tokenizer(self.model_path)
+        self.tokenizer = load_tokenizer(self.model_path)
         self.eos_token_ids = self._eos_token_ids()
         self.root_hash = root_hash(f"{self.model_config.name}:{self.dtype}")
         self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
@@ -96,7 +94,7 @@ class LLMEngine:
         if wanted is None:
             return model_len
         if wanted > model_len:
-            raise InvalidRequestError(
+            raise ConfigError(
                 f"max_model_len {wanted} exceeds the model's context length {model_len}"
             )
         return wanted
@@ -106,7 +104,7 @@ class LLMEngine:
             not self.config.enable_chunked_prefill
             and self.config.max_num_batched_tokens < self.max_model_len
         ):
-            raise InvalidRequestError(
+            raise ConfigError(
                 f"with chunked prefill off, max_num_batched_tokens ({self.config.max_num_batched_tokens}) "
                 f"must be at least max_model_len ({self.max_model_len}), or a long prompt could "
                 "never be scheduled; raise it, lower max_model_len, or enable chunked prefill"
@@ -129,7 +127,7 @@ class LLMEngine:
             )
         needed = -(-self.max_model_len // bs)
         if num_blocks < needed:
-            raise InvalidRequestError(
+            raise ConfigError(
                 f"the KV cache holds {num_blocks} blocks of {bs} tokens ({num_blocks * bs} tokens), "
                 f"fewer than one sequence of max_model_len {self.max_model_len} needs ({needed} "
                 "blocks); lower max_model_len or give the cache more memory"
@@ -152,53 +150,44 @@ class LLMEngine:
         priority: int = 0,
         arrival_time: float | None = None,
     ) -> None:
+        """Queue a request; its outputs come from `step()`."""
+        new = self.add_core_request(request_id, prompt, params, priority, arrival_time)
+        self.output_processor.add_request(new)
+
+    def add_core_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> NewRequest:
+        """The engine half of `add_request`: validate and queue (n > 1 fans out). Returns what the
+        output path must register before the request's first core output."""
         params = params or SamplingParams()
-        if request_id in self.scheduler.requests or self.parallel.is_parent(request_id):
+        if self.scheduler.has_request(request_id) or self.parallel.is_parent(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         text, token_ids = self._tokenize(prompt)
         max_tokens = self._check_length(len(token_ids), params)
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
-        arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        timing = RequestTiming(time.monotonic() if arrival_time is None else arrival_time)
+
+        def make(child_id: str, sampling: SamplingParams) -> Request:
+            eos = self.eos_token_ids
+            return Request(child_id, token_ids, sampling, max_tokens, eos, priority, None, timing)
+
         if params.n == 1:
-            self._enqueue(
-                Request(
-                    request_id,
-                    token_ids,
-                    params,
-                    max_tokens,
-                    self.eos_token_ids,
-                    priority,
-                    arrival_time,
-                ),
-                text,
-            )
-            return
+            self.scheduler.add_request(make(request_id, params))
+            return NewRequest(request_id, text, token_ids, params, timing, [request_id])
         children = [
-            Request(
-                child_request_id(request_id, i),
-                token_ids,
-                child_params(params, i),
-                max_tokens,
-                self.eos_token_ids,
-                priority,
-                arrival_time,
-            )
-            for i in range(params.n)
+            make(child_request_id(request_id, i), child_params(params, i)) for i in range(params.n)
         ]
         defer = self.config.enable_prefix_caching
-        for child in self.parallel.register(request_id, text, children, defer):
-            self._enqueue(child, text)
-
-    def _enqueue(self, request: Request, text: str | None) -> None:
-        self.scheduler.add_request(request)
-        self.output_processor.add_request(
-            request.request_id,
-            text,
-            request.prompt_token_ids,
-            request.sampling_params,
-            request.arrival_time,
-        )
+        for child in self.parallel.register(request_id, children, defer):
+            self.scheduler.add_request(child)
+        child_ids = [c.request_id for c in children]
+        return NewRequest(request_id, text, token_ids, params, timing, child_ids)
 
     def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -239,24 +228,29 @@ class LLMEngine:
         return params.max_tokens
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
-        """Stop a request (all n of it) and free its blocks. UnknownRequestError when the id is
-        not in flight."""
+        """Stop a request (all n of it) and free its blocks; its final output. UnknownRequestError
+        when the id is not in flight."""
+        outputs = self.process_outputs(self.abort_core_request(request_id))
+        return outputs[0] if outputs else None
+
+    def abort_core_request(self, request_id: str) -> list[EngineCoreOutput]:
+        """The engine half of `abort_request`: the 'abort' core output of each completion."""
         if not self.parallel.is_parent(request_id):
             self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
-            return self.output_processor.abort(request_id)
-        child_ids, _ = self.parallel.children_to_abort(request_id)
-        outputs = []
+            return [EngineCoreOutput(request_id, [], "abort")]
+        child_ids, pending = self.parallel.abort(request_id)
         for child_id in child_ids:
-            self.scheduler.finish_request(child_id, RequestStatus.FINISHED_ABORTED)
-            output = self.output_processor.abort(child_id)
-            if output is not None:
-                outputs.append(output)
-        completions = [c for o in outputs for c in o.outputs]
-        if not outputs:
-            return None
-        return RequestOutput(
-            request_id, outputs[0].prompt, outputs[0].prompt_token_ids, completions, True
-        )
+            if child_id not in pending:
+                self.scheduler.finish_request(child_id, RequestStatus.FINISHED_ABORTED)
+        return [EngineCoreOutput(child_id, [], "abort") for child_id in child_ids]
+
+    def finish_stopped(self, request_ids: list[str]) -> None:
+        """End the requests the output path found a stop string in, freeing their blocks (those
+        that ended meanwhile on their own are skipped)."""
+        for request_id in request_ids:
+            self.parallel.child_finished(request_id)
+            if self.scheduler.has_request(request_id):
+                self.scheduler.finish_request(request_id, RequestStatus.FINISHED_STOPPED)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
@@ -264,21 +258,26 @@ class LLMEngine:
     # ---- one step ----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        """One step, its outputs processed here and now (the offline path)."""
+        return self.process_outputs(self.step_core())
+
+    def step_core(self) -> list[EngineCoreOutput]:
+        """The engine half of a step: schedule, run the model, advance the requests, publish the
+        KV events; children of n > 1 waiting for their sibling's prompt blocks join here. Token
+        ids, finish reasons and logprobs only: no text."""
         scheduler_output = self.scheduler.schedule()
         runner_output = self._execute(scheduler_output)
         core_outputs = self.scheduler.update(scheduler_output, runner_output)
-        processed = self.output_processor.process(core_outputs)
-        for request_id in processed.stopped_by_string:
-            self.scheduler.finish_request(request_id, RequestStatus.FINISHED_STOPPED)
-        self.kv_events.publish(self.scheduler.kv_cache_manager.pool.take_events())
-        outputs, released = self.parallel.merge(processed.outputs)
-        for child in released:
-            self._enqueue(child, self._prompt_of(child))
-        return outputs
+        self.kv_events.publish(self.scheduler.take_kv_events())
+        for child in self.parallel.on_core_outputs(core_outputs):
+            self.scheduler.add_request(child)
+        return core_outputs
 
-    def _prompt_of(self, child: Request) -> str | None:
-        entry = self.parallel.child_to_parent.get(child.request_id)
-        return entry[0].prompt if entry else None
+    def process_outputs(self, core_outputs: list[EngineCoreOutput]) -> list[RequestOutput]:
+        """The output half, inline: detokenize, apply stop strings, finish what they stopped."""
+        processed = self.output_processor.process(core_outputs)
+        self.finish_stopped(processed.stopped_by_string)
+        return processed.outputs
 
     def _execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         """Run the step; a failure fails the step's requests, never the engine."""
@@ -293,31 +292,29 @@ class LLMEngine:
                 {}, {s.request_id: message for s in scheduler_output.scheduled}
             )
 
-    def stats(self) -> EngineStats:
-        sched = self.scheduler
-        kv = sched.kv_cache_manager
-        prefix = kv.prefix_cache_stats
-        return EngineStats(
-            num_running=len(sched.running),
-            num_waiting=len(sched.waiting),
-            kv_cache_usage=kv.usage,
-            prefix_cache_queries=prefix.queries,
-            prefix_cache_hits=prefix.hits,
-            prefix_cache_hit_rate=prefix.hit_rate,
-            kv_utilisation=sched.stats.kv_utilisation,
-            naive_kv_utilisation=sched.stats.naive_kv_utilisation,
-            num_preemptions=sched.stats.num_preemptions,
-            num_steps=sched.stats.num_steps,
-            num_kv_blocks=self.num_kv_blocks,
-            num_free_kv_blocks=kv.pool.num_free_blocks,
-        )
+    # ---- what callers may know ---------------------------------------------------------------
+
+    def stats(self) -> SchedulerStats:
+        return self.scheduler.make_stats()
+
+    def kv_occupancy(self) -> KVOccupancy:
+        """What the running requests hold in the KV cache now (benchmarks sample it per step)."""
+        return self.scheduler.kv_occupancy()
+
+    def kv_snapshot(self) -> KVSnapshot:
+        """Every cached block hash and the seq of the last event batch it includes."""
+        # NOTE: events recorded since the last step (none today; aborts only free blocks) are
+        # published first, so the snapshot never runs ahead of `seq`.
+        self.kv_events.publish(self.scheduler.take_kv_events())
+        hashes = self.scheduler.cached_block_hashes()
+        return KVSnapshot(self.kv_events.last_seq, self.config.block_size, hashes)
 
 
 def _pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise InvalidRequestError("device 'cuda' was asked for, but no CUDA device is available")
+        raise ConfigError("device 'cuda' was asked for, but no CUDA device is available")
     return torch.device(name)
 
 
@@ -331,13 +328,3 @@ def _pick_dtype(name: str, device: torch.device) -> torch.dtype:
 def _resolve_model(config: EngineConfig) -> tuple[Path, str]:
     resolved = resolve_model(config.model)
     return resolved.path, config.served_model_name or resolved.name
-
-
-def _load_tokenizer(path: Path) -> Tokenizer | None:
-    """The GGUF's own tokenizer, or the HF directory's tokenizer.json; None for a bare checkpoint
-    (such a model takes token ids only)."""
-    if path.suffix == ".gguf":
-        return Tokenizer.from_gguf(path)
-    if (path / "tokenizer.json").exists():
-        return Tokenizer.from_hf_dir(path)
-    return None

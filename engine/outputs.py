@@ -1,9 +1,23 @@
-"""What the engine hands back for a request: cumulative text and tokens, plus this step's delta."""
+"""What the engine hands back for a request, and what the output path measured on the way.
+
+A CompletionOutput's `text`, `token_ids` and `logprobs` mean what the request's
+`SamplingParams.output_kind` says:
+
+    CUMULATIVE   everything generated so far (a fresh copy in every output)
+    DELTA        only what this step added: a request's outputs concatenate, in order, to the
+                 whole completion; each new token, text piece and logprob is sent exactly once
+    FINAL_ONLY   one output per request, once it finished, with everything
+
+`finish_reason` / `stop_reason` are set on the output that ends a completion. With n > 1, a
+DELTA output lists the completions that advanced this step (by `index`); the other kinds list
+all n.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.core.request import RequestTiming
 from engine.core.scheduler_output import SampledToken
 
 
@@ -14,19 +28,8 @@ class CompletionOutput:
     token_ids: list[int]
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    # None unless the request asked for logprobs.
     logprobs: list[SampledToken] | None = None
-    # What this step added (for streaming).
-    new_text: str = ""
-    new_token_ids: list[int] = field(default_factory=list)
-
-
-@dataclass
-class RequestMetrics:
-    arrival_time: float
-    first_scheduled_time: float | None = None
-    first_token_time: float | None = None
-    finished_time: float | None = None
-    num_cached_tokens: int = 0
 
 
 @dataclass
@@ -36,7 +39,8 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool
-    metrics: RequestMetrics | None = None
+    # Prompt tokens the first completion found in the prefix cache.
+    num_cached_tokens: int = 0
     error: str | None = None
 
     # The single-completion shorthand offline users reach for: outs[0].text.
@@ -51,3 +55,29 @@ class RequestOutput:
     @property
     def finish_reason(self) -> str | None:
         return self.outputs[0].finish_reason
+
+
+@dataclass
+class FinishedRequestStats:
+    """A request that ended this step: what its log line and the end-of-request metrics need."""
+
+    request_id: str
+    prompt: str | None
+    num_prompt_tokens: int
+    finish_reasons: list[str]
+    """One per completion, by index."""
+    timing: RequestTiming
+    """Complete: nothing writes it any more."""
+
+
+@dataclass
+class IterationStats:
+    """What one step's outputs add to the request metrics (vLLM's name). Plain values, so the
+    server may read them on another thread while the output path goes on."""
+
+    num_generation_tokens: int = 0
+    # Prompt tokens of the requests that got their first token this step.
+    num_prompt_tokens: int = 0
+    time_to_first_tokens_s: list[float] = field(default_factory=list)
+    inter_token_latencies_s: list[float] = field(default_factory=list)
+    finished: list[FinishedRequestStats] = field(default_factory=list)

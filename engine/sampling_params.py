@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from engine.errors import InvalidRequestError
 
 # Below this, a temperature is treated as greedy (as vLLM does): dividing logits by ~0 overflows.
 _GREEDY_EPS = 1e-5
+
+
+class RequestOutputKind(enum.Enum):
+    """What each RequestOutput of a request carries (vLLM's names); see engine/outputs.py."""
+
+    CUMULATIVE = 0
+    """Every output: the whole completion so far (a copy per step: O(length) each)."""
+    DELTA = 1
+    """Every output: only what this step added; the outputs concatenate to the whole."""
+    FINAL_ONLY = 2
+    """One output, when the request finishes, with the whole completion."""
 
 
 @dataclass
@@ -48,6 +60,9 @@ class SamplingParams:
     """Leave special tokens out of the returned text."""
     include_stop_str_in_output: bool = False
     """Keep the matched stop string at the end of the text."""
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    """What each output carries. `LLM.generate` uses FINAL_ONLY, the HTTP server DELTA; the
+    default is for callers of `LLMEngine.step()` that want a snapshot per step."""
 
     def __post_init__(self) -> None:
         self._validate()

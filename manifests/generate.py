@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "operator"))
+# The operator and the shared `pagedock` package, also from a checkout that is not pip-installed.
+sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
 
 from llm_operator.crd import crd_yaml  # noqa: E402
 

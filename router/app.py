@@ -1,26 +1,31 @@
-"""build_app: the router's FastAPI application — the engine's API, proxied to the best replica."""
+"""build_app: the router's FastAPI application — the engine's API, proxied to the best replica.
+
+The router never judges a request's content: input it can't parse is still forwarded, so a client
+gets exactly the engine's answer to bad input. Its own errors are about routing (a missing API
+key 401, no healthy replica 503, every attempt failed 502), in OpenAI's shape through the same
+engine/protocol/errors.py and API-key guard as the engine's server.
+"""
 
 from __future__ import annotations
 
-import hmac
 import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from engine.protocol import ChatCompletionRequest, CompletionRequest
+from engine.protocol.auth import api_key_guard
+from engine.protocol.errors import APIError, install_api_error_handlers
+from pagedock.limits import MAX_BODY_BYTES  # the engine's default --max-body-bytes too
 from router.context import RouterContext
 from router.dispatcher import Decision, NoReplicaError
-from router.errors import RouterError, install_error_handlers
 from router.prompt_hasher import PromptBlocks
-
-MAX_BODY_BYTES = 8 * 1024 * 1024  # as the engine's default --max-body-bytes
 
 
 def build_app(ctx: RouterContext) -> FastAPI:
@@ -33,7 +38,7 @@ def build_app(ctx: RouterContext) -> FastAPI:
             await ctx.stop()
 
     app = FastAPI(title="pagedock router", version="1", lifespan=lifespan)
-    install_error_handlers(app)
+    install_api_error_handlers(app)
     _add_api_routes(app, ctx)
     _add_open_routes(app, ctx)
     app.state.ctx = ctx
@@ -41,17 +46,18 @@ def build_app(ctx: RouterContext) -> FastAPI:
 
 
 def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
-    @app.post("/v1/chat/completions")
+    guard = [Depends(api_key_guard(ctx.config.api_key))]
+
+    @app.post("/v1/chat/completions", dependencies=guard)
     async def chat_completions(request: Request) -> Response:
         return await _generate(ctx, request, ChatCompletionRequest)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", dependencies=guard)
     async def completions(request: Request) -> Response:
         return await _generate(ctx, request, CompletionRequest)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=guard)
     async def models(request: Request) -> Response:
-        _check_api_key(ctx, request)
         decision = _decide(ctx, None, None)
         return await ctx.proxy.forward(request, b"", decision, False, time.perf_counter())
 
@@ -80,7 +86,6 @@ async def _generate(
     ctx: RouterContext, request: Request, model: type[ChatCompletionRequest | CompletionRequest]
 ) -> Response:
     arrival = time.perf_counter()
-    _check_api_key(ctx, request)
     body = await _read_body(request)
     parsed = _parse(body, model)
     blocks = _prompt_blocks(ctx, parsed)
@@ -110,28 +115,17 @@ def _decide(ctx: RouterContext, blocks: PromptBlocks | None, session_key: str | 
     try:
         return ctx.dispatcher.decide(blocks, session_key)
     except NoReplicaError as e:
-        raise RouterError(503, str(e), code="no_healthy_replica", headers={"Retry-After": "1"}) from e  # fmt: skip
+        raise APIError(503, str(e), code="no_healthy_replica", headers={"Retry-After": "1"}) from e  # fmt: skip
 
 
 async def _read_body(request: Request) -> bytes:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise RouterError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        raise APIError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
     body = await request.body()
     if len(body) > MAX_BODY_BYTES:
-        raise RouterError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        raise APIError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
     return body
-
-
-def _check_api_key(ctx: RouterContext, request: Request) -> None:
-    expected = ctx.config.api_key
-    if expected is None:
-        return
-    header = request.headers.get("authorization", "")
-    given = header[7:] if header.lower().startswith("bearer ") else ""
-    # Constant-time comparison: response timing must not reveal how much of a guess matched.
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        raise RouterError(401, "missing or invalid API key: send `Authorization: Bearer <key>`", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
 
 
 def _replica_view(ctx: RouterContext, url: str) -> dict[str, Any]:

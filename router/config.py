@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.errors import InvalidRequestError
-from engine.loader.registry import DEFAULT_MODEL
+from engine.errors import ConfigError
+from pagedock.limits import BLOCK_SIZES, DEFAULT_BLOCK_SIZE, DEFAULT_MODEL, ROUTING_POLICIES
+from pagedock.options import option_meta
 
-POLICIES = ("prefix-aware", "round-robin", "least-loaded", "session")
 DISCOVERIES = ("static", "k8s")
 
 
 @dataclass
 class RouterConfig:
-    replicas: list[str] = field(default_factory=list)
+    replicas: list[str] = field(
+        default_factory=list, metadata=option_meta(flag="--replica", metavar="URL")
+    )
     """Engine base URLs for static discovery (repeat --replica), e.g. http://10.0.0.5:8000."""
     discovery: str = "static"
     """static (the --replica list) or k8s (the EndpointSlices of --service in --namespace)."""
@@ -37,8 +39,9 @@ class RouterConfig:
     """Address to listen on; 0.0.0.0 in a container."""
     port: int = 8080
     """TCP port."""
-    block_size: int = 16
-    """Tokens per KV block until a replica's snapshot says otherwise (the snapshot wins)."""
+    block_size: int = DEFAULT_BLOCK_SIZE
+    """Tokens per KV block (as the engines' --block-size) until a replica's snapshot says
+    otherwise (the snapshot wins)."""
     api_key: str | None = None
     """When set, the API routes need `Authorization: Bearer KEY` (the header is forwarded)."""
     replica_api_key: str | None = None
@@ -82,12 +85,12 @@ class RouterConfig:
 
     def __post_init__(self) -> None:
         self.replicas = [normalize_url(u) for u in self.replicas]
-        _check(self.policy in POLICIES, f"policy must be one of {POLICIES}, got {self.policy!r}")
+        _check(self.policy in ROUTING_POLICIES, f"policy must be one of {ROUTING_POLICIES}, got {self.policy!r}")  # fmt: skip
         _check(self.discovery in DISCOVERIES, f"discovery must be one of {DISCOVERIES}, got {self.discovery!r}")  # fmt: skip
         _check(self.discovery != "k8s" or bool(self.service), "k8s discovery needs --service")
         _check(self.discovery != "static" or bool(self.replicas), "static discovery needs at least one --replica URL")  # fmt: skip
         _check(self.max_attempts >= 1, f"max_attempts must be at least 1, got {self.max_attempts}")
-        _check(self.block_size >= 1, f"block_size must be at least 1, got {self.block_size}")
+        _check(self.block_size in BLOCK_SIZES, f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}")  # fmt: skip
         for name in ("health_interval_s", "health_timeout_s", "connect_timeout_s", "request_timeout_s", "prefill_ms_per_token"):  # fmt: skip
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
@@ -107,4 +110,4 @@ def normalize_url(url: str) -> str:
 
 def _check(condition: bool, message: str) -> None:
     if not condition:
-        raise InvalidRequestError(message)
+        raise ConfigError(message)

@@ -14,7 +14,6 @@ A client that disconnects closes the replica connection too, so the engine abort
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -26,8 +25,8 @@ from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive
 
+from engine.protocol.errors import APIError, error_json
 from router.dispatcher import Decision, Dispatcher
-from router.errors import RouterError, error_json
 from router.metrics import RouterMetrics
 from router.replica import Replica
 from router.replica_set import ReplicaSet
@@ -92,7 +91,7 @@ class Proxy:
         if last is not None and last.response is not None:
             return last.response  # e.g. every replica answered 503: say what the last one said
         self.metrics.observe_failure(last.cause if last else "no_replica")
-        raise RouterError(502, f"no replica could serve the request ({last.cause if last else 'none'})", code="replicas_unavailable")  # fmt: skip
+        raise APIError(502, f"no replica could serve the request ({last.cause if last else 'none'})", code="replicas_unavailable")  # fmt: skip
 
     async def _attempt(
         self, request: Request, body: bytes, decision: Decision, replica: Replica, stream: bool
@@ -173,9 +172,9 @@ def _buffered(upstream: aiohttp.ClientResponse, content: bytes, replica: Replica
 
 def sse_error_event(message: str, last_chunk: bytes) -> bytes:
     """An OpenAI-shaped error event and [DONE], starting a fresh event if the last was cut."""
-    payload = json.loads(error_json(502, message, "replica_failed"))
+    payload = error_json(502, message, code="replica_failed")
     separator = b"" if last_chunk.endswith(b"\n\n") else b"\n\n"
-    return separator + f"data: {json.dumps(payload)}\n\ndata: [DONE]\n\n".encode()
+    return separator + f"data: {payload}\n\ndata: [DONE]\n\n".encode()
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
@@ -188,7 +187,7 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
         watch.cancel()
     if not task.done():
         task.cancel()
-        raise RouterError(499, "the client disconnected", code="client_disconnected")
+        raise APIError(499, "the client disconnected", code="client_disconnected")
     return task.result()
 
 

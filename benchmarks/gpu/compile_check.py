@@ -27,6 +27,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from engine.attention import triton_attention as tri
+from engine.attention import triton_kernels as kernels
 
 INT32_POINTERS = {"block_tables_ptr", "seq_lens_ptr", "query_start_loc_ptr"}
 FP32_POINTERS = {"part_acc_ptr", "part_max_ptr", "part_sum_ptr"}
@@ -68,21 +69,23 @@ def cases(dtype: str) -> list[tuple[Any, dict[str, Any], int]]:
     prec = "ieee" if dtype == "fp32" else "tf32"
     out: list[tuple[Any, dict[str, Any], int]] = [
         (
-            tri._write_kv_cache_kernel,
+            kernels.write_kv_cache_kernel,
             {"NUM_KV_HEADS": 8, "HEADS_PAD": 8, "HEAD_DIM": 128, "BLOCK_SIZE": 16},
             4,
         ),
-        (tri._merge_splits_kernel, {"HEAD_DIM": 128, "SPLITS_PAD": 8}, 4),
+        (kernels.merge_splits_kernel, {"HEAD_DIM": 128, "SPLITS_PAD": 8}, 4),
     ]
     for group, head_dim, block_size in [(8, 128, 16), (1, 64, 32), (4, 128, 16)]:
         common: dict[str, Any] = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_SIZE": block_size}
         common |= {"DOT_PRECISION": prec, "INT64_OFFSETS": False}
         for split in (False, True):
             decode = common | {"GROUP_PAD": max(16, group), "BLOCK_N": tri.DECODE_BLOCK_N}
-            out.append((tri._paged_decode_kernel, decode | {"SPLIT": split}, tri.DECODE_NUM_WARPS))
+            out.append(
+                (kernels.paged_decode_kernel, decode | {"SPLIT": split}, tri.DECODE_NUM_WARPS)
+            )
         prefill = common | {"GROUP_PAD": group, "BLOCK_N": tri.PREFILL_BLOCK_N}
         prefill |= {"BLOCK_Q": tri.PREFILL_BLOCK_M // group}
-        out.append((tri._paged_prefill_kernel, prefill, tri.PREFILL_NUM_WARPS))
+        out.append((kernels.paged_prefill_kernel, prefill, tri.PREFILL_NUM_WARPS))
     return out
 
 

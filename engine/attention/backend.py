@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 import torch
 
+from pagedock.limits import ATTENTION_BACKENDS
+
 
 @dataclass
 class AttentionMetadata:
@@ -64,9 +66,6 @@ class AttentionBackend(Protocol):
         scale: float,
     ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
         ...
-
-
-ATTENTION_BACKENDS = ("torch", "torch-sdpa", "triton")
 
 
 def get_attention_backend(device: torch.device, name: str | None = None) -> AttentionBackend:

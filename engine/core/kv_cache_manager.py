@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from engine.core.block_hash import BlockHash
 from engine.core.block_pool import BlockPool
 from engine.core.kv_cache_block import KVCacheBlock
+from engine.core.kv_events import KVEvent
 from engine.core.request import Request
 
 
@@ -45,6 +46,23 @@ class KVCacheManager:
     def usage(self) -> float:
         return self.pool.usage
 
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks no request references (free-but-cached blocks count as free)."""
+        return self.pool.num_free_blocks
+
+    def take_events(self) -> list[KVEvent]:
+        """The cache events recorded since the last call (stored / removed / cleared)."""
+        return self.pool.take_events()
+
+    def cached_block_hashes(self) -> list[BlockHash]:
+        """Every block hash the prefix cache holds now."""
+        return list(self.pool.cached_blocks)
+
     def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
         """The longest run of the request's leading blocks already cached, and its token count.
 
@@ -65,10 +83,6 @@ class KVCacheManager:
         self.prefix_cache_stats.queries += request.num_tokens
         self.prefix_cache_stats.hits += num_tokens
         return blocks, num_tokens
-
-    def can_fit(self, num_tokens: int) -> bool:
-        """Whether a request of num_tokens could ever be held, with the whole pool to itself."""
-        return self._blocks_for(num_tokens) <= self.pool.num_blocks
 
     def allocate_slots(
         self,

@@ -43,6 +43,15 @@ class KVEventBatch:
     events: list[KVEvent] = field(default_factory=list)
 
 
+@dataclass
+class KVSnapshot:
+    """Every cached block hash, and the sequence number of the last event batch it includes."""
+
+    seq: int
+    block_size: int
+    block_hashes: list[BlockHash]
+
+
 class KVEventLog:
     """A bounded, thread-safe log of event batches (the engine thread writes, servers read)."""
 

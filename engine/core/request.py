@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from engine.core.block_hash import BlockHash, hash_blocks
 from engine.sampling_params import SamplingParams
@@ -37,6 +38,24 @@ _FINISH_REASONS = {
 }
 
 
+@dataclass
+class RequestTiming:
+    """One request's timestamps (time.monotonic()), the only timing record there is: the engine
+    fills it as the request goes, the server's metrics and log line read it once it finished.
+
+    Arrival is set when the engine accepts the request and first scheduling by the scheduler (the
+    engine thread); tokens and the finish by the output path. The n completions of a request
+    share one record.
+    """
+
+    arrival_time: float
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finished_time: float | None = None
+    num_generated_tokens: int = 0
+
+
 class Request:
     """One sequence being generated.
 
@@ -54,6 +73,7 @@ class Request:
         eos_token_ids: Sequence[int] = (),
         priority: int = 0,
         arrival_time: float | None = None,
+        timing: RequestTiming | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
@@ -63,7 +83,10 @@ class Request:
         self.eos_token_ids = frozenset(eos_token_ids)
         self.stop_token_ids = frozenset(sampling_params.stop_token_ids)
         self.priority = priority
-        self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        # `timing` is a record shared with sibling completions (n > 1); it carries the arrival.
+        if timing is None:
+            timing = RequestTiming(time.monotonic() if arrival_time is None else arrival_time)
+        self.timing = timing
         self.status = RequestStatus.WAITING
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(prompt_token_ids)
@@ -73,8 +96,10 @@ class Request:
         self.num_preemptions = 0
         self.block_hashes: list[BlockHash] = []
         self.stop_reason: int | str | None = None
-        self.first_token_time: float | None = None
-        self.scheduled_time: float | None = None
+
+    @property
+    def arrival_time(self) -> float:
+        return self.timing.arrival_time
 
     @property
     def num_tokens(self) -> int:

@@ -9,11 +9,11 @@ request is preempted by recompute: its blocks are freed and it returns to the fr
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 
 from engine.config import EngineConfig
 from engine.core.block_hash import BlockHash
 from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.kv_events import KVEvent
 from engine.core.request import Request, RequestStatus
 from engine.core.request_queue import make_request_queue
 from engine.core.scheduler_output import (
@@ -23,7 +23,7 @@ from engine.core.scheduler_output import (
     ScheduledRequest,
     SchedulerOutput,
 )
-from engine.core.scheduler_stats import SchedulerStats
+from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
 from engine.errors import UnknownRequestError
 
 
@@ -46,7 +46,7 @@ class Scheduler:
         self.waiting = make_request_queue(config.scheduling_policy)
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
-        self.stats = SchedulerStats()
+        self.num_preemptions = 0
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -70,6 +70,40 @@ class Scheduler:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.running) or len(self.waiting) > 0
+
+    def has_request(self, request_id: str) -> bool:
+        return request_id in self.requests
+
+    # ---- what callers may know of the KV cache -------------------------------------------
+
+    def take_kv_events(self) -> list[KVEvent]:
+        return self.kv_cache_manager.take_events()
+
+    def cached_block_hashes(self) -> list[BlockHash]:
+        return self.kv_cache_manager.cached_block_hashes()
+
+    def make_stats(self) -> SchedulerStats:
+        kv = self.kv_cache_manager
+        return SchedulerStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_cache_usage=kv.usage,
+            num_kv_blocks=kv.num_blocks,
+            num_free_kv_blocks=kv.num_free_blocks,
+            prefix_cache_queries=kv.prefix_cache_stats.queries,
+            prefix_cache_hits=kv.prefix_cache_stats.hits,
+            num_preemptions=self.num_preemptions,
+        )
+
+    def kv_occupancy(self) -> KVOccupancy:
+        """O(running): for benchmarks, not for the step path."""
+        kv = self.kv_cache_manager
+        num_blocks = sum(kv.num_blocks_of(r.request_id) for r in self.running)
+        return KVOccupancy(
+            num_running=len(self.running),
+            num_tokens=sum(r.num_computed_tokens for r in self.running),
+            num_slots=num_blocks * self.block_size,
+        )
 
     # ---- one step ------------------------------------------------------------------------
 
@@ -132,7 +166,8 @@ class Scheduler:
             request.num_computed_tokens = num_computed
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_computed
-                request.scheduled_time = time.monotonic()
+            if request.timing.first_scheduled_time is None:  # n > 1: siblings share the record
+                request.timing.first_scheduled_time = time.monotonic()
             self.running.append(request)
             scheduled.append(self._scheduled(request, num_new))
             budget -= num_new
@@ -168,7 +203,7 @@ class Scheduler:
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.num_preemptions += 1
-        self.stats.num_preemptions += 1
+        self.num_preemptions += 1
         self.waiting.prepend(request)
 
     # ---- after the forward pass ----------------------------------------------------------
@@ -192,13 +227,9 @@ class Scheduler:
             sampled = runner_output.sampled.get(item.request_id)
             if sampled is not None:
                 core_outputs.append(self._append_token(request, sampled))
-        self.stats.record_step(self.running, self.kv_cache_manager, output.num_scheduled_tokens)
-        self.stats.record_naive(len(self.running), self.max_model_len)
         return core_outputs
 
     def _append_token(self, request: Request, sampled: SampledToken) -> EngineCoreOutput:
-        if request.first_token_time is None:
-            request.first_token_time = time.monotonic()
         request.append_output_token(sampled.token_id)
         status = self._check_stop(request, sampled.token_id)
         if status is not None:
@@ -236,7 +267,3 @@ class Scheduler:
         self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
         self.finished_req_ids.add(request.request_id)
-        self.stats.num_finished += 1
-
-    def iter_requests(self) -> Iterable[Request]:
-        return self.requests.values()

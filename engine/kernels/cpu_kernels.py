@@ -3,14 +3,14 @@
 torch's JIT extension builder compiles `csrc/*.cpp` once per source version and CPU (the build
 uses -march=native, so the cache key includes the CPU's model name), then later starts load the
 shared object in well under a second. No compiler, or a failed build, falls back to the torch path
-with one warning: correctness never depends on it.
+with one warning: correctness never depends on it. EngineConfig.cpu_kernels (`--no-cpu-kernels`,
+`PAGEDOCK_CPU_KERNELS=false`) turns them off.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import platform
 from functools import cache
 from pathlib import Path
@@ -23,6 +23,9 @@ logger = logging.getLogger("pagedock.cpu_kernels")
 _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = sorted(_CSRC.glob("*.cpp"))
 _HEADERS = sorted(_CSRC.glob("*.h"))
+# NOTE: process-wide, since the layers (norm, rotary, SiLU) look the kernels up on every call
+# through kernels_for(); LLMEngine sets it from EngineConfig.cpu_kernels before building a model.
+_enabled = True
 
 
 def _cpu_identity() -> str:
@@ -35,11 +38,22 @@ def _cpu_identity() -> str:
     return platform.processor() or platform.machine()
 
 
-@cache
-def load_cpu_kernels() -> ModuleType | None:
-    """The compiled module, or None when kernels are disabled or can't be built here."""
-    if os.environ.get("PAGEDOCK_CPU_KERNELS", "1") == "0":
+def set_cpu_kernels_enabled(enabled: bool) -> None:
+    """Turn the kernels on or off for this process (what `load_cpu_kernels()` then returns)."""
+    global _enabled
+    _enabled = enabled
+
+
+def load_cpu_kernels(enabled: bool | None = None) -> ModuleType | None:
+    """The compiled module; None when disabled (by `enabled`, else by the process switch) or
+    when it can't be built here."""
+    if not (_enabled if enabled is None else enabled):
         return None
+    return _build_cpu_kernels()
+
+
+@cache
+def _build_cpu_kernels() -> ModuleType | None:
     try:
         from torch.utils.cpp_extension import load
 

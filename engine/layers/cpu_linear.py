@@ -3,13 +3,13 @@
 torch's default CPU linear goes through MKL's sgemm, which on some CPUs (AMD EPYC here) picks a
 slow path for the skinny shapes of a decode step: 64 x 576 x 960 ran at ~15 GFLOP/s where oneDNN,
 with the weight reordered once into its blocked layout, ran at ~190. Inductor's freezing pass does
-the same reorder; doing it at load time keeps start-up free of compilation.
+the same reorder; doing it at load time keeps start-up free of compilation. EngineConfig.onednn
+(`--no-onednn`, `PAGEDOCK_ONEDNN=false`) turns it off; the loader passes it to `pack_linears`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 from torch import nn
@@ -21,10 +21,9 @@ _PACK_BATCH_HINT = 64
 
 
 def onednn_available() -> bool:
-    return (
-        os.environ.get("PAGEDOCK_ONEDNN", "1") != "0"
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    """Whether this torch build can pack weights for oneDNN."""
+    return torch.backends.mkldnn.is_available() and hasattr(
+        torch.ops.mkldnn, "_reorder_linear_weight"
     )
 
 
@@ -44,9 +43,10 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
 
 
-def pack_linears(model: nn.Module) -> int:
-    """Swap every float32 CPU nn.Linear in `model` for a PackedLinear; returns how many."""
-    if not onednn_available():
+def pack_linears(model: nn.Module, enabled: bool = True) -> int:
+    """Swap every float32 CPU nn.Linear in `model` for a PackedLinear; returns how many (0 when
+    not `enabled` or oneDNN is unavailable)."""
+    if not enabled or not onednn_available():
         return 0
     swaps = [
         (parent, name, child)

@@ -5,25 +5,23 @@ dequantized to the engine dtype, so the model code has one weight format whateve
 Dequantized weights are cached on disk (engine/loader/gguf_weight_cache.py), so only a GGUF's first
 load pays for dequantizing.
 
-Importing this module is torch-free (the tokenizer and the router read GGUF metadata through
-`open_gguf`); torch is imported when weights are read.
+Importing this module is torch-free; torch is imported when weights are read. (The tokenizer and
+the router read GGUF metadata through `engine.loader.gguf_reader.open_gguf`, never this module.)
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import struct
 import sys
 from collections.abc import Generator, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from engine.errors import ModelLoadError
-from engine.loader.gguf_reader import GGUFFile, GGUFTensorInfo, read_gguf_file
+from engine.loader.gguf_reader import GGUFFile, GGUFTensorInfo, open_gguf
 from engine.models.model_config import ModelConfig
 
 if TYPE_CHECKING:
@@ -53,27 +51,6 @@ _LAYER_NAMES = {
 _TENSOR_NAME = re.compile(r"^(?:blk\.(?P<layer>\d+)\.)?(?P<base>[a-z_]+)\.(?P<kind>weight|bias)$")
 # What dequantizing raises on tensor bytes that do not hold what their type says.
 _DEQUANTIZE_ERRORS = (NotImplementedError, ValueError, IndexError, struct.error, MemoryError)
-
-
-def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
-    """A parsed, memory-mapped GGUF file; ModelLoadError if it is missing, truncated or corrupt.
-
-    Parsed files are cached per (path, size, mtime): config, tokenizer and weights all read the
-    same file.
-    """
-    file = Path(path).expanduser().resolve()
-    try:
-        stat = file.stat()
-    except FileNotFoundError as e:
-        raise ModelLoadError(f"{file}: no such GGUF file") from e
-    if not file.is_file():
-        raise ModelLoadError(f"{file}: not a file")
-    return _open_cached(file, stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=4)
-def _open_cached(file: Path, size_bytes: int, mtime_ns: int) -> GGUFFile:
-    return read_gguf_file(file)
 
 
 def read_gguf_config(path: str | os.PathLike[str], name: str | None = None) -> ModelConfig:
@@ -200,13 +177,17 @@ def hf_tensor_name(gguf_name: str) -> str | None:
 
 
 def iter_gguf_weights(
-    path: str | os.PathLike[str], dtype: torch.dtype, progress: bool = True
+    path: str | os.PathLike[str],
+    dtype: torch.dtype,
+    progress: bool = True,
+    weight_cache: bool = True,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
     """Yield (HF name, tensor) for every weight of a llama GGUF, dequantized to `dtype`.
 
     Shapes are HF's ([out, in] for linear layers). `lm_head.weight` comes only when the file has
-    its own output matrix (otherwise the embedding is tied). Progress goes to stderr. The first
-    full pass writes the weight cache; closing the generator early writes nothing.
+    its own output matrix (otherwise the embedding is tied). Progress goes to stderr. With
+    `weight_cache`, the first full pass writes the weight cache; closing the generator early
+    writes nothing.
     """
     from tqdm import tqdm
 
@@ -219,7 +200,7 @@ def iter_gguf_weights(
     config = read_gguf_config(path)  # also checks architecture and support
     gguf = open_gguf(path)
     layout = _weight_layout(gguf)
-    cache_path = weight_cache_path(gguf, dtype)
+    cache_path = weight_cache_path(gguf, dtype) if weight_cache else None
     cached = None if cache_path is None else open_cached_weights(cache_path, layout, dtype)
     writer = None
     if cached is None and cache_path is not None:

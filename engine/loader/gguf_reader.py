@@ -16,7 +16,9 @@ little-endian GGUF v2/v3 files are read. Torch-free.
 
 from __future__ import annotations
 
+import functools
 import mmap
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +129,27 @@ def read_gguf_file(file: Path) -> GGUFFile:
         raise ModelLoadError(
             f"{file}: truncated or corrupt GGUF file ({len(buffer)} bytes): {e}"
         ) from e
+
+
+def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+    """A parsed, memory-mapped GGUF file; ModelLoadError if it is missing, truncated or corrupt.
+
+    Parsed files are cached per (path, size, mtime): config, tokenizer and weights all read the
+    same file.
+    """
+    file = Path(path).expanduser().resolve()
+    try:
+        stat = file.stat()
+    except FileNotFoundError as e:
+        raise ModelLoadError(f"{file}: no such GGUF file") from e
+    if not file.is_file():
+        raise ModelLoadError(f"{file}: not a file")
+    return _open_cached(file, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _open_cached(file: Path, size_bytes: int, mtime_ns: int) -> GGUFFile:
+    return read_gguf_file(file)
 
 
 def _parse(file: Path, buffer: mmap.mmap) -> GGUFFile:

@@ -9,7 +9,8 @@ cache file while the model takes it; later loads read the file instead.
 The state digest covers the GGUF's size and mtime and the cache format version, so an edited or
 replaced GGUF, or a newer pagedock layout, never reads an old file; writing a new one removes
 the older ones of the same GGUF and dtype. Files appear by atomic rename only, so a reader never
-sees a half-written one. `PAGEDOCK_WEIGHT_CACHE=0` turns the cache off.
+sees a half-written one. EngineConfig.weight_cache (`--no-weight-cache`,
+`PAGEDOCK_WEIGHT_CACHE=false`) turns the cache off; the loader then never asks for a path.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-WEIGHT_CACHE_ENV = "PAGEDOCK_WEIGHT_CACHE"
 # Bump when what is stored changes (names, layouts, the rope un-permute): old files are then
 # never read again.
 CACHE_FORMAT_VERSION = 1
@@ -48,14 +48,10 @@ _PLAIN_FLOAT_TYPES = {"F32", "F16", "BF16"}
 WeightLayout = list[tuple[str, tuple[int, ...]]]
 
 
-def weight_cache_enabled() -> bool:
-    return os.environ.get(WEIGHT_CACHE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
 def weight_cache_path(gguf: GGUFFile, dtype: torch.dtype) -> Path | None:
     """Where the cache of `gguf` in `dtype` lives; None when it should not be cached at all."""
     dtype_name = _dtype_name(dtype)
-    if not weight_cache_enabled() or dtype_name not in _SAFETENSORS_DTYPES:
+    if dtype_name not in _SAFETENSORS_DTYPES:
         return None
     total_bytes = sum(t.num_bytes for t in gguf.tensors)
     quantized = any(t.tensor_type.name not in _PLAIN_FLOAT_TYPES for t in gguf.tensors)

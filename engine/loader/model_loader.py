@@ -27,11 +27,15 @@ def read_model_config(path: Path) -> ModelConfig:
     return ModelConfig.from_hf_dir(path)
 
 
-def iter_weights(path: Path, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_weights(
+    path: Path, dtype: torch.dtype, weight_cache: bool = True
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, tensor) pairs of a GGUF file (through the weight cache when `weight_cache`) or
+    of an HF directory's safetensors."""
     if path.suffix == ".gguf":
         from engine.loader.gguf_loader import iter_gguf_weights
 
-        yield from iter_gguf_weights(path, dtype)
+        yield from iter_gguf_weights(path, dtype, weight_cache=weight_cache)
     else:
         yield from iter_safetensors_weights(path, dtype)
 
@@ -82,8 +86,13 @@ def load_model(
     device: torch.device,
     backend: AttentionBackend,
     max_positions: int,
+    *,
+    onednn: bool = True,
+    weight_cache: bool = True,
 ) -> LlamaForCausalLM:
-    """Build the model without initialising weights (meta device), then fill it from the file."""
+    """Build the model without initialising weights (meta device), then fill it from the file.
+    `onednn` packs CPU float32 linears for oneDNN; `weight_cache` reads and writes a GGUF's
+    dequantized weights in the pagedock cache (EngineConfig's fields of those names)."""
     started = time.perf_counter()
     with _default_dtype(dtype), torch.device("meta"):
         model = LlamaForCausalLM(config, max_positions, backend)
@@ -91,11 +100,11 @@ def load_model(
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     model.rotary.build_tables(device)
-    model.load_weights(iter_weights(path, dtype))
+    model.load_weights(iter_weights(path, dtype, weight_cache))
     model.eval()
     num_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if device.type == "cpu":
-        pack_linears(model)
+        pack_linears(model, enabled=onednn)
     # ru_maxrss is in KiB on Linux: the process's peak resident size so far.
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(

@@ -30,8 +30,8 @@ from typing import Literal
 
 from engine.errors import ModelLoadError
 from engine.loader.hub import HF_SCHEME, fetch_hf_model, parse_hf_uri
+from pagedock.limits import DEFAULT_MODEL
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
 OPERATOR_SCHEMES = ("pvc://", "file://")
 _GGUF_MAGIC = b"GGUF"
 _COPY_CHUNK_BYTES = 1 << 20

@@ -8,11 +8,10 @@ then replayed once; after that, `receive` is the server's again, so a handler st
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from engine.server.errors import error_body
+from engine.protocol.errors import error_json
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -49,7 +48,7 @@ class BodyLimitMiddleware:
 
     async def _reject(self, send: Send) -> None:
         message = f"the request body exceeds the limit of {self.max_body_bytes} bytes"
-        payload = json.dumps(error_body(413, message, code="request_too_large")).encode()
+        payload = error_json(413, message, code="request_too_large").encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(payload)).encode()),

@@ -24,9 +24,9 @@ from engine.server.errors import to_api_error
 from engine.server.generation import ChoiceDelta, Generation
 from engine.server.guards import check_model
 from engine.server.logprobs import chat_logprobs
-from engine.server.prompts import render_chat
 from engine.server.sampling import to_sampling_params
 from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
+from engine.text.prompt_renderer import render_chat
 
 
 async def create_chat_completion(
@@ -38,7 +38,7 @@ async def create_chat_completion(
         raise InvalidRequestError("top_logprobs needs logprobs: true", "top_logprobs")
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = to_sampling_params(body, body.resolved_max_tokens, logprobs)
-    prompt = render_chat(ctx.tokenizer, body.template_messages(), body.add_generation_prompt)
+    prompt = render_chat(ctx.tokenizer, body)
     gen = await Generation.start(ctx, raw_request, [prompt], params, body.priority, arrival_time)
     if body.stream:
         return sse_response(_stream(ctx, body, gen))

@@ -21,9 +21,9 @@ from engine.server.errors import to_api_error
 from engine.server.generation import ChoiceDelta, Generation
 from engine.server.guards import check_model
 from engine.server.logprobs import completion_logprobs
-from engine.server.prompts import completion_prompts
 from engine.server.sampling import to_sampling_params
 from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
+from engine.text.prompt_renderer import completion_prompts
 
 
 async def create_completion(

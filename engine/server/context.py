@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pagedock.limits import MAX_BODY_BYTES
+
 if TYPE_CHECKING:
     from engine.async_engine import AsyncEngine
     from engine.server.kv_events_stream import KVEventHub
@@ -27,8 +29,8 @@ class ServerOptions:
     """Requests allowed to wait for a batch slot; beyond it, 429 with Retry-After. 0 = no limit."""
     drain_timeout: float = 30.0
     """Seconds SIGTERM waits for in-flight requests before aborting them."""
-    max_body_bytes: int = 8 * 1024 * 1024
-    """Largest request body accepted (413 beyond)."""
+    max_body_bytes: int = MAX_BODY_BYTES
+    """Largest request body accepted (413 beyond); the router's limit is the default."""
     log_level: str = "info"
     """debug, info, warning or error."""
     log_prompts: bool = False

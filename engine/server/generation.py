@@ -1,9 +1,10 @@
 """Generation: the engine requests behind one HTTP request, as choices that grow step by step.
 
 A completions request may carry several prompts; each becomes one engine request (with its own
-`n`), and choice `prompt_index * n + completion.index` of the response. The engine's outputs are
-cumulative, so a choice's delta is whatever its newest output holds beyond what was already sent;
-streaming and non-streaming responses are built from the same deltas, so their text is identical.
+`n`), and choice `prompt_index * n + completion.index` of the response. The engine requests run
+as DELTA: each output carries only what its step added, so a choice grows by appending, and a
+streamed chunk is what the outputs that arrived since the last chunk added. Streaming and
+non-streaming responses are built from the same deltas, so their text is identical.
 
 The client going away (streaming or not) aborts every engine request at once: a watcher task waits
 for `http.disconnect` on the request's receive channel.
@@ -15,47 +16,58 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fastapi import Request
 
+from engine.async_engine import RequestStream
 from engine.core.scheduler_output import SampledToken
 from engine.outputs import CompletionOutput, RequestOutput
 from engine.protocol import PromptTokensDetails, UsageInfo
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import RequestOutputKind, SamplingParams
 from engine.server.context import ServerContext
 from engine.server.errors import GenerationError
-from engine.server.request_stream import RequestStream
+from engine.text.prompt_renderer import Prompt
 
 logger = logging.getLogger("pagedock.server")
 
 
 @dataclass
-class Prompt:
-    token_ids: list[int]
-    text: str | None = None
-
-
-@dataclass
 class ChoiceState:
-    """Everything sent so far for one choice."""
+    """Everything sent so far for one choice (appended to, never rebuilt)."""
 
     index: int
-    text: str = ""
+    text_parts: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[SampledToken] = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def append(self, completion: CompletionOutput) -> None:
+        self.text_parts.append(completion.text)
+        self.token_ids.extend(completion.token_ids)
+        self.logprobs.extend(completion.logprobs or ())
+        self.finish_reason = completion.finish_reason
+        self.stop_reason = completion.stop_reason
+
 
 @dataclass
 class ChoiceDelta:
+    """What one choice gained since the last chunk (one or more engine outputs)."""
+
     index: int
     text: str
     token_ids: list[int]
     logprobs: list[SampledToken]
     finish_reason: str | None
     stop_reason: int | str | None
+
+    def __bool__(self) -> bool:
+        return bool(self.text or self.token_ids or self.finish_reason)
 
 
 class Generation:
@@ -81,6 +93,7 @@ class Generation:
     ) -> Generation:
         """Queue every prompt; on any failure, abort those already queued and re-raise."""
         gen = cls(ctx, prompts, params.n)
+        params = replace(params, output_kind=RequestOutputKind.DELTA)
         try:
             for i, prompt in enumerate(prompts):
                 stream = await ctx.engine.add_request(
@@ -94,18 +107,21 @@ class Generation:
         return gen
 
     async def deltas(self) -> AsyncIterator[list[ChoiceDelta]]:
-        """What each step added, until every choice has finished."""
+        """What the outputs that arrived since the last look added, until every choice has
+        finished."""
         async for prompt_index, outputs in self._outputs():
-            newest: dict[int, CompletionOutput] = {}  # outputs are cumulative: the last one wins
+            added: dict[int, list[CompletionOutput]] = {}
             for output in outputs:
-                self._num_cached_tokens[prompt_index] = _num_cached_tokens(output)
+                self._num_cached_tokens[prompt_index] = output.num_cached_tokens
                 for completion in output.outputs:
                     if completion.finish_reason == "error" or output.error:
                         raise GenerationError(output.error or "the request failed in the engine")
-                    newest[prompt_index * self.n + completion.index] = completion
-            deltas = [self._advance(i, c) for i, c in sorted(newest.items())]
-            if any(deltas):
-                yield [d for d in deltas if d is not None]
+                    index = prompt_index * self.n + completion.index
+                    self.choices[index].append(completion)
+                    added.setdefault(index, []).append(completion)
+            deltas = [d for i, c in sorted(added.items()) if (d := _delta(i, c))]
+            if deltas:
+                yield deltas
 
     async def collect(self) -> list[ChoiceState]:
         async for _ in self.deltas():
@@ -130,24 +146,6 @@ class Generation:
         for stream in self.streams:
             if not stream.finished:
                 self.ctx.engine.abort(stream.request_id)
-
-    def _advance(self, index: int, completion: CompletionOutput) -> ChoiceDelta | None:
-        state = self.choices[index]
-        if state.finish_reason is not None:
-            return None
-        text = completion.text[len(state.text) :]
-        token_ids = completion.token_ids[len(state.token_ids) :]
-        logprobs = (completion.logprobs or [])[len(state.logprobs) :]
-        state.text += text
-        state.token_ids.extend(token_ids)
-        state.logprobs.extend(logprobs)
-        state.finish_reason = completion.finish_reason
-        state.stop_reason = completion.stop_reason
-        if not text and not token_ids and completion.finish_reason is None:
-            return None
-        return ChoiceDelta(
-            index, text, token_ids, logprobs, completion.finish_reason, completion.stop_reason
-        )
 
     async def _outputs(self) -> AsyncIterator[tuple[int, list[RequestOutput]]]:
         if len(self.streams) == 1:
@@ -190,5 +188,19 @@ async def _pump(
     merged.put_nowait(None)
 
 
-def _num_cached_tokens(output: RequestOutput) -> int:
-    return 0 if output.metrics is None else output.metrics.num_cached_tokens
+def _delta(index: int, completions: list[CompletionOutput]) -> ChoiceDelta:
+    """One choice's engine outputs since the last chunk, as one delta."""
+    if len(completions) == 1:  # the usual case: one step's output
+        c = completions[0]
+        return ChoiceDelta(
+            index, c.text, c.token_ids, c.logprobs or [], c.finish_reason, c.stop_reason
+        )
+    last = completions[-1]
+    return ChoiceDelta(
+        index,
+        "".join(c.text for c in completions),
+        [t for c in completions for t in c.token_ids],
+        [lp for c in completions for lp in c.logprobs or ()],
+        last.finish_reason,
+        last.stop_reason,
+    )

@@ -1,39 +1,12 @@
-"""Checks that run before a route's handler: API key, draining, model name."""
+"""Checks that run before a route's handler: draining, model name. The API key's guard is
+engine/protocol/auth.py's, shared with the router."""
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
-from typing import Annotated
 
-from fastapi import Depends
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-
+from engine.protocol.errors import APIError
 from engine.server.context import ServerContext
-from engine.server.errors import APIError
-
-# auto_error=False: a missing header is our 401 in OpenAI's shape, not FastAPI's 403.
-_bearer = HTTPBearer(auto_error=False, description="The server's --api-key, when it has one.")
-
-
-def api_key_guard(ctx: ServerContext) -> Callable[..., Awaitable[None]]:
-    async def require_api_key(
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> None:
-        expected = ctx.options.api_key
-        if expected is None:
-            return
-        given = "" if credentials is None else credentials.credentials
-        # Constant-time comparison: response timing must not reveal how much of a guess matched.
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise APIError(
-                401,
-                "missing or invalid API key: send `Authorization: Bearer <key>`",
-                code="invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-
-    return require_api_key
 
 
 def admitting_guard(ctx: ServerContext) -> Callable[[], Awaitable[None]]:

@@ -18,11 +18,18 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from engine.core.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, KVEventBatch
+from engine.core.kv_events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVEvent,
+    KVEventBatch,
+    KVSnapshot,
+)
 from engine.protocol import KVBatchMessage, KVEventWire, KVHeartbeatMessage, KVSnapshotMessage
 
 if TYPE_CHECKING:
-    from engine.async_engine import AsyncEngine, KVSnapshot
+    from engine.async_engine import AsyncEngine
 
 
 class KVEventConsumer:

@@ -1,19 +1,20 @@
 """Prometheus metrics with vLLM's names, so dashboards, autoscalers and gateways built for vLLM
 read pagedock unchanged.
 
-Everything here runs on the event loop (the async engine calls it with each step's results); the
-registry is per server so tests can run several in one process.
+Everything here runs on the event loop: the async engine calls `observe_stats` with the
+scheduler's stats after each step and `observe_outputs` with what each step's outputs added (both
+installed as its listeners); the registry is per server so tests can run several in one process.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
-    from engine.llm_engine import EngineStats
+    from engine.core.scheduler_stats import SchedulerStats
+    from engine.outputs import IterationStats
 
 _LATENCY_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -22,15 +23,6 @@ _LATENCY_BUCKETS = (
 _REQUEST_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
 )  # fmt: skip
-
-
-@dataclass
-class FinishedRequest:
-    """What the metrics need of a request when it ends."""
-
-    finish_reason: str
-    e2e_s: float
-    queue_s: float | None
 
 
 class EngineMetrics:
@@ -74,9 +66,9 @@ class EngineMetrics:
             "vllm:request_queue_time_seconds", "Arrival to first scheduled.", _REQUEST_BUCKETS
         )
         # Cumulative engine counters seen last; Prometheus counters only move by increments.
-        self._last_stats: EngineStats | None = None
+        self._last_stats: SchedulerStats | None = None
 
-    def observe_stats(self, stats: EngineStats) -> None:
+    def observe_stats(self, stats: SchedulerStats) -> None:
         m = self.model_name
         self._running.labels(m).set(stats.num_running)
         self._waiting.labels(m).set(stats.num_waiting)
@@ -93,21 +85,21 @@ class EngineMetrics:
             counter.labels(m).inc(_delta(getattr(stats, field), previous))
         self._last_stats = stats
 
-    def observe_first_token(self, num_prompt_tokens: int, ttft_s: float) -> None:
-        self._prompt_tokens.labels(self.model_name).inc(num_prompt_tokens)
-        self._ttft.labels(self.model_name).observe(ttft_s)
-
-    def observe_new_tokens(self, num_new_tokens: int, since_last_token_s: float | None) -> None:
-        self._generation_tokens.labels(self.model_name).inc(num_new_tokens)
-        if since_last_token_s is not None:
-            self._itl.labels(self.model_name).observe(since_last_token_s)
-
-    def observe_finished(self, finished: FinishedRequest) -> None:
+    def observe_outputs(self, stats: IterationStats) -> None:
         m = self.model_name
-        self._success.labels(m, finished.finish_reason).inc()
-        self._e2e.labels(m).observe(finished.e2e_s)
-        if finished.queue_s is not None:
-            self._queue.labels(m).observe(finished.queue_s)
+        self._prompt_tokens.labels(m).inc(stats.num_prompt_tokens)
+        self._generation_tokens.labels(m).inc(stats.num_generation_tokens)
+        for ttft_s in stats.time_to_first_tokens_s:
+            self._ttft.labels(m).observe(ttft_s)
+        for itl_s in stats.inter_token_latencies_s:
+            self._itl.labels(m).observe(itl_s)
+        for finished in stats.finished:
+            timing = finished.timing
+            self._success.labels(m, finished.finish_reasons[0]).inc()
+            end = timing.finished_time or timing.arrival_time
+            self._e2e.labels(m).observe(end - timing.arrival_time)
+            if timing.first_scheduled_time is not None:
+                self._queue.labels(m).observe(timing.first_scheduled_time - timing.arrival_time)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -9,23 +9,35 @@ from __future__ import annotations
 import json
 import logging
 
-from engine.server.request_stream import RequestStream
+from engine.outputs import FinishedRequestStats, IterationStats
 
 logger = logging.getLogger("pagedock.requests")
 
 
-def log_request_finished(stream: RequestStream, finished_time: float, log_prompts: bool) -> None:
-    timing = stream.timing
+class RequestLog:
+    """An output listener of the async engine: logs the requests each step finished."""
+
+    def __init__(self, log_prompts: bool) -> None:
+        self.log_prompts = log_prompts
+
+    def on_outputs(self, stats: IterationStats) -> None:
+        for finished in stats.finished:
+            log_request_finished(finished, self.log_prompts)
+
+
+def log_request_finished(finished: FinishedRequestStats, log_prompts: bool) -> None:
+    timing = finished.timing
     ttft = timing.first_token_time
+    end = timing.finished_time or timing.arrival_time
     record: dict[str, object] = {
         "event": "request_finished",
-        "request_id": stream.request_id,
-        "prompt_tokens": stream.num_prompt_tokens,
+        "request_id": finished.request_id,
+        "prompt_tokens": finished.num_prompt_tokens,
         "generated_tokens": timing.num_generated_tokens,
         "ttft_ms": None if ttft is None else round((ttft - timing.arrival_time) * 1000, 1),
-        "total_ms": round((finished_time - timing.arrival_time) * 1000, 1),
-        "finish_reason": ",".join(sorted(set(timing.finish_reasons.values()))) or None,
+        "total_ms": round((end - timing.arrival_time) * 1000, 1),
+        "finish_reason": ",".join(sorted(set(finished.finish_reasons))) or None,
     }
     if log_prompts:
-        record["prompt"] = stream.prompt
+        record["prompt"] = finished.prompt
     logger.info(json.dumps(record))

@@ -23,10 +23,11 @@ from engine.protocol import (
     TokenizeResponse,
     VersionResponse,
 )
+from engine.protocol.auth import api_key_guard
 from engine.server.chat import create_chat_completion
 from engine.server.completions import create_completion
 from engine.server.context import ServerContext
-from engine.server.guards import admitting_guard, api_key_guard
+from engine.server.guards import admitting_guard
 from engine.server.tokenize import detokenize, tokenize
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -39,7 +40,8 @@ _SSE: dict[int | str, dict[str, Any]] = {
 
 def api_routes(ctx: ServerContext) -> APIRouter:
     """Routes behind the API key (when one is set) that new work is refused on while draining."""
-    router = APIRouter(dependencies=[Depends(api_key_guard(ctx)), Depends(admitting_guard(ctx))])
+    guards = [Depends(api_key_guard(ctx.options.api_key)), Depends(admitting_guard(ctx))]
+    router = APIRouter(dependencies=guards)
 
     @router.post(
         "/v1/chat/completions", response_model=ChatCompletionResponse, responses={**_ERRORS, **_SSE}

@@ -25,6 +25,7 @@ from engine.server.context import ServerContext, ServerOptions
 from engine.server.drain import DrainingServer, drain
 from engine.server.kv_events_stream import KVEventHub
 from engine.server.metrics import EngineMetrics
+from engine.server.request_log import RequestLog
 
 logger = logging.getLogger("pagedock.server")
 # Seconds uvicorn waits for open connections once the drain is over.
@@ -36,7 +37,10 @@ def build_context(
 ) -> ServerContext:
     metrics = EngineMetrics(engine.served_model_name)
     max_waiting = options.max_waiting if options.max_waiting and options.max_waiting > 0 else None
-    async_engine = AsyncEngine(engine, max_waiting, metrics, options.log_prompts, own_thread)
+    async_engine = AsyncEngine(engine, max_waiting, own_thread)
+    async_engine.add_stats_listener(metrics.observe_stats)
+    async_engine.add_output_listener(metrics.observe_outputs)
+    async_engine.add_output_listener(RequestLog(options.log_prompts).on_outputs)
     return ServerContext(
         engine=async_engine,
         metrics=metrics,

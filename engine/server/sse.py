@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 
 from fastapi.responses import StreamingResponse
 
-from engine.server.errors import APIError, error_body
+from engine.protocol.errors import APIError, error_json
 
 SSE_DONE = "data: [DONE]\n\n"
 
@@ -18,8 +17,7 @@ def sse_data(payload_json: str) -> str:
 
 def sse_error(error: APIError) -> str:
     """A failure after the 200 was sent: the error object as one more event (as vLLM does)."""
-    body = error_body(error.status_code, error.message, error.param, error.code)
-    return sse_data(json.dumps(body))
+    return sse_data(error_json(error.status_code, error.message, error.param, error.code))
 
 
 def sse_response(events: AsyncIterator[str]) -> StreamingResponse:

@@ -1,5 +1,6 @@
 """POST /tokenize and /detokenize (vLLM's): the engine's own tokenizer and chat template, so a
-client (or the router) can count and hash tokens exactly as the engine will."""
+client can count tokens exactly as the engine will: prompts and messages go through
+engine/text/prompt_renderer.py, as generation's and the router's do."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ from engine.protocol import (
     DetokenizeResponse,
     TokenizeRequest,
     TokenizeResponse,
-    template_messages,
 )
 from engine.server.context import ServerContext
 from engine.server.guards import check_model
-from engine.server.prompts import encode_text, render_chat, require_tokenizer
+from engine.text.prompt_renderer import encode_text, render_chat, require_tokenizer
 
 
 def tokenize(ctx: ServerContext, body: TokenizeRequest) -> TokenizeResponse:
@@ -23,8 +23,7 @@ def tokenize(ctx: ServerContext, body: TokenizeRequest) -> TokenizeResponse:
     if body.messages is not None:
         if not body.messages:
             raise InvalidRequestError("messages must not be empty", "messages")
-        messages = template_messages(body.messages)
-        tokens = render_chat(ctx.tokenizer, messages, body.add_generation_prompt).token_ids
+        tokens = render_chat(ctx.tokenizer, body).token_ids
     else:
         assert body.prompt is not None
         tokens = encode_text(ctx.tokenizer, body.prompt, "prompt", body.add_special_tokens)

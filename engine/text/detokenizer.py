@@ -116,7 +116,13 @@ class IncrementalDetokenizer:
         self._prefix_offset = 0
         self._read_offset = len(self._ids)
         self._stop = StopStringMatcher(stop or (), include_stop_str_in_output)
-        self.output_text = ""
+        # Pieces, joined on demand: `str +=` on an attribute copies the whole text every step.
+        self._output_parts: list[str] = []
+
+    @property
+    def output_text(self) -> str:
+        """Everything emitted so far."""
+        return "".join(self._output_parts)
 
     @property
     def stop_reason(self) -> str | None:
@@ -138,12 +144,12 @@ class IncrementalDetokenizer:
         if finished:
             text += self._flush_window()
         if self.num_generated < self.min_tokens:
-            self.output_text += text
+            self._output_parts.append(text)
             return text, None
         emitted = self._stop.feed(text)
         if finished and not self._stop.stopped:
             emitted += self._stop.flush()
-        self.output_text += emitted
+        self._output_parts.append(emitted)
         return emitted, self._stop.matched
 
     def decode_step(self, new_token_ids: Sequence[int]) -> str:

@@ -2,8 +2,8 @@
 
 A GGUF carries no tokenizer.json, only llama.cpp's description of one (vocabulary, merges, token
 types, special ids, a pre-tokenizer name); `from_gguf` rebuilds the equivalent `tokenizers`
-pipeline. Token ids must equal transformers' for the same model: the router hashes prompt blocks
-from these ids and the engine caches KV under the same hashes.
+pipeline (gguf_tokenizer.py). Token ids must equal transformers' for the same model: the router
+hashes prompt blocks from these ids and the engine caches KV under the same hashes.
 
 Torch-free: the router imports this.
 """
@@ -11,24 +11,21 @@ Torch-free: the router imports this.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.errors import InvalidRequestError, ModelLoadError
 from engine.text.chat_template import ChatTemplate
-
-logger = logging.getLogger(__name__)
-
-# llama.cpp's token types (tokenizer.ggml.token_type).
-_TOKEN_TYPE_CONTROL = 3
-_TOKEN_TYPE_USER_DEFINED = 4
+from engine.text.gguf_tokenizer import (
+    add_gguf_added_tokens,
+    byte_level_bpe,
+    gguf_pre_tokenizer,
+    special_token_template,
+)
 
 # Markers with which chat templates end a turn. When a template writes one, generating it ends
 # the answer, even where the file names a different eos token.
@@ -36,45 +33,6 @@ END_OF_TURN_TOKENS = (
     "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
     "<|end_of_text|>", "<|return|>", "<|END_OF_TURN_TOKEN|>",
 )  # fmt: skip
-
-# How text is split before BPE, by llama.cpp's `tokenizer.ggml.pre` name. Each mirrors the
-# pre-tokenizer of the model's original tokenizer.json.
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-
-def _gpt2_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
-    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-
-
-def _digits_then_gpt2() -> pre_tokenizers.PreTokenizer:
-    # SmolLM2 / StarCoder: every digit is its own pre-token, then GPT-2's split.
-    digits = pre_tokenizers.Digits(individual_digits=True)
-    return pre_tokenizers.Sequence([digits, _gpt2_pre_tokenizer()])
-
-
-def _regex_then_bytes(pattern: str) -> pre_tokenizers.PreTokenizer:
-    split = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    return pre_tokenizers.Sequence([split, byte_level])
-
-
-_PRE_TOKENIZERS = {
-    "default": _gpt2_pre_tokenizer,
-    "gpt2": _gpt2_pre_tokenizer,
-    "gpt-2": _gpt2_pre_tokenizer,
-    "smollm": _digits_then_gpt2,
-    "starcoder": _digits_then_gpt2,
-    "llama-bpe": lambda: _regex_then_bytes(_LLAMA3_SPLIT),
-    "llama3": lambda: _regex_then_bytes(_LLAMA3_SPLIT),
-    "qwen2": lambda: _regex_then_bytes(_QWEN2_SPLIT),
-}
 
 
 class Tokenizer:
@@ -102,7 +60,7 @@ class Tokenizer:
     def from_gguf(cls, path: str | os.PathLike[str]) -> Tokenizer:
         """Rebuild the tokenizer a GGUF file describes (byte-level BPE: `tokenizer.ggml.model`
         is `gpt2`); ModelLoadError for other tokenizer models."""
-        from engine.loader.gguf_loader import open_gguf
+        from engine.loader.gguf_reader import open_gguf
 
         file = Path(path).expanduser().resolve()
         metadata = open_gguf(file).metadata
@@ -123,9 +81,9 @@ class Tokenizer:
         merges: list[str] = meta("ggml.merges") or []
         if not tokens or not merges:
             raise ModelLoadError(f"{file}: GGUF metadata lacks tokenizer.ggml.tokens or .merges")
-        backend = _byte_level_bpe(tokens, merges, file)
-        backend.pre_tokenizer = _pre_tokenizer(meta("ggml.pre"), file)
-        _add_gguf_added_tokens(backend, tokens, meta("ggml.token_type") or [])
+        backend = byte_level_bpe(tokens, merges, file)
+        backend.pre_tokenizer = gguf_pre_tokenizer(meta("ggml.pre"), file)
+        add_gguf_added_tokens(backend, tokens, meta("ggml.token_type") or [])
 
         special = {
             f"{name}_token": None if (i := meta(f"ggml.{key}_token_id")) is None else tokens[i]
@@ -136,7 +94,7 @@ class Tokenizer:
                 ("pad", "padding"),
             )
         }
-        backend.post_processor = _special_token_template(
+        backend.post_processor = special_token_template(
             special["bos_token"] if meta("ggml.add_bos_token", False) else None,
             special["eos_token"] if meta("ggml.add_eos_token", False) else None,
             backend,
@@ -244,74 +202,16 @@ class Tokenizer:
         return ids
 
 
-@cache
-def _byte_to_unicode() -> dict[int, str]:
-    """GPT-2's byte alphabet: each byte as a printable character (for vocabulary spelling)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    mapping = {b: chr(b) for b in printable}
-    shifted = 0
-    for b in range(256):
-        if b not in mapping:
-            mapping[b] = chr(256 + shifted)
-            shifted += 1
-    return mapping
-
-
-def _byte_level_bpe(tokens: list[str], merges: list[str], file: Path) -> BackendTokenizer:
-    alphabet = set(_byte_to_unicode().values())
-    spelling = _byte_to_unicode()
-
-    def spelled(token: str) -> str:
-        # A byte-level vocabulary writes every token in the byte alphabet; a token outside it
-        # (seen in some converted files) is respelled so it can still be produced and decoded.
-        if set(token) <= alphabet:
-            return token
-        return "".join(spelling[b] for b in token.encode("utf-8"))
-
-    vocab = {spelled(token): i for i, token in enumerate(tokens)}
-    pairs = []
-    for merge in merges:
-        parts = merge.split(" ")
-        if len(parts) != 2:
-            raise ModelLoadError(f"{file}: malformed BPE merge {merge!r} in tokenizer.ggml.merges")
-        pairs.append((parts[0], parts[1]))
-    backend = BackendTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
-    backend.decoder = decoders.ByteLevel()
-    return backend
-
-
-def _pre_tokenizer(pre: str | None, file: Path) -> pre_tokenizers.PreTokenizer:
-    make = _PRE_TOKENIZERS.get(pre or "default")
-    if make is None:
-        logger.warning(
-            "%s: unknown pre-tokenizer %r (tokenizer.ggml.pre); splitting text as GPT-2 does, "
-            "token ids may differ from the model's own tokenizer",
-            file,
-            pre,
-        )
-        make = _gpt2_pre_tokenizer
-    return make()
-
-
-def _add_gguf_added_tokens(backend: BackendTokenizer, tokens: list[str], types: list[int]) -> None:
-    """Register control tokens as special and user-defined ones as plain added tokens, so that
-    their text in a prompt maps to the one token rather than being split by BPE."""
-    control = [tokens[i] for i, kind in enumerate(types) if kind == _TOKEN_TYPE_CONTROL]
-    user = [tokens[i] for i, kind in enumerate(types) if kind == _TOKEN_TYPE_USER_DEFINED]
-    backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
-    backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
-
-
-def _special_token_template(
-    bos: str | None, eos: str | None, backend: BackendTokenizer
-) -> processors.PostProcessor | None:
-    """The post-processor that adds BOS / EOS around a sequence, when the model wants them."""
-    if bos is None and eos is None:
-        return None
-    single = " ".join([*([bos] if bos else []), "$A", *([eos] if eos else [])])
-    pair = " ".join([single, "$B:1", *([eos] if eos else [])])
-    specials = [(t, backend.token_to_id(t)) for t in (bos, eos) if t is not None]
-    return processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
+def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer | None:
+    """The tokenizer of a resolved model (registry.resolve_model's path), found the one way the
+    engine and the router both use: the GGUF's own, or the HF directory's tokenizer.json; None
+    for a bare checkpoint (such a model takes token ids only)."""
+    path = Path(path)
+    if path.suffix == ".gguf":
+        return Tokenizer.from_gguf(path)
+    if (path / "tokenizer.json").exists():
+        return Tokenizer.from_hf_dir(path)
+    return None
 
 
 def _read_json(file: Path) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import random
 import sys
 
 from llm_operator.settings import OperatorSettings
+from pagedock.options import OptionError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +59,11 @@ def run_operator(args: argparse.Namespace) -> int:
 
     from llm_operator.handlers import make_registry
 
-    settings = OperatorSettings.from_env()
+    try:
+        settings = OperatorSettings.from_env()
+    except OptionError as e:  # a bad PAGEDOCK_OPERATOR_* value: say which, no traceback
+        print(f"pagedock operator: error: {e}", file=sys.stderr)
+        return 2
     namespaces = tuple(args.namespaces or ()) or settings.namespaces
     clusterwide = bool(args.clusterwide or not namespaces)
     peering_name = args.peering_name or settings.peering_name

@@ -1,8 +1,12 @@
-"""Operator settings, read from `PAGEDOCK_OPERATOR_*` / `PAGEDOCK_*_IMAGE` environment variables."""
+"""Operator settings, read from the environment through pagedock's options convention:
+`PAGEDOCK_OPERATOR_<FIELD>`, except the default images (`PAGEDOCK_ENGINE_IMAGE`,
+`PAGEDOCK_ROUTER_IMAGE`) and the peering name (`PAGEDOCK_OPERATOR_PEERING`), the names the chart
+and manifests set. Booleans take 1/true/yes/on or 0/false/no/off; anything else is an error."""
 
 import dataclasses
-import os
 from collections.abc import Mapping
+
+from pagedock.options import from_env, option_meta
 
 DEFAULT_TAG = "0.1.0"
 ENV_PREFIX = "PAGEDOCK_OPERATOR_"
@@ -11,14 +15,22 @@ ENV_PREFIX = "PAGEDOCK_OPERATOR_"
 @dataclasses.dataclass(frozen=True)
 class OperatorSettings:
     namespaces: tuple[str, ...] = ()
-    """Namespaces to watch; empty means the whole cluster."""
-    engine_image: str = f"ghcr.io/pagedock/engine:{DEFAULT_TAG}"
+    """Namespaces to watch (comma-separated); empty means the whole cluster."""
+    engine_image: str = dataclasses.field(
+        default=f"ghcr.io/pagedock/engine:{DEFAULT_TAG}",
+        metadata=option_meta(env="PAGEDOCK_ENGINE_IMAGE"),
+    )
     """Engine image for LLMDeployments that set no spec.image."""
-    router_image: str = f"ghcr.io/pagedock/router:{DEFAULT_TAG}"
+    router_image: str = dataclasses.field(
+        default=f"ghcr.io/pagedock/router:{DEFAULT_TAG}",
+        metadata=option_meta(env="PAGEDOCK_ROUTER_IMAGE"),
+    )
     """Router image for LLMDeployments that set no spec.router.image."""
     log_level: str = "INFO"
-    """DEBUG, INFO, WARNING or ERROR."""
-    peering_name: str = "pagedock"
+    """DEBUG, INFO, WARNING or ERROR (any case)."""
+    peering_name: str = dataclasses.field(
+        default="pagedock", metadata=option_meta(env=f"{ENV_PREFIX}PEERING")
+    )
     """kopf peering (leader election) name; empty runs standalone (one replica only)."""
     resync_seconds: float = 60.0
     """How often each LLMDeployment is reconciled even when nothing changed (drift repair)."""
@@ -29,30 +41,14 @@ class OperatorSettings:
     liveness_port: int = 8081
     """Port of the operator's own /healthz endpoint (0 disables it)."""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "log_level", self.log_level.upper())  # frozen: set once, here
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "OperatorSettings":
-        env = os.environ if environ is None else environ
-        defaults = cls()
-        namespaces = env.get(f"{ENV_PREFIX}NAMESPACES", "")
-        return cls(
-            namespaces=tuple(ns.strip() for ns in namespaces.split(",") if ns.strip()),
-            engine_image=env.get("PAGEDOCK_ENGINE_IMAGE", defaults.engine_image),
-            router_image=env.get("PAGEDOCK_ROUTER_IMAGE", defaults.router_image),
-            log_level=env.get(f"{ENV_PREFIX}LOG_LEVEL", defaults.log_level).upper(),
-            peering_name=env.get(f"{ENV_PREFIX}PEERING", defaults.peering_name),
-            resync_seconds=float(env.get(f"{ENV_PREFIX}RESYNC_SECONDS", defaults.resync_seconds)),
-            scrape_metrics=_flag(env.get(f"{ENV_PREFIX}SCRAPE_METRICS"), defaults.scrape_metrics),
-            scrape_timeout_seconds=float(
-                env.get(f"{ENV_PREFIX}SCRAPE_TIMEOUT_SECONDS", defaults.scrape_timeout_seconds)
-            ),
-            liveness_port=int(env.get(f"{ENV_PREFIX}LIVENESS_PORT", defaults.liveness_port)),
-        )
+        """The settings the environment gives (os.environ when `environ` is None); OptionError
+        (a ValueError naming the variable) when a value cannot be read."""
+        return from_env(cls, ENV_PREFIX, environ)
 
     def with_overrides(self, **changes: object) -> "OperatorSettings":
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
-
-
-def _flag(value: str | None, default: bool) -> bool:
-    if value is None or value == "":
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}

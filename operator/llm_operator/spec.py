@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from pagedock.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MODEL, BlockSize, Dtype, RoutingPolicy
+
 QUANTITY_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkMGTPE]i?|Ki|k)?$")
 BUILTIN_RE = r"[a-z0-9][a-z0-9._-]*"
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -58,7 +60,7 @@ class SpecModel(BaseModel):
 
 
 class ModelSpec(SpecModel):
-    source: str = Field("smollm2-135m-instruct", pattern=MODEL_SOURCE_PATTERN)
+    source: str = Field(DEFAULT_MODEL, pattern=MODEL_SOURCE_PATTERN)
     """Where the weights come from: a built-in name, hf://org/name, pvc://claim/path or file:///path."""
     name: str | None = Field(None, min_length=1, max_length=253)
     """The served model name clients send as `model`; defaults to the source's last path part."""
@@ -83,8 +85,8 @@ class EngineSpec(SpecModel):
         ),
     )
 
-    block_size: int = Field(16, ge=1, le=256)
-    """Tokens per KV-cache block."""
+    block_size: BlockSize = DEFAULT_BLOCK_SIZE
+    """Tokens per KV-cache block: 8, 16, 32, 64 or 128 (the sizes the engine supports)."""
     max_num_seqs: int = Field(256, ge=1)
     """The most sequences in one batch."""
     max_num_batched_tokens: int = Field(2048, ge=1)
@@ -97,7 +99,7 @@ class EngineSpec(SpecModel):
     """Split long prompts into chunks that share a step with decodes."""
     tensor_parallel_size: int = Field(1, ge=1)
     """GPUs one engine shards the model over; must divide resources.gpus; only 1 works for now."""
-    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    dtype: Dtype = "auto"
     """Weight and activation dtype."""
     kv_cache_memory: Quantity | None = None
     """Memory for the KV cache (e.g. 8Gi); sized from free memory when unset."""
@@ -136,7 +138,7 @@ class RouterSpec(SpecModel):
     """Run the prefix-aware router in front of the engines."""
     replicas: int = Field(1, ge=1)
     """Router pods."""
-    policy: Literal["prefix-aware", "round-robin", "least-loaded", "session"] = "prefix-aware"
+    policy: RoutingPolicy = "prefix-aware"
     """How the router picks an engine replica."""
     image: str | None = None
     """Router image; the operator's default when unset."""

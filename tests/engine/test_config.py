@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cli import build_serve_parser, main
-from engine.config import EngineConfig
-from engine.errors import InvalidRequestError
+from engine.config import EngineConfig, parse_bytes
+from engine.errors import ConfigError, InvalidRequestError
+from engine.server.cli import build_parser
+from pagedock.cli import main
 
 TP_NOT_IMPLEMENTED = (
     "tensor parallelism is not implemented in this pagedock version; tensor_parallel_size must be 1"
@@ -14,12 +15,23 @@ TP_NOT_IMPLEMENTED = (
 
 
 def test_tensor_parallel_size_above_one_is_refused() -> None:
-    with pytest.raises(InvalidRequestError, match=TP_NOT_IMPLEMENTED):
+    with pytest.raises(ConfigError, match=TP_NOT_IMPLEMENTED):
         EngineConfig(tensor_parallel_size=2)
 
 
+def test_a_bad_setting_is_a_config_error_not_a_bad_request() -> None:
+    with pytest.raises(ConfigError) as e:
+        EngineConfig(block_size=24)
+    assert not isinstance(e.value, InvalidRequestError)
+
+
+def test_an_unreadable_size_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="cannot read 'lots' as a size in bytes"):
+        parse_bytes("lots")
+
+
 def test_tensor_parallel_size_flag_defaults_to_one() -> None:
-    assert build_serve_parser().parse_args([]).tensor_parallel_size == 1
+    assert build_parser().parse_args([]).tensor_parallel_size == 1
     assert EngineConfig(tensor_parallel_size=1).tensor_parallel_size == 1
 
 

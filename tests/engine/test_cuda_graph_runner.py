@@ -77,7 +77,7 @@ def test_graph_decodes_match_transformers_with_padded_batches(
     outs = llm.generate(prompts, GREEDY, use_tqdm=False)
     assert [o.token_ids for o in outs] == [hf_greedy(hf_tiny_model, p, 24) for p in prompts]
     assert replays and max(replays) == num_prompts
-    assert llm.engine.scheduler.kv_cache_manager.pool.num_free_blocks == 128  # nothing leaked
+    assert llm.stats().num_free_kv_blocks == 128  # nothing leaked
 
 
 def test_batches_above_the_largest_graph_run_eagerly(

@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from engine import LLM, SamplingParams
-from engine.errors import InvalidRequestError, PromptTooLongError, UnknownRequestError
+from engine.errors import (
+    ConfigError,
+    InvalidRequestError,
+    PromptTooLongError,
+    UnknownRequestError,
+)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +91,7 @@ def test_aborting_a_running_request_frees_its_blocks_and_reports_abort(llm: LLM)
 
 
 def test_a_pool_too_small_for_one_sequence_is_a_configuration_error(tiny_model_dir: Path) -> None:
-    with pytest.raises(InvalidRequestError, match="fewer than one sequence of max_model_len 512"):
+    with pytest.raises(ConfigError, match="fewer than one sequence of max_model_len 512"):
         LLM(model=str(tiny_model_dir), num_kv_blocks=4, max_model_len=512)
 
 

@@ -62,7 +62,7 @@ def test_when_blocks_run_out_the_newest_running_request_is_preempted() -> None:
     assert preempted and set(preempted) == {new.request_id}
     assert old.status == new.status == RequestStatus.FINISHED_LENGTH
     assert old.num_output_tokens == new.num_output_tokens == 20
-    assert sched.kv_cache_manager.pool.num_free_blocks == 4
+    assert sched.make_stats().num_free_kv_blocks == 4
 
 
 def test_priority_policy_preempts_the_least_important_request() -> None:
@@ -119,7 +119,7 @@ def test_an_aborted_request_returns_its_blocks_even_mid_prefill() -> None:
     sched.add_request(r)
     sched.schedule()
     sched.finish_request(r.request_id, RequestStatus.FINISHED_ABORTED)
-    assert sched.kv_cache_manager.pool.num_free_blocks == 64
+    assert sched.make_stats().num_free_kv_blocks == 64
     assert r.request_id in sched.schedule().finished_req_ids
 
 

@@ -60,7 +60,7 @@ class Process:
     def start(self) -> Process:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "engine.cli", *self.args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+            self.proc = subprocess.Popen([sys.executable, "-m", "pagedock", *self.args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
         return self
 
     def wait_ready(self, timeout_s: float = 90.0) -> Process:

@@ -18,7 +18,7 @@ class NoTorch:
 
 sys.meta_path.insert(0, NoTorch())
 
-from engine.cli import main
+from pagedock.cli import main
 from router.app import build_app
 from router.cli import build_parser
 from router.config import RouterConfig

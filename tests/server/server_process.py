@@ -26,7 +26,7 @@ class ServerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        command = [sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port), *args]
+        command = [sys.executable, "-m", "pagedock", "serve", "--port", str(self.port), *args]
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
             command,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from engine.errors import ModelLoadError
-from engine.text.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer, load_tokenizer
 from tests.text.factories import tiny_llama_weights, write_tiny_gguf
 
 SAMPLES = {
@@ -108,3 +108,23 @@ def test_tiny_gguf_tokenizer_applies_its_merges(tmp_path: Path) -> None:
     tokenizer = Tokenizer.from_gguf(write_tiny_gguf(tmp_path / "t.gguf", tiny_llama_weights()))
     assert tokenizer.encode("abab<|endoftext|>a") == [3, 3, 0, 1]
     assert tokenizer.decode([3, 0, 1]) == "aba"
+
+
+def test_load_tokenizer_reads_a_ggufs_own_tokenizer(tmp_path: Path) -> None:
+    tokenizer = load_tokenizer(write_tiny_gguf(tmp_path / "t.gguf", tiny_llama_weights()))
+    assert tokenizer is not None and tokenizer.encode("abab") == [3, 3]
+
+
+def test_load_tokenizer_reads_an_hf_directorys_tokenizer_json(tmp_path: Path) -> None:
+    from tests.tiny_model import TINY_VOCAB, save_tiny_tokenizer
+
+    save_tiny_tokenizer(tmp_path, TINY_VOCAB)
+    tokenizer = load_tokenizer(tmp_path)
+    assert tokenizer is not None
+    text = "Paged attention keeps KV memory in fixed-size blocks."
+    assert tokenizer.encode(text) == Tokenizer.from_hf_dir(tmp_path).encode(text)
+
+
+def test_load_tokenizer_gives_none_for_a_checkpoint_without_one(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    assert load_tokenizer(tmp_path) is None

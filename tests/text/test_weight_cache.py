@@ -23,7 +23,6 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty cache dir, the cache switched on, and tiny files big enough to cache."""
     directory = tmp_path / "cache"
     monkeypatch.setenv("PAGEDOCK_CACHE_DIR", str(directory))
-    monkeypatch.delenv(gguf_weight_cache.WEIGHT_CACHE_ENV, raising=False)
     monkeypatch.setattr(gguf_weight_cache, "MIN_CACHED_GGUF_BYTES", 0)
     return directory
 
@@ -40,8 +39,10 @@ def make_quantized_gguf(path: Path) -> Path:
     return write_tiny_gguf(path, weights, raw_tensors=raw)
 
 
-def load(path: Path, dtype: torch.dtype = torch.float32) -> list[tuple[str, torch.Tensor]]:
-    return list(iter_gguf_weights(path, dtype, progress=False))
+def load(
+    path: Path, dtype: torch.dtype = torch.float32, weight_cache: bool = True
+) -> list[tuple[str, torch.Tensor]]:
+    return list(iter_gguf_weights(path, dtype, progress=False, weight_cache=weight_cache))
 
 
 def cache_files(cache_dir: Path) -> list[Path]:
@@ -86,13 +87,9 @@ def test_second_load_reads_the_cache_not_the_quantized_data(
     assert len(cache_files(cache_dir)) == 1
 
 
-def test_cached_weights_equal_dequantized_ones_exactly(
-    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_cached_weights_equal_dequantized_ones_exactly(cache_dir: Path, tmp_path: Path) -> None:
     path = make_quantized_gguf(tmp_path / "q8.gguf")
-    monkeypatch.setenv(gguf_weight_cache.WEIGHT_CACHE_ENV, "0")
-    uncached = load(path)
-    monkeypatch.delenv(gguf_weight_cache.WEIGHT_CACHE_ENV)
+    uncached = load(path, weight_cache=False)
     load(path)  # writes the cache
     assert_identical(load(path), uncached)
 
@@ -136,13 +133,10 @@ def test_a_changed_gguf_gets_a_new_cache_and_the_old_one_goes(
     assert new != old
 
 
-def test_disable_switch_skips_the_cache(
-    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(gguf_weight_cache.WEIGHT_CACHE_ENV, "0")
+def test_disable_switch_skips_the_cache(cache_dir: Path, tmp_path: Path) -> None:
     path = make_quantized_gguf(tmp_path / "q8.gguf")
-    load(path)
-    load(path)
+    load(path, weight_cache=False)
+    load(path, weight_cache=False)
     assert cache_files(cache_dir) == []
 
 

@@ -1,0 +1,114 @@
+"""Offline workload A throughput of two or more pagedock checkouts, interleaved (A B A B A B).
+
+    python -m benchmarks.compare_checkouts --checkout /path/to/old --checkout . [--repeats 3]
+
+Each run is a fresh process whose `engine` comes from that checkout (PYTHONPATH points at it, ahead
+of the installed one), with the same model, workload, threads and engine settings; a warm-up of
+prompts of its own (sharing no prefix with the measured ones) runs first in each process. Prints
+every run and each checkout's median and spread; writes the runs and the machine to --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.machine import git_commit, machine_info
+
+# Runs inside the checkout's process: only the offline API, which every checkout has.
+_RUN = """
+import json, sys, time
+from benchmarks.workloads import workload_a
+from engine import LLM, SamplingParams
+
+model, num_requests, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+llm = LLM(model=model, dtype="float32", device="cpu")
+vocab_size = llm.engine.model_config.vocab_size
+workload = workload_a(vocab_size, num_requests=num_requests, seed=seed)
+warmup = workload_a(vocab_size, num_requests=4, seed=seed, content_seed=seed + 1000)
+llm.generate(warmup.prompts, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)
+params = SamplingParams(max_tokens=workload.max_tokens, temperature=0.0, ignore_eos=True)
+started = time.perf_counter()
+outs = llm.generate(workload.prompts, params, use_tqdm=False)
+elapsed = time.perf_counter() - started
+generated = sum(len(o.token_ids) for o in outs)
+print(json.dumps({"elapsed_s": elapsed, "generated_tokens": generated, "generated_tok_s": generated / elapsed}))
+"""
+
+
+def run_once(checkout: Path, model: str, num_requests: int, seed: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    result = subprocess.run(
+        [sys.executable, "-c", _RUN, model, str(num_requests), str(seed)],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"{checkout}: the run failed:\n{result.stderr[-3000:]}")
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def summarize(runs: list[dict[str, Any]], checkouts: list[Path]) -> list[dict[str, Any]]:
+    summary = []
+    for checkout in checkouts:
+        rates = [r["generated_tok_s"] for r in runs if r["checkout"] == str(checkout)]
+        summary.append(
+            {
+                "checkout": str(checkout),
+                "commit": git_commit(checkout),
+                "median_tok_s": statistics.median(rates),
+                "min_tok_s": min(rates),
+                "max_tok_s": max(rates),
+                "runs": len(rates),
+            }
+        )
+    base = summary[0]["median_tok_s"]
+    for entry in summary:
+        entry["median_vs_first"] = entry["median_tok_s"] / base
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkout", type=Path, action="append", required=True)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--num-requests", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    checkouts = [c.resolve() for c in args.checkout]
+    runs = []
+    for repeat in range(args.repeats):
+        for checkout in checkouts:  # interleaved, so drift on a shared machine hits every checkout
+            run = run_once(checkout, args.model, args.num_requests, seed=0)
+            run |= {"checkout": str(checkout), "repeat": repeat, "finished_at": time.time()}
+            print(
+                f"{checkout.name} #{repeat}: {run['generated_tok_s']:.1f} generated tok/s",
+                flush=True,
+            )
+            runs.append(run)
+    summary = summarize(runs, checkouts)
+    for entry in summary:
+        print(
+            f"{entry['checkout']} ({entry['commit']}): median {entry['median_tok_s']:.1f} tok/s "
+            f"[{entry['min_tok_s']:.1f}, {entry['max_tok_s']:.1f}], "
+            f"{entry['median_vs_first']:.3f}x the first"
+        )
+    if args.json is not None:
+        settings = {"model": args.model, "dtype": "float32", "device": "cpu", "num_requests": args.num_requests, "repeats": args.repeats, "engine": "LLM() defaults (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix caching on)"}  # fmt: skip
+        result = {"machine": machine_info(), "settings": settings, "summary": summary, "runs": runs}
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

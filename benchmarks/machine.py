@@ -1,0 +1,67 @@
+"""The machine a benchmark ran on, written into every result file: these machines differ from
+session to session (AVX-512 on some, AVX2 only on others), so a ratio holds only within one run."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+# The CPU flags that decide which kernels torch, oneDNN and the C++ kernels run.
+_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "amx_bf16")
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model and flags, cores this process may use, memory, versions."""
+    cpu = _cpuinfo()
+    flags = set(cpu.get("flags", "").split())
+    return {
+        "cpu_model": cpu.get("model name", platform.processor() or "unknown"),
+        "cpu_flags": {flag: flag in flags for flag in _FLAGS},
+        "cores_usable": len(os.sched_getaffinity(0)),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+        "platform": platform.platform(),
+    }
+
+
+def git_commit(checkout: Path) -> str | None:
+    """The checked-out commit, with `+dirty` when the work tree has uncommitted changes."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=checkout,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=checkout, capture_output=True, text=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("+dirty" if dirty.strip() else "")
+
+
+def _cpuinfo() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.split("\n\n", 1)[0].splitlines():  # the first processor is enough
+        key, _, value = line.partition(":")
+        info[key.strip()] = value.strip()
+    return info
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None

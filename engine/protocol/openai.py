@@ -1,0 +1,100 @@
+"""What every OpenAI endpoint shares: the base model, ids and timestamps, the error object, the
+sampling fields of both generation endpoints, and token usage.
+
+Unknown fields are ignored, as vLLM does; fields OpenAI defines that pagedock does not implement
+are declared so that `unsupported_field()` can name them in a clear 400 instead of silently
+dropping them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# torch.Generator.manual_seed takes exactly this range; outside it a seed would be a 500.
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+MAX_N = 128
+MAX_TOP_LOGPROBS = 20
+
+Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)]
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+
+
+class OpenAIModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+def random_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now_s() -> int:
+    return int(time.time())
+
+
+class ErrorInfo(OpenAIModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(OpenAIModel):
+    """The body of every error response (engine/protocol/errors.py builds it)."""
+
+    error: ErrorInfo
+
+
+class StreamOptions(OpenAIModel):
+    include_usage: bool = False
+
+
+class SamplingFields(OpenAIModel):
+    """What both /v1/completions and /v1/chat/completions take to steer sampling."""
+
+    model: str | None = None
+    n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    seed: Seed | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: Penalty = 0.0
+    frequency_penalty: Penalty = 0.0
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    # vLLM's extras.
+    top_k: Annotated[int, Field(ge=-1)] | None = None
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    repetition_penalty: Annotated[float, Field(gt=0.0)] = 1.0
+    ignore_eos: bool = False
+    min_tokens: Annotated[int, Field(ge=0)] = 0
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    priority: int = 0
+
+    def unsupported_field(self) -> str | None:
+        """The first field set that pagedock does not implement, or None."""
+        if self.logit_bias:
+            return "logit_bias"
+        return None
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class PromptTokensDetails(OpenAIModel):
+    cached_tokens: int = 0
+
+
+class UsageInfo(OpenAIModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None

@@ -1,0 +1,39 @@
+"""vLLM's POST /tokenize and /detokenize: the engine's own tokenizer and chat template, so a client
+can count tokens exactly as the engine will."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from engine.protocol.chat import ChatMessage, template_messages
+from engine.protocol.openai import OpenAIModel
+
+
+class TokenizeRequest(OpenAIModel):
+    """Either a prompt, or chat messages (the chat template is applied)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+
+    def template_messages(self) -> list[dict[str, str]]:
+        return template_messages(self.messages or [])
+
+
+class TokenizeResponse(OpenAIModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+
+
+class DetokenizeRequest(OpenAIModel):
+    model: str | None = None
+    tokens: list[Annotated[int, Field(ge=0)]]
+
+
+class DetokenizeResponse(OpenAIModel):
+    prompt: str

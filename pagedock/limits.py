@@ -1,0 +1,31 @@
+"""Limits and names that the engine, the router and the operator must agree on: one source each.
+
+Torch-free and import-free, so every image (engine, router, operator) can read it. The `Literal`
+types feed the operator's CRD (an enum the API server enforces); the tuples feed the runtime checks
+of EngineConfig and RouterConfig.
+"""
+
+from typing import Final, Literal, get_args
+
+DEFAULT_MODEL: Final = "smollm2-135m-instruct"
+"""The built-in model `pagedock serve` loads, and the tokenizer `pagedock route` uses, by default."""
+
+BlockSize = Literal[8, 16, 32, 64, 128]
+BLOCK_SIZES: Final[tuple[int, ...]] = get_args(BlockSize)
+"""Tokens per KV block the engine supports (its kernels assume one of these)."""
+DEFAULT_BLOCK_SIZE: Final = 16
+
+Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+DTYPES: Final[tuple[str, ...]] = get_args(Dtype)
+"""Weight and activation dtypes; auto = float32 on CPU, bfloat16 on GPU."""
+
+AttentionBackendName = Literal["torch", "torch-sdpa", "triton"]
+ATTENTION_BACKENDS: Final[tuple[str, ...]] = get_args(AttentionBackendName)
+"""torch (CPU, C++ decode kernel), torch-sdpa (pure torch), triton (GPU)."""
+
+RoutingPolicy = Literal["prefix-aware", "round-robin", "least-loaded", "session"]
+ROUTING_POLICIES: Final[tuple[str, ...]] = get_args(RoutingPolicy)
+"""How the router picks an engine replica."""
+
+MAX_BODY_BYTES: Final = 8 * 1024 * 1024
+"""Largest request body the engine (by default) and the router accept; 413 beyond."""
