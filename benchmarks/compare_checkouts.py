@@ -1,11 +1,14 @@
-"""Offline workload A throughput of two or more pagedock checkouts, interleaved (A B A B A B).
+"""Workload A throughput of two or more pagedock checkouts, interleaved (A B A B A B).
 
     python -m benchmarks.compare_checkouts --checkout /path/to/old --checkout . [--repeats 3]
+    python -m benchmarks.compare_checkouts --online --checkout /path/to/old --checkout .
 
 Each run is a fresh process whose `engine` comes from that checkout (PYTHONPATH points at it, ahead
 of the installed one), with the same model, workload, threads and engine settings; a warm-up of
 prompts of its own (sharing no prefix with the measured ones) runs first in each process. Prints
 every run and each checkout's median and spread; writes the runs and the machine to --json.
+With --online each run is that checkout's own `benchmarks/online_throughput.py` (its server, the
+load generator at --concurrency, streaming), and the figure compared is output tok/s.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,21 @@ def run_once(checkout: Path, model: str, num_requests: int, seed: int) -> dict[s
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
+def run_online(checkout: Path, concurrency: int, num_requests: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "online.json"
+        script = checkout / "benchmarks" / "online_throughput.py"
+        command = [sys.executable, str(script), "--skip-offline", "--concurrency", str(concurrency)]
+        command += ["--num-requests", str(num_requests), "--json", str(out)]
+        env = {**os.environ, "PYTHONPATH": str(checkout)}
+        result = subprocess.run(command, cwd=checkout, env=env, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise SystemExit(f"{checkout}: the online run failed:\n{result.stderr[-3000:]}")
+        run = json.loads(out.read_text())["online"][0]
+    keys = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "num_errors")
+    return {key: run[key] for key in keys} | {"generated_tok_s": run["output_tok_s"]}
+
+
 def summarize(runs: list[dict[str, Any]], checkouts: list[Path]) -> list[dict[str, Any]]:
     summary = []
     for checkout in checkouts:
@@ -84,13 +103,18 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--online", action="store_true", help="pagedock serve + load generator")
+    parser.add_argument("--concurrency", type=int, default=32, help="--online: clients at once")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     checkouts = [c.resolve() for c in args.checkout]
     runs = []
     for repeat in range(args.repeats):
         for checkout in checkouts:  # interleaved, so drift on a shared machine hits every checkout
-            run = run_once(checkout, args.model, args.num_requests, seed=0)
+            if args.online:
+                run = run_online(checkout, args.concurrency, args.num_requests)
+            else:
+                run = run_once(checkout, args.model, args.num_requests, seed=0)
             run |= {"checkout": str(checkout), "repeat": repeat, "finished_at": time.time()}
             print(
                 f"{checkout.name} #{repeat}: {run['generated_tok_s']:.1f} generated tok/s",
@@ -105,7 +129,7 @@ def main() -> None:
             f"{entry['median_vs_first']:.3f}x the first"
         )
     if args.json is not None:
-        settings = {"model": args.model, "dtype": "float32", "device": "cpu", "num_requests": args.num_requests, "repeats": args.repeats, "engine": "LLM() defaults (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix caching on)"}  # fmt: skip
+        settings = {"mode": "online" if args.online else "offline", "concurrency": args.concurrency if args.online else None, "model": args.model, "dtype": "float32", "device": "cpu", "num_requests": args.num_requests, "repeats": args.repeats, "engine": "LLM() defaults (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix caching on)"}  # fmt: skip
         result = {"machine": machine_info(), "settings": settings, "summary": summary, "runs": runs}
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

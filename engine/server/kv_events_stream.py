@@ -94,6 +94,7 @@ class KVEventHub:
         self,
         engine: AsyncEngine,
         instance_id: str,
+        root_hash: bytes,
         max_buffered_batches: int = 1024,
         heartbeat_s: float = 10.0,
     ) -> None:
@@ -102,7 +103,7 @@ class KVEventHub:
         self.max_buffered_batches = max_buffered_batches
         self.heartbeat_s = heartbeat_s
         self.consumers: set[KVEventConsumer] = set()
-        self.root_hash = engine.engine.root_hash.hex()  # published so routers hash as we do
+        self.root_hash = root_hash.hex()  # published so routers hash as we do
         engine.add_kv_listener(self._on_batches)
 
     def _on_batches(self, batches: list[KVEventBatch] | None) -> None:

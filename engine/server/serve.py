@@ -44,7 +44,7 @@ def build_context(
     return ServerContext(
         engine=async_engine,
         metrics=metrics,
-        kv_hub=KVEventHub(async_engine, instance_id=uuid.uuid4().hex),
+        kv_hub=KVEventHub(async_engine, uuid.uuid4().hex, engine.root_hash),
         tokenizer=engine.tokenizer,
         served_model_name=engine.served_model_name,
         model_root=str(engine.model_path),
