@@ -168,6 +168,7 @@ class LLMEngine:
         if self.scheduler.has_request(request_id) or self.parallel.is_parent(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         text, token_ids = self._tokenize(prompt)
+        self._check_token_ids(params)
         max_tokens = self._check_length(len(token_ids), params)
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
@@ -206,6 +207,16 @@ class LLMEngine:
                 f"token ids must be integers in [0, {vocab}); got {bad[:5]}", "prompt"
             )
         return None, token_ids
+
+    def _check_token_ids(self, params: SamplingParams) -> None:
+        """Ids the sampler indexes logits with must lie in the vocabulary, which only the engine
+        knows: past it, one request's ban would fail the whole step's sampling."""
+        vocab = self.model_config.vocab_size
+        bad = [t for t in params.stop_token_ids if not 0 <= t < vocab]
+        if bad:
+            raise InvalidRequestError(
+                f"stop_token_ids must be in [0, {vocab}); got {bad[:5]}", "stop_token_ids"
+            )
 
     def _check_length(self, num_prompt_tokens: int, params: SamplingParams) -> int:
         """The resolved max_tokens; PromptTooLongError when prompt + max_tokens can't fit."""

@@ -6,6 +6,16 @@ import enum
 from dataclasses import dataclass, field
 
 from engine.errors import InvalidRequestError
+from pagedock.limits import (
+    MAX_INT32,
+    MAX_LOGPROBS,
+    MAX_N,
+    MAX_STOP_STRING_CHARS,
+    MAX_STOP_STRINGS,
+    MAX_TOKEN_ID_LIST,
+    SEED_MAX,
+    SEED_MIN,
+)
 
 # Below this, a temperature is treated as greedy (as vLLM does): dividing logits by ~0 overflows.
 _GREEDY_EPS = 1e-5
@@ -72,23 +82,46 @@ class SamplingParams:
             self.top_k = 0
 
     def _validate(self) -> None:
-        if self.max_tokens is not None and self.max_tokens < 1:
-            _fail(f"max_tokens must be at least 1, got {self.max_tokens}", "max_tokens")
-        if self.temperature < 0:
-            _fail(f"temperature must be non-negative, got {self.temperature}", "temperature")
-        if not 0.0 < self.top_p <= 1.0:
-            _fail(f"top_p must be in (0, 1], got {self.top_p}", "top_p")
-        if self.top_k < -1:
-            _fail(f"top_k must be -1 (disable) or at least 1, got {self.top_k}", "top_k")
-        if not 0.0 <= self.min_p <= 1.0:
-            _fail(f"min_p must be in [0, 1], got {self.min_p}", "min_p")
-        if self.min_tokens < 0:
-            _fail(f"min_tokens must be non-negative, got {self.min_tokens}", "min_tokens")
+        self._validate_lengths()
+        self._validate_distribution()
+        self._validate_penalties()
+        self._validate_lists()
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            _fail(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}", "logprobs")
+        if not 1 <= self.n <= MAX_N:
+            _fail(f"n must be in [1, {MAX_N}], got {self.n}", "n")
+        if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
+            _fail(f"seed must be in [{SEED_MIN}, {SEED_MAX}], got {self.seed}", "seed")
+
+    def _validate_lengths(self) -> None:
+        if self.max_tokens is not None and not 1 <= self.max_tokens <= MAX_INT32:
+            _fail(
+                f"max_tokens must be at least 1 and at most {MAX_INT32}, got {self.max_tokens}",
+                "max_tokens",
+            )
+        if not 0 <= self.min_tokens <= MAX_INT32:
+            _fail(
+                f"min_tokens must be non-negative and at most {MAX_INT32}, got {self.min_tokens}",
+                "min_tokens",
+            )
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             _fail(
                 f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
                 "min_tokens",
             )
+
+    def _validate_distribution(self) -> None:
+        if self.temperature < 0:
+            _fail(f"temperature must be non-negative, got {self.temperature}", "temperature")
+        if not 0.0 < self.top_p <= 1.0:
+            _fail(f"top_p must be in (0, 1], got {self.top_p}", "top_p")
+        # Above the vocabulary is fine (the sampler clamps k to it); above int32 is no use to anyone.
+        if not -1 <= self.top_k <= MAX_INT32:
+            _fail(f"top_k must be -1 (disable) or in [1, {MAX_INT32}], got {self.top_k}", "top_k")
+        if not 0.0 <= self.min_p <= 1.0:
+            _fail(f"min_p must be in [0, 1], got {self.min_p}", "min_p")
+
+    def _validate_penalties(self) -> None:
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if not -2.0 <= value <= 2.0:
@@ -98,12 +131,22 @@ class SamplingParams:
                 f"repetition_penalty must be positive, got {self.repetition_penalty}",
                 "repetition_penalty",
             )
-        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
-            _fail(f"logprobs must be in [0, 20], got {self.logprobs}", "logprobs")
-        if self.n < 1:
-            _fail(f"n must be at least 1, got {self.n}", "n")
-        if any(not s for s in ([self.stop] if isinstance(self.stop, str) else self.stop)):
+
+    def _validate_lists(self) -> None:
+        """Sizes, and ids within int32; ids within the model's vocabulary are the engine's check
+        (LLMEngine.add_core_request), the only place that knows the vocabulary."""
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        if len(stop) > MAX_STOP_STRINGS:
+            _fail(f"at most {MAX_STOP_STRINGS} stop strings, got {len(stop)}", "stop")
+        if any(not s for s in stop):
             _fail("stop strings must be non-empty", "stop")
+        if any(len(s) > MAX_STOP_STRING_CHARS for s in stop):
+            _fail(f"stop strings must be at most {MAX_STOP_STRING_CHARS} characters", "stop")
+        ids = self.stop_token_ids
+        if len(ids) > MAX_TOKEN_ID_LIST:
+            _fail(f"at most {MAX_TOKEN_ID_LIST} stop_token_ids, got {len(ids)}", "stop_token_ids")
+        if any(not 0 <= t <= MAX_INT32 for t in ids):
+            _fail(f"stop_token_ids must be in [0, {MAX_INT32}]", "stop_token_ids")
 
     @property
     def is_greedy(self) -> bool:

@@ -29,3 +29,24 @@ ROUTING_POLICIES: Final[tuple[str, ...]] = get_args(RoutingPolicy)
 
 MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 """Largest request body the engine (by default) and the router accept; 413 beyond."""
+
+# ---- what one request may carry -----------------------------------------------------------------
+# Bounds checked where a request enters (the protocol models for HTTP, SamplingParams for every
+# caller), so a value no step can handle is a 400 for its sender, never a failed batch for others.
+
+SEED_MIN: Final = -(2**63)
+SEED_MAX: Final = 2**64 - 1
+"""torch.Generator.manual_seed's range; child seeds of n > 1 wrap around inside it."""
+MAX_N: Final = 128
+"""Completions per prompt (n, best_of)."""
+MAX_LOGPROBS: Final = 20
+"""Top alternatives per token (logprobs, top_logprobs), as OpenAI."""
+MAX_INT32: Final = 2**31 - 1
+"""Largest token id, top_k, max_tokens and min_tokens: the engine's tensors index with int32/int64
+and ids beyond int32 are no model's."""
+MAX_STOP_STRINGS: Final = 64
+"""Stop strings per request: each is matched against every new piece of text."""
+MAX_STOP_STRING_CHARS: Final = 1024
+"""Characters per stop string."""
+MAX_TOKEN_ID_LIST: Final = 1024
+"""Entries in a per-request token-id list (stop_token_ids): each becomes a per-step ban."""

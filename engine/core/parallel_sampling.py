@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from engine.core.request import Request
 from engine.core.scheduler_output import EngineCoreOutput
 from engine.sampling_params import SamplingParams
+from pagedock.limits import SEED_MAX
 
 CHILD_SEPARATOR = "#"
 
@@ -27,8 +28,16 @@ def child_request_id(parent_id: str, index: int) -> str:
 def child_params(params: SamplingParams, index: int) -> SamplingParams:
     """n = 1 per child; a seeded request seeds each child differently (so choices differ) but
     reproducibly."""
-    seed = None if params.seed is None else params.seed + index
-    return replace(params, n=1, seed=seed)
+    return replace(
+        params, n=1, seed=None if params.seed is None else child_seed(params.seed, index)
+    )
+
+
+def child_seed(seed: int, index: int) -> int:
+    """seed + index, wrapped into [SEED_MIN, SEED_MAX] (torch's 64-bit seed range): any valid
+    seed gives n valid, distinct child seeds, so a seed near the top is no overflow in the step."""
+    child = seed + index
+    return child - 2**64 if child > SEED_MAX else child
 
 
 @dataclass

@@ -211,19 +211,24 @@ class Scheduler:
     def update(
         self, output: SchedulerOutput, runner_output: ModelRunnerOutput
     ) -> list[EngineCoreOutput]:
-        """Advance progress by what was computed, append sampled tokens, finish what stopped."""
+        """Advance progress by what was computed, append sampled tokens, finish what stopped.
+
+        A request with an error is finished and its blocks freed *before* its progress advances
+        or its blocks are cached: a failed forward may have left its KV unwritten, and a cached
+        hash over unwritten KV would poison later prefix hits. The others of the step advance as
+        usual (the runner isolates sampling failures, so their KV and tokens are good)."""
         core_outputs: list[EngineCoreOutput] = []
         for item in output.scheduled:
             request = self.requests.get(item.request_id)
             if request is None or request.status != RequestStatus.RUNNING:
                 continue  # finished from outside (abort) while the step ran
-            request.num_computed_tokens += item.num_new_tokens
-            self.kv_cache_manager.cache_blocks(request)
             error = runner_output.errors.get(item.request_id)
             if error is not None:
                 self._finish_running(request, RequestStatus.FINISHED_ERROR)
                 core_outputs.append(EngineCoreOutput(request.request_id, [], "error", error=error))
                 continue
+            request.num_computed_tokens += item.num_new_tokens
+            self.kv_cache_manager.cache_blocks(request)
             sampled = runner_output.sampled.get(item.request_id)
             if sampled is not None:
                 core_outputs.append(self._append_token(request, sampled))

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from engine.protocol.openai import (
+    MAX_INT32,
     MAX_TOP_LOGPROBS,
     OpenAIModel,
     SamplingFields,
@@ -75,8 +76,8 @@ class ResponseFormat(OpenAIModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_INT32)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1, le=MAX_INT32)] | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     response_format: ResponseFormat | None = None

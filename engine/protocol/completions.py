@@ -7,24 +7,24 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from engine.protocol.openai import (
+    MAX_INT32,
     MAX_N,
     MAX_TOP_LOGPROBS,
     OpenAIModel,
     SamplingFields,
+    TokenId,
     UsageInfo,
     now_s,
     random_id,
 )
 
 # A prompt: text, token ids, or a batch of either.
-PromptInput = (
-    str | list[str] | list[Annotated[int, Field(ge=0)]] | list[list[Annotated[int, Field(ge=0)]]]
-)
+PromptInput = str | list[str] | list[TokenId] | list[list[TokenId]]
 
 
 class CompletionRequest(SamplingFields):
     prompt: PromptInput
-    max_tokens: Annotated[int, Field(ge=1)] | None = 16
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_INT32)] | None = 16
     echo: bool = False
     logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None

@@ -14,13 +14,26 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# torch.Generator.manual_seed takes exactly this range; outside it a seed would be a 500.
-SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
-MAX_N = 128
-MAX_TOP_LOGPROBS = 20
+from pagedock.limits import (
+    MAX_INT32,
+    MAX_LOGPROBS,
+    MAX_N,
+    MAX_STOP_STRING_CHARS,
+    MAX_STOP_STRINGS,
+    MAX_TOKEN_ID_LIST,
+    SEED_MAX,
+    SEED_MIN,
+)
 
+MAX_TOP_LOGPROBS = MAX_LOGPROBS  # the name the protocol's users import
+
+# torch.Generator.manual_seed takes exactly this range; outside it a seed would be a 500.
 Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+# Ids beyond int32 are no model's; the engine checks them against its vocabulary.
+TokenId = Annotated[int, Field(ge=0, le=MAX_INT32)]
+TokenCount = Annotated[int, Field(ge=0, le=MAX_INT32)]
+StopString = Annotated[str, Field(max_length=MAX_STOP_STRING_CHARS)]
 
 
 class OpenAIModel(BaseModel):
@@ -60,20 +73,20 @@ class SamplingFields(OpenAIModel):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     seed: Seed | None = None
-    stop: str | list[str] | None = None
+    stop: StopString | Annotated[list[StopString], Field(max_length=MAX_STOP_STRINGS)] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     presence_penalty: Penalty = 0.0
     frequency_penalty: Penalty = 0.0
-    logit_bias: dict[str, float] | None = None
+    logit_bias: Annotated[dict[str, float], Field(max_length=MAX_TOKEN_ID_LIST)] | None = None
     user: str | None = None
     # vLLM's extras.
-    top_k: Annotated[int, Field(ge=-1)] | None = None
+    top_k: Annotated[int, Field(ge=-1, le=MAX_INT32)] | None = None
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     repetition_penalty: Annotated[float, Field(gt=0.0)] = 1.0
     ignore_eos: bool = False
-    min_tokens: Annotated[int, Field(ge=0)] = 0
-    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    min_tokens: TokenCount = 0
+    stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_TOKEN_ID_LIST)] | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     priority: int = 0

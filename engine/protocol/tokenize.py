@@ -3,12 +3,8 @@ can count tokens exactly as the engine will."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from pydantic import Field
-
 from engine.protocol.chat import ChatMessage, template_messages
-from engine.protocol.openai import OpenAIModel
+from engine.protocol.openai import OpenAIModel, TokenId
 
 
 class TokenizeRequest(OpenAIModel):
@@ -32,7 +28,7 @@ class TokenizeResponse(OpenAIModel):
 
 class DetokenizeRequest(OpenAIModel):
     model: str | None = None
-    tokens: list[Annotated[int, Field(ge=0)]]
+    tokens: list[TokenId]
 
 
 class DetokenizeResponse(OpenAIModel):

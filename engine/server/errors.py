@@ -52,13 +52,25 @@ def validation_message(errors: Sequence[Any]) -> tuple[str, str | None]:
     first = errors[0]
     if first.get("type") == "json_invalid":
         return "the request body is not valid JSON", None
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(loc) or None
-    parts = [
-        f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
-        for e in errors[:5]
-    ]
+    param = _where(first) or None
+    parts = [f"{_where(e) or 'body'}: {e.get('msg')}" for e in errors[:5]]
     return "invalid request: " + "; ".join(parts), param
+
+
+# The names pydantic gives a union's members in an error's location; not fields a client sent.
+_UNION_MEMBER_NAMES = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+def _where(error: Any) -> str:
+    """The dotted location of a validation error as the client wrote it: `prompt.1`, not
+    `body.prompt.list[int].1` (a union's member names are pydantic's, not the client's)."""
+    loc = [
+        str(part)
+        for part in error.get("loc", ())
+        if part != "body"
+        and not (isinstance(part, str) and (not part.isidentifier() or part in _UNION_MEMBER_NAMES))
+    ]
+    return ".".join(loc)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -33,8 +33,14 @@ from engine.server.tokenize import detokenize, tokenize
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 500, 503)
 }
+# NOTE: tools read an event-stream schema per event ({"data": ..., "event": ...}, as schemathesis
+# does) or for the whole body (a string), so it describes the events without constraining either.
+_SSE_EVENTS = {
+    "description": "Server-sent events: one `data: <JSON chunk>` line per event, then "
+    "`data: [DONE]`; a failure mid-stream is an event whose data is an OpenAI error object.",
+}
 _SSE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}
+    200: {"content": {"text/event-stream": {"schema": _SSE_EVENTS}}}
 }
 
 

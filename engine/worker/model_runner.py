@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from engine.attention.backend import AttentionBackend
@@ -12,6 +14,8 @@ from engine.worker.cuda_graph_runner import DecodeGraphRunner, GraphCapture, is_
 from engine.worker.input_batch import build_model_inputs, order_decodes_first
 from engine.worker.sampler import Sampler
 from engine.worker.sampling_batch import build_sampling_tensors
+
+logger = logging.getLogger("pagedock.engine")
 
 
 class ModelRunner:
@@ -73,8 +77,45 @@ class ModelRunner:
             sampling = inputs.sample_requests
         if not sampling:
             return ModelRunnerOutput({})
-        tokens = self.sampler(logits.cpu(), build_sampling_tensors(sampling, self._generator_for))
+        return self._sample(logits.cpu(), sampling)
+
+    def _sample(self, logits: torch.Tensor, sampling: list[ScheduledRequest]) -> ModelRunnerOutput:
+        """Sample the step's rows in one batch; if that fails, each row alone (`_sample_each`)."""
+        saved: list[tuple[torch.Generator, torch.Tensor]] = []
+        try:
+            tensors = build_sampling_tensors(sampling, self._generator_for)
+            saved = [(g, g.get_state()) for g in tensors.generators if g is not None]
+            tokens = self.sampler(logits, tensors)
+        except Exception:
+            logger.exception("sampling %d requests together failed; each alone", len(sampling))
+            # Seeded rows redraw from where they stood, so their tokens are those of a good step.
+            for gen, state in saved:
+                gen.set_state(state)
+            return self._sample_each(logits, sampling)
         return ModelRunnerOutput({s.request_id: t for s, t in zip(sampling, tokens, strict=True)})
+
+    def _sample_each(
+        self, logits: torch.Tensor, sampling: list[ScheduledRequest]
+    ) -> ModelRunnerOutput:
+        """One row at a time, so that a request the sampler cannot handle fails alone.
+
+        The forward pass already succeeded: every request's KV is written. A request whose row
+        fails gets an error (the scheduler frees its blocks without advancing it); the others get
+        their token and advance as in any step. Greedy and seeded rows get the tokens the batch
+        would have given them; unseeded random rows a fresh, equally valid draw."""
+        output = ModelRunnerOutput({})
+        for row, s in enumerate(sampling):
+            try:
+                tensors = build_sampling_tensors([s], self._generator_for)
+                [token] = self.sampler(logits[row : row + 1], tensors)
+            except Exception as e:
+                logger.exception("sampling request %s failed", s.request_id)
+                output.errors[s.request_id] = (
+                    f"internal error while sampling this request: {type(e).__name__}: {e}"
+                )
+            else:
+                output.sampled[s.request_id] = token
+        return output
 
     def _generator_for(self, s: ScheduledRequest) -> torch.Generator | None:
         seed = s.sampling_params.seed
