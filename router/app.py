@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from engine.protocol import ChatCompletionRequest, CompletionRequest
-from engine.protocol.auth import api_key_guard
+from engine.protocol.auth import api_key_guard, docs_urls
 from engine.protocol.errors import APIError, install_api_error_handlers
 from pagedock.limits import MAX_BODY_BYTES  # the engine's default --max-body-bytes too
 from router.context import RouterContext
@@ -37,7 +37,7 @@ def build_app(ctx: RouterContext) -> FastAPI:
         finally:
             await ctx.stop()
 
-    app = FastAPI(title="pagedock router", version="1", lifespan=lifespan)
+    app = FastAPI(title="pagedock router", version="1", lifespan=lifespan, **docs_urls(ctx.config.api_key))  # fmt: skip
     install_api_error_handlers(app)
     _add_api_routes(app, ctx)
     _add_open_routes(app, ctx)
@@ -61,6 +61,12 @@ def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
         decision = _decide(ctx, None, None)
         return await ctx.proxy.forward(request, b"", decision, False, time.perf_counter())
 
+    # Replica URLs and their state are for operators, not for keyless clients.
+    @app.get("/router/replicas", dependencies=guard)
+    async def replicas() -> dict[str, Any]:
+        """What the router knows of each replica (for people and tests)."""
+        return {"policy": ctx.config.policy, "replicas": [_replica_view(ctx, url) for url in sorted(ctx.replica_set.replicas)]}  # fmt: skip
+
 
 def _add_open_routes(app: FastAPI, ctx: RouterContext) -> None:
     @app.get("/health")
@@ -75,11 +81,6 @@ def _add_open_routes(app: FastAPI, ctx: RouterContext) -> None:
         for r in ctx.replica_set.replicas.values():
             ctx.metrics.set_replica(r.url, r.healthy, r.kv_event_lag_s(), ctx.index.num_blocks(r.url))  # fmt: skip
         return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/router/replicas")
-    async def replicas() -> dict[str, Any]:
-        """What the router knows of each replica (for people and tests)."""
-        return {"policy": ctx.config.policy, "replicas": [_replica_view(ctx, url) for url in sorted(ctx.replica_set.replicas)]}  # fmt: skip
 
 
 async def _generate(
@@ -137,6 +138,7 @@ def _replica_view(ctx: RouterContext, url: str) -> dict[str, Any]:
         "cached_blocks": ctx.index.num_blocks(url),
         "kv_synced": r.kv_synced,
         "kv_seq": r.kv_seq,
+        "kv_error": r.kv_error,
         "inflight": len(r.inflight),
         "queued_tokens": r.queued_tokens(ctx.config),
         "load": json.loads(json.dumps(r.load.__dict__)),

@@ -95,6 +95,9 @@ class RouterConfig:
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
         _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")
+        # A router that adds the replicas' key for every client would open key-protected engines
+        # to keyless clients.
+        _check(self.replica_api_key is None or self.api_key is not None, "--replica-api-key needs --api-key: without it, clients without a key would reach key-protected replicas")  # fmt: skip
         if self.model is not None and not self.model.strip():
             self.model = None
 

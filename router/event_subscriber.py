@@ -61,6 +61,8 @@ class EventSubscriber:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     raise  # run() itself was cancelled, not just this attempt
+            except httpx.HTTPStatusError as e:
+                self._refused(e.response.status_code)
             except (httpx.HTTPError, ValueError, ResyncNeeded) as e:
                 logger.debug("KV events of %s: %s", self.replica.url, e)
             except Exception:  # a malformed line must not end the subscription for good
@@ -76,6 +78,16 @@ class EventSubscriber:
         """Drop the current stream (the replica failed a check); run() reconnects after backoff."""
         if self._attempt is not None and not self._attempt.done():
             self._attempt.cancel()
+
+    def _refused(self, status: int) -> None:
+        """The replica answered the subscription with an error status; 401/403 is a key problem
+        an operator must see (warned once until a subscription succeeds, not every retry)."""
+        if status not in (401, 403):
+            logger.debug("KV events of %s: HTTP %d", self.replica.url, status)
+            return
+        if self.replica.kv_error is None:
+            logger.warning("KV events of %s refused with HTTP %d: check --replica-api-key (prefix affinity is off for it until it succeeds)", self.replica.url, status)  # fmt: skip
+        self.replica.kv_error = f"HTTP {status}: the replica refused the router's key"
 
     async def _consume(self) -> None:
         url = self.replica.url + "/v1/kv/events"
@@ -112,6 +124,7 @@ class EventSubscriber:
         r.root_hash = bytes.fromhex(root) if root else None
         r.kv_seq = int(message["seq"])
         r.kv_synced = True
+        r.kv_error = None
         self.index.reset(r.url, (bytes.fromhex(h) for h in message["block_hashes"]))
         self.metrics.observe_resync(r.url)
 

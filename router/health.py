@@ -33,6 +33,7 @@ class HealthChecker:
         self.client = client
         self.config = config
         self.on_unhealthy = on_unhealthy
+        self._warned_bad_load = False
 
     async def run(self) -> None:
         while True:
@@ -53,12 +54,19 @@ class HealthChecker:
         if health.status_code != 200:
             return self._failed(f"health check answered {health.status_code}")
         if metrics.status_code == 200:
-            self.replica.load = parse_replica_load(metrics.text)
+            self._read_load(metrics.text)
         if not self.replica.healthy:
             logger.info("replica %s is healthy again", base)
         self.replica.healthy = True
         self.replica.failures = 0
         return True
+
+    def _read_load(self, text: str) -> None:
+        self.replica.load, rejected = parse_replica_load(text)
+        if rejected and not self._warned_bad_load:
+            # Once per replica: a replica that always reports Inf would flood the log every scrape.
+            logger.warning("replica %s reports unusable load metrics (ignored): %s", self.replica.url, ", ".join(rejected))  # fmt: skip
+            self._warned_bad_load = True
 
     def _failed(self, why: str) -> bool:
         self.replica.failures += 1

@@ -1,12 +1,14 @@
 """Proxy: sends a request to the replicas of a decision in order, with bounded failover.
 
-    connect error / error or 5xx / 429 before the first byte -> replica marked unhealthy (5xx, errors),
-                                                               next replica tried (max_attempts)
-    4xx from a replica                                        -> passed through, never retried
-    2xx, non-streaming                                        -> the whole body, then the client's 200
-    2xx, streaming                                            -> chunks passed on as they arrive;
-                                                               a failure mid-stream ends the client's
-                                                               stream with an SSE error event
+    connect error, a replica failure before the first byte -> replica marked unhealthy,
+                                                              next replica tried (max_attempts)
+    429 from a replica                                      -> next replica tried, none marked
+    4xx or a request's 500 from a replica                   -> passed through, never retried
+                                                              (router/upstream_errors.py decides)
+    2xx, non-streaming                                      -> the whole body, then the client's 200
+    2xx, streaming                                          -> chunks passed on as they arrive;
+                                                              a failure mid-stream ends the client's
+                                                              stream with an SSE error event
 
 A client that disconnects closes the replica connection too, so the engine aborts the request.
 """
@@ -31,6 +33,7 @@ from router.metrics import RouterMetrics
 from router.replica import Replica
 from router.replica_set import ReplicaSet
 from router.upstream import UPSTREAM_ERRORS, make_session
+from router.upstream_errors import Verdict, classify_upstream
 
 logger = logging.getLogger("pagedock.router")
 T = TypeVar("T")
@@ -161,12 +164,14 @@ class Proxy:
 
 
 def _buffered(upstream: aiohttp.ClientResponse, content: bytes, replica: Replica) -> Response:
-    """The replica's whole answer for the client; a 5xx or 429 fails the attempt, carrying it."""
+    """The replica's whole answer for the client; one that says another replica may serve the
+    request (a 429, a replica failure) fails the attempt, carrying it."""
     status = upstream.status
     headers = {**_response_headers(upstream), REPLICA_HEADER: replica.url}
     response = Response(content, status, headers, upstream.headers.get("content-type"))
-    if status >= 500 or status == 429:
-        raise AttemptFailed(f"http_{status}", status >= 500, response)
+    verdict = classify_upstream(status, content)
+    if verdict is not Verdict.FORWARD:
+        raise AttemptFailed(f"http_{status}", verdict is Verdict.REPLICA_FAILED, response)
     return response
 
 

@@ -45,6 +45,8 @@ class Replica:
     """True once a snapshot of the current event stream was applied."""
     kv_seq: int = -1
     """Sequence number of the last KV event batch applied (the snapshot's, at first)."""
+    kv_error: str | None = None
+    """Why the KV event subscription is refused (401/403: a key problem); None once it succeeds."""
     last_event_at: float | None = None
     """time.monotonic() of the last line from the KV event stream."""
     failures: int = 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from router.replica import ReplicaLoad
 
 _FIELDS = {
@@ -13,17 +15,25 @@ _FIELDS = {
 }
 
 
-def parse_replica_load(text: str) -> ReplicaLoad:
-    """The load gauges and prefix-cache counters, summed over label sets; absent ones are 0."""
+def parse_replica_load(text: str) -> tuple[ReplicaLoad, list[str]]:
+    """The load gauges and prefix-cache counters, summed over label sets (absent ones are 0), and
+    the samples ignored because their value is NaN, infinite or negative."""
     values = dict.fromkeys(_FIELDS.values(), 0.0)
+    rejected: list[str] = []
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         name, value = _sample(line)
         field = _FIELDS.get(name)
-        if field is not None:
+        if field is None:
+            continue
+        # NOTE: every field is a count or a fraction; one NaN or Inf would poison the cost model
+        # (Inf * 0 is NaN, int(Inf) raises) for every request, so it counts as absent instead.
+        if math.isfinite(value) and value >= 0:
             values[field] += value
-    return ReplicaLoad(**values)
+        else:
+            rejected.append(f"{name}={value}")
+    return ReplicaLoad(**values), rejected
 
 
 def _sample(line: str) -> tuple[str, float]:

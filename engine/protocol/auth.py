@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -44,3 +44,11 @@ def api_key_guard(expected: str | None) -> Callable[..., Awaitable[None]]:
         check_api_key(expected, None if credentials is None else credentials.credentials)
 
     return require_api_key
+
+
+def docs_urls(expected: str | None) -> dict[str, Any]:
+    """FastAPI's openapi_url, docs_url and redoc_url keywords: the schema and docs pages are open
+    routes that map the whole API, so they are off when clients need a key."""
+    if expected is None:
+        return {}
+    return {"openapi_url": None, "docs_url": None, "redoc_url": None}

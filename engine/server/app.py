@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from engine.protocol.auth import docs_urls
 from engine.server.body_limit import BodyLimitMiddleware
 from engine.server.context import ServerContext
 from engine.server.errors import install_error_handlers
@@ -32,6 +33,7 @@ def build_app(ctx: ServerContext) -> FastAPI:
         summary="OpenAI-compatible LLM inference server (paged KV cache, continuous batching)",
         version="1",
         lifespan=lifespan,
+        **docs_urls(ctx.options.api_key),
     )
     install_error_handlers(app)
     app.include_router(api_routes(ctx))

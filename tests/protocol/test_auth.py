@@ -14,7 +14,7 @@ from tests.protocol.apps import client, router_app, server_app
 
 KEY = "sekret"
 APPS: dict[str, Callable[..., FastAPI]] = {"server": server_app, "router": router_app}
-GUARDED = {"server": [("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/tokenize")], "router": [("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/v1/chat/completions")]}  # fmt: skip
+GUARDED = {"server": [("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/tokenize")], "router": [("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/router/replicas")]}  # fmt: skip
 UNAUTHORIZED = error_body(401, INVALID_API_KEY_MESSAGE, code="invalid_api_key")
 
 
@@ -53,6 +53,21 @@ def test_without_a_key_configured_nothing_is_asked(side: str) -> None:
 def test_health_needs_no_key(side: str) -> None:
     response = client(APPS[side](api_key=KEY)).get("/health")
     assert response.status_code != 401
+
+
+def test_the_routers_replica_list_opens_to_the_key() -> None:
+    response = client(router_app(api_key=KEY), Authorization=f"Bearer {KEY}").get("/router/replicas")  # fmt: skip
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json"])
+def test_the_api_docs_and_schema_are_off_when_a_key_is_set(side: str, path: str) -> None:
+    assert client(APPS[side](api_key=KEY), Authorization=f"Bearer {KEY}").get(path).status_code == 404  # fmt: skip
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json"])
+def test_the_api_docs_and_schema_are_served_without_a_key(side: str, path: str) -> None:
+    assert client(APPS[side](api_key=None)).get(path).status_code == 200
 
 
 def test_server_and_router_refuse_a_key_byte_for_byte_alike() -> None:

@@ -40,7 +40,9 @@ class ServerThread:
 
 
 class FakeReplica:
-    """`mode` scripts /v1/completions: ok | stream | break | slow | bad | unavailable."""
+    """`mode` scripts the replica: ok | stream | break | slow | bad | unavailable (503 draining) |
+    dead (503 engine_dead) | poison (500 engine_error: this request failed) | inf_load (answers ok,
+    reports +Inf and NaN load in /metrics) | locked (answers ok, refuses the KV events with 401)."""
 
     def __init__(self, mode: str = "ok") -> None:
         self.mode = mode
@@ -61,7 +63,11 @@ class FakeReplica:
                 return JSONResponse({"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}}, 400)  # fmt: skip
             if self.mode == "unavailable":
                 return JSONResponse({"error": {"message": "down", "type": "service_unavailable_error", "param": None, "code": "draining"}}, 503)  # fmt: skip
-            if self.mode == "ok":
+            if self.mode == "dead":
+                return JSONResponse({"error": {"message": "dead", "type": "service_unavailable_error", "param": None, "code": "engine_dead"}}, 503)  # fmt: skip
+            if self.mode == "poison":
+                return JSONResponse({"error": {"message": "generation failed", "type": "internal_server_error", "param": None, "code": "engine_error"}}, 500)  # fmt: skip
+            if self.mode in ("ok", "inf_load", "locked"):
                 return JSONResponse({"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "fake", "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]})  # fmt: skip
             return StreamingResponse(self._events(), media_type="text/event-stream")
 
@@ -71,10 +77,15 @@ class FakeReplica:
 
         @app.get("/metrics")
         async def metrics() -> Response:
+            if self.mode == "inf_load":
+                return Response('vllm:num_requests_running{model_name="fake"} +Inf\nvllm:num_requests_waiting{model_name="fake"} NaN\n')  # fmt: skip
             return Response('vllm:num_requests_running{model_name="fake"} 0.0\n')
 
         @app.get("/v1/kv/events")
-        async def events() -> StreamingResponse:
+        async def events() -> Response:
+            if self.mode == "locked":
+                return JSONResponse({"error": {"message": "key", "type": "authentication_error", "param": None, "code": "invalid_api_key"}}, 401)  # fmt: skip
+
             async def lines() -> AsyncIterator[str]:
                 yield json.dumps({"type": "snapshot", "instance_id": instance, "seq": -1, "block_size": 16, "block_hashes": [], "root_hash": "00"}) + "\n"  # fmt: skip
                 await asyncio.sleep(3600)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -23,7 +24,8 @@ PROMPT = {"prompt": "hello", "max_tokens": 4}
 
 
 def serve_router(stack: ExitStack, replica_urls: list[str], **overrides: object) -> str:
-    config = RouterConfig(replicas=replica_urls, model=None, health_interval_s=0.2, **overrides)  # type: ignore[arg-type]
+    fields: dict[str, object] = {"health_interval_s": 0.2, **overrides}
+    config = RouterConfig(replicas=replica_urls, model=None, **fields)  # type: ignore[arg-type]
     ctx = RouterContext(config, PromptHasher(None), StaticDiscovery(config.replicas))
     return stack.enter_context(ServerThread(build_app(ctx))).url
 
@@ -111,7 +113,50 @@ def test_the_clients_authorization_and_content_type_reach_the_replica_unchanged(
 
 def test_the_replica_api_key_replaces_the_clients_authorization(stack: ExitStack) -> None:
     fake = FakeReplica("ok")
-    router = serve_router(stack, [stack.enter_context(ServerThread(fake.app)).url], replica_api_key="replica-key")  # fmt: skip
+    router = serve_router(stack, [stack.enter_context(ServerThread(fake.app)).url], api_key="client-key", replica_api_key="replica-key")  # fmt: skip
     response = httpx.post(router + "/v1/completions", json=PROMPT, headers={"Authorization": "Bearer client-key"})  # fmt: skip
     assert response.status_code == 200
     assert fake.last_headers["authorization"] == "Bearer replica-key"
+
+
+def replica_view(router: str) -> dict[str, dict[str, object]]:
+    return {r["url"]: r for r in httpx.get(router + "/router/replicas").json()["replicas"]}
+
+
+def test_a_poison_requests_500_reaches_the_client_and_the_replica_stays_healthy(stack: ExitStack) -> None:  # fmt: skip
+    fakes = [FakeReplica("poison"), FakeReplica("poison")]
+    urls = [stack.enter_context(ServerThread(f.app)).url for f in fakes]
+    router = serve_router(stack, urls, policy="round-robin")
+    response = httpx.post(router + "/v1/completions", json=PROMPT)
+    assert (response.status_code, response.json()["error"]["code"]) == (500, "engine_error")
+    assert sum(f.calls for f in fakes) == 1  # not retried: it would fail on every replica
+    assert all(r["healthy"] for r in replica_view(router).values())
+
+
+def test_a_503_engine_dead_fails_over_and_marks_the_replica_unhealthy(stack: ExitStack) -> None:
+    dead, up = FakeReplica("dead"), FakeReplica("ok")
+    urls = [stack.enter_context(ServerThread(f.app)).url for f in (dead, up)]
+    router = serve_router(stack, urls, policy="round-robin", health_interval_s=60)
+    time.sleep(0.5)  # the first health checks (which the dead engine's /health passes) are done
+    responses = [httpx.post(router + "/v1/completions", json=PROMPT) for _ in range(2)]
+    assert [r.status_code for r in responses] == [200, 200] and dead.calls == 1
+    assert replica_view(router)[urls[0]]["healthy"] is False
+
+
+def test_infinite_or_nan_load_metrics_leave_routing_working_with_one_warning(stack: ExitStack, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    replica = stack.enter_context(ServerThread(FakeReplica("inf_load").app))
+    with caplog.at_level(logging.WARNING, logger="pagedock.router"):
+        router = serve_router(stack, [replica.url])
+        time.sleep(1.0)  # about five scrapes
+        assert httpx.post(router + "/v1/completions", json=PROMPT).status_code == 200
+        assert replica_view(router)[replica.url]["load"]["num_requests_running"] == 0
+    assert sum("unusable load metrics" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_kv_event_stream_refused_with_401_is_warned_once_and_shown(stack: ExitStack, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    replica = stack.enter_context(ServerThread(FakeReplica("locked").app))
+    with caplog.at_level(logging.WARNING, logger="pagedock.router"):
+        router = serve_router(stack, [replica.url], event_backoff_max_s=0.1)
+        time.sleep(1.0)  # several resubscriptions
+        assert "401" in str(replica_view(router)[replica.url]["kv_error"])
+    assert sum("refused with HTTP 401" in r.getMessage() for r in caplog.records) == 1

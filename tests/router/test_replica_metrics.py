@@ -17,11 +17,18 @@ vllm:prefix_cache_queries_total{model_name="tiny"} 320.0
 
 
 def test_reads_the_vllm_load_gauges_and_prefix_counters() -> None:
-    load = parse_replica_load(TEXT)
+    load, _ = parse_replica_load(TEXT)
     assert (load.num_requests_running, load.num_requests_waiting, load.kv_cache_usage) == (3, 2, 0.25)  # fmt: skip
     assert (load.prefix_cache_hits, load.prefix_cache_queries) == (160, 320)
 
 
 def test_missing_or_garbled_samples_read_as_zero() -> None:
-    load = parse_replica_load('vllm:num_requests_running{a="b"} nan-ish\nother 5\n')
+    load, _ = parse_replica_load('vllm:num_requests_running{a="b"} nan-ish\nother 5\n')
     assert load.num_requests_running == 0 and load.num_requests_waiting == 0
+
+
+def test_nan_infinite_and_negative_values_are_ignored_and_reported() -> None:
+    text = 'vllm:num_requests_running{a="1"} +Inf\nvllm:num_requests_running{a="2"} 2\nvllm:num_requests_waiting NaN\nvllm:kv_cache_usage_perc -Inf\nvllm:prefix_cache_hits_total -3\n'  # fmt: skip
+    load, rejected = parse_replica_load(text)
+    assert (load.num_requests_running, load.num_requests_waiting, load.kv_cache_usage, load.prefix_cache_hits) == (2, 0, 0, 0)  # fmt: skip
+    assert len(rejected) == 4
