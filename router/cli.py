@@ -8,6 +8,7 @@ import argparse
 import logging
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from engine.errors import PagedockError
 from pagedock.options import add_options, values_for
@@ -48,8 +49,21 @@ def run(config: RouterConfig, log_level: str = "info") -> int:
     except PagedockError as e:
         print(f"pagedock route: error: {e}", file=sys.stderr)
         return 2
-    uvicorn.run(build_app(ctx), host=config.host, port=config.port, log_config=None, log_level=log_level, access_log=False)  # fmt: skip
+    uvicorn.run(build_app(ctx), **uvicorn_options(config, log_level))
     return 0
+
+
+def uvicorn_options(config: RouterConfig, log_level: str) -> dict[str, Any]:
+    """uvicorn.run's keyword arguments: the listening address and connection limits."""
+    return {
+        "host": config.host,
+        "port": config.port,
+        "log_config": None,
+        "log_level": log_level,
+        "access_log": False,
+        "limit_concurrency": config.max_connections or None,  # beyond it uvicorn answers 503
+        "timeout_keep_alive": config.keep_alive_timeout_s,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,6 +26,7 @@ def build_app(ctx: ServerContext) -> FastAPI:
             yield
         finally:
             ctx.kv_hub.close_all()
+            ctx.prompt_pool.shutdown(wait=False, cancel_futures=True)
             await ctx.engine.shutdown()
 
     app = FastAPI(

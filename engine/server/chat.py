@@ -24,6 +24,7 @@ from engine.server.errors import to_api_error
 from engine.server.generation import ChoiceDelta, Generation
 from engine.server.guards import check_model
 from engine.server.logprobs import chat_logprobs
+from engine.server.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
 from engine.server.sampling import to_sampling_params
 from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
 from engine.text.prompt_renderer import render_chat
@@ -38,7 +39,8 @@ async def create_chat_completion(
         raise InvalidRequestError("top_logprobs needs logprobs: true", "top_logprobs")
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = to_sampling_params(body, body.resolved_max_tokens, logprobs)
-    prompt = render_chat(ctx.tokenizer, body)
+    check_prompt_chars(ctx, chat_chars(body), "messages")
+    prompt = await in_prompt_pool(ctx, render_chat, ctx.tokenizer, body)
     gen = await Generation.start(ctx, raw_request, [prompt], params, body.priority, arrival_time)
     if body.stream:
         return sse_response(_stream(ctx, body, gen))

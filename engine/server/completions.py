@@ -21,6 +21,7 @@ from engine.server.errors import to_api_error
 from engine.server.generation import ChoiceDelta, Generation
 from engine.server.guards import check_model
 from engine.server.logprobs import completion_logprobs
+from engine.server.prompt_work import check_prompt_chars, in_prompt_pool, prompt_chars
 from engine.server.sampling import to_sampling_params
 from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
 from engine.text.prompt_renderer import completion_prompts
@@ -32,7 +33,8 @@ async def create_completion(
     arrival_time = time.monotonic()
     check_model(ctx, body.model)
     params = to_sampling_params(body, body.max_tokens, body.logprobs)
-    prompts = completion_prompts(ctx.tokenizer, body.prompt)
+    check_prompt_chars(ctx, prompt_chars(body.prompt), "prompt")
+    prompts = await in_prompt_pool(ctx, completion_prompts, ctx.tokenizer, body.prompt)
     gen = await Generation.start(ctx, raw_request, prompts, params, body.priority, arrival_time)
     if body.stream:
         return sse_response(_stream(ctx, body, gen))

@@ -3,10 +3,15 @@ several servers in one process)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pagedock.limits import MAX_BODY_BYTES
+
+# Threads that render and tokenize prompts: a few, so huge prompts queue here rather than take
+# every thread of the default executor.
+PROMPT_POOL_WORKERS = 2
 
 if TYPE_CHECKING:
     from engine.async_engine import AsyncEngine
@@ -35,6 +40,10 @@ class ServerOptions:
     """debug, info, warning or error."""
     log_prompts: bool = False
     """Put prompt text in the per-request log line (debugging only: prompts are user data)."""
+    max_connections: int = 2048
+    """Open HTTP connections allowed at once; beyond it, 503 at once. 0 = no limit."""
+    keep_alive_timeout_s: int = 5
+    """Seconds an idle keep-alive connection stays open."""
 
 
 @dataclass
@@ -48,3 +57,8 @@ class ServerContext:
     max_model_len: int
     options: ServerOptions
     draining: bool = False
+    prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
+
+
+def _new_prompt_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(PROMPT_POOL_WORKERS, thread_name_prefix="pagedock-prompt")

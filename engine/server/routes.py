@@ -28,6 +28,7 @@ from engine.server.chat import create_chat_completion
 from engine.server.completions import create_completion
 from engine.server.context import ServerContext
 from engine.server.guards import admitting_guard
+from engine.server.prompt_work import in_prompt_pool
 from engine.server.tokenize import detokenize, tokenize
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -70,7 +71,7 @@ def api_routes(ctx: ServerContext) -> APIRouter:
 
     @router.post("/tokenize", response_model=TokenizeResponse, responses=_ERRORS)
     async def tokenize_route(body: TokenizeRequest) -> TokenizeResponse:
-        return tokenize(ctx, body)
+        return await in_prompt_pool(ctx, tokenize, ctx, body)
 
     @router.post("/detokenize", response_model=DetokenizeResponse, responses=_ERRORS)
     async def detokenize_route(body: DetokenizeRequest) -> DetokenizeResponse:

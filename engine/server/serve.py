@@ -16,6 +16,7 @@ import threading
 import uuid
 
 import uvicorn
+from fastapi import FastAPI
 
 from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
@@ -57,15 +58,7 @@ def run_server(config: EngineConfig, options: ServerOptions) -> int:
     configure_logging(options.log_level)
     engine = LLMEngine(config)
     ctx = build_context(engine, options, own_thread=False)
-    uv_config = uvicorn.Config(
-        build_app(ctx),
-        host=options.host,
-        port=options.port,
-        log_config=None,  # our logging setup, not uvicorn's
-        log_level=options.log_level,
-        access_log=False,  # the per-request log line says more
-        timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
-    )
+    uv_config = build_uvicorn_config(build_app(ctx), options)
     server = DrainingServer(uv_config, drain=lambda: drain(ctx), on_ready=lambda: _print_ready(ctx))
 
     def serve_http() -> None:
@@ -82,6 +75,20 @@ def run_server(config: EngineConfig, options: ServerOptions) -> int:
     ctx.engine.run_on_this_thread(keep_waiting=http.is_alive)
     http.join()
     return 0 if server.started else 1
+
+
+def build_uvicorn_config(app: FastAPI, options: ServerOptions) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=options.host,
+        port=options.port,
+        log_config=None,  # our logging setup, not uvicorn's
+        log_level=options.log_level,
+        access_log=False,  # the per-request log line says more
+        timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
+        limit_concurrency=options.max_connections or None,  # beyond it uvicorn answers 503
+        timeout_keep_alive=options.keep_alive_timeout_s,
+    )
 
 
 def configure_logging(level: str) -> None:

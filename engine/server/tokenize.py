@@ -13,6 +13,7 @@ from engine.protocol import (
 )
 from engine.server.context import ServerContext
 from engine.server.guards import check_model
+from engine.server.prompt_work import chat_chars, check_prompt_chars
 from engine.text.prompt_renderer import encode_text, render_chat, require_tokenizer
 
 
@@ -23,9 +24,11 @@ def tokenize(ctx: ServerContext, body: TokenizeRequest) -> TokenizeResponse:
     if body.messages is not None:
         if not body.messages:
             raise InvalidRequestError("messages must not be empty", "messages")
+        check_prompt_chars(ctx, chat_chars(body), "messages")
         tokens = render_chat(ctx.tokenizer, body).token_ids
     else:
         assert body.prompt is not None
+        check_prompt_chars(ctx, len(body.prompt), "prompt")
         tokens = encode_text(ctx.tokenizer, body.prompt, "prompt", body.add_special_tokens)
     return TokenizeResponse(count=len(tokens), max_model_len=ctx.max_model_len, tokens=tokens)
 

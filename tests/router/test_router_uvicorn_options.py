@@ -1,0 +1,15 @@
+"""The router's connection limits reach uvicorn.run."""
+
+from __future__ import annotations
+
+from router.cli import uvicorn_options
+from router.config import RouterConfig
+
+
+def test_connection_limits_reach_uvicorn_options() -> None:
+    config = RouterConfig(replicas=["http://a:1"], max_connections=9, keep_alive_timeout_s=3)
+    options = uvicorn_options(config, "info")
+    assert options["limit_concurrency"] == 9
+    assert options["timeout_keep_alive"] == 3
+    unlimited = uvicorn_options(RouterConfig(replicas=["http://a:1"], max_connections=0), "info")
+    assert unlimited["limit_concurrency"] is None
