@@ -26,6 +26,11 @@ from typing import Any
 
 from benchmarks.machine import git_commit, machine_info
 
+ENGINE_SETTINGS = (
+    "LLM() defaults (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix caching on)"
+)
+ENGINE_SETTINGS_ONLINE = "each checkout's `pagedock serve` defaults, as its benchmarks/online_throughput.py starts it (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix caching on, max_waiting 1024); load generator streaming, 64 requests of workload A"
+
 # Runs inside the checkout's process: only the offline API, which every checkout has.
 _RUN = """
 import json, sys, time
@@ -129,7 +134,7 @@ def main() -> None:
             f"{entry['median_vs_first']:.3f}x the first"
         )
     if args.json is not None:
-        settings = {"mode": "online" if args.online else "offline", "concurrency": args.concurrency if args.online else None, "model": args.model, "dtype": "float32", "device": "cpu", "num_requests": args.num_requests, "repeats": args.repeats, "engine": "LLM() defaults (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix caching on)"}  # fmt: skip
+        settings = {"mode": "online" if args.online else "offline", "concurrency": args.concurrency if args.online else None, "model": args.model, "dtype": "float32", "device": "cpu", "num_requests": args.num_requests, "repeats": args.repeats, "engine": ENGINE_SETTINGS_ONLINE if args.online else ENGINE_SETTINGS}  # fmt: skip
         result = {"machine": machine_info(), "settings": settings, "summary": summary, "runs": runs}
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 
