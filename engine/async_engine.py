@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from engine.llm_engine import LLMEngine
     from engine.output_processor import NewRequest
 
-__all__ = ["AsyncEngine", "KVSnapshot", "QueueFullError", "RequestStream"]
+__all__ = ["AsyncEngine", "QueueFullError", "RequestStream"]
 T = TypeVar("T")
 
 KVListener = Callable[[list[KVEventBatch] | None], None]

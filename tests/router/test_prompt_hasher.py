@@ -165,7 +165,7 @@ def test_the_router_loads_the_tokenizer_the_engine_loads(model_dir: Path, tokeni
 
 
 def test_the_engine_publishes_its_root_hash_in_the_kv_snapshot(tmp_path: Path) -> None:
-    from engine.async_engine import KVSnapshot
+    from engine.core.kv_events import KVSnapshot
     from engine.server.kv_events_stream import encode_snapshot
 
     line = encode_snapshot(KVSnapshot(seq=3, block_size=16, block_hashes=[b"\x01" * 32]), "i", root_hash=b"\x02".hex())  # fmt: skip
