@@ -120,13 +120,19 @@ def _decide(ctx: RouterContext, blocks: PromptBlocks | None, session_key: str | 
 
 
 async def _read_body(request: Request) -> bytes:
+    """The body, refused with a 413 as soon as it passes the limit: a chunked body has no length
+    to check up front, so it is read as it streams in, never whole."""
+    too_large = APIError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes", code="request_too_large")  # fmt: skip
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise APIError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise APIError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
-    return body
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _replica_view(ctx: RouterContext, url: str) -> dict[str, Any]:

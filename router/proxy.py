@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -40,6 +41,9 @@ T = TypeVar("T")
 _FORWARDED_REQUEST_HEADERS = ("content-type", "accept", "x-request-id", "user-agent")
 _FORWARDED_RESPONSE_HEADERS = ("retry-after", "www-authenticate", "x-request-id")
 REPLICA_HEADER = "x-pagedock-replica"  # which replica served the request (debugging, tests)
+# HTTP allows tab in a field value; other C0 controls and DEL are refused by the upstream client
+# (header injection), which would otherwise surface as a 500.
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -79,6 +83,7 @@ class Proxy:
         self, request: Request, body: bytes, decision: Decision, stream: bool, arrival: float
     ) -> Response:
         """Try the decision's replicas in order; the first that answers wins."""
+        headers = self._headers(request)
         last: AttemptFailed | None = None
         for attempt, replica in enumerate(decision.replicas[: self.dispatcher.config.max_attempts]):  # fmt: skip
             if attempt:
@@ -86,7 +91,7 @@ class Proxy:
             else:
                 self.metrics.observe_overhead(time.perf_counter() - arrival)
             try:
-                return await self._attempt(request, body, decision, replica, stream)
+                return await self._attempt(request, headers, body, decision, replica, stream)
             except AttemptFailed as failed:
                 last = failed
                 if failed.mark_unhealthy:
@@ -96,14 +101,12 @@ class Proxy:
         self.metrics.observe_failure(last.cause if last else "no_replica")
         raise APIError(502, f"no replica could serve the request ({last.cause if last else 'none'})", code="replicas_unavailable")  # fmt: skip
 
-    async def _attempt(
-        self, request: Request, body: bytes, decision: Decision, replica: Replica, stream: bool
-    ) -> Response:
+    async def _attempt(self, request: Request, headers: dict[str, str], body: bytes, decision: Decision, replica: Replica, stream: bool) -> Response:  # fmt: skip
         request_id = uuid.uuid4().hex
         cached_tokens = self.dispatcher.commit(decision, replica, request_id)
         self.metrics.observe_decision(replica.url, decision.reason, cached_tokens)
         try:
-            upstream, content = await until_disconnect(request, self._exchange(request, body, replica, stream))  # fmt: skip
+            upstream, content = await until_disconnect(request, self._exchange(request, headers, body, replica, stream))  # fmt: skip
         except BaseException:
             replica.end(request_id)
             raise
@@ -112,13 +115,13 @@ class Proxy:
         replica.end(request_id)
         return _buffered(upstream, content, replica)
 
-    async def _exchange(self, request: Request, body: bytes, replica: Replica, stream: bool) -> tuple[aiohttp.ClientResponse, bytes | None]:  # fmt: skip
+    async def _exchange(self, request: Request, headers: dict[str, str], body: bytes, replica: Replica, stream: bool) -> tuple[aiohttp.ClientResponse, bytes | None]:  # fmt: skip
         """The replica's answer: its headers and, unless it is a stream to pass through, its whole
         body (a failure before its end is retried: the client has nothing yet)."""
         assert self._session is not None, "Proxy.start() was not called"
         url = replica.url + request.scope["path"]
         try:
-            upstream = await self._session.request(request.method, url, data=body or None, headers=self._headers(request), allow_redirects=False)  # fmt: skip
+            upstream = await self._session.request(request.method, url, data=body or None, headers=headers, allow_redirects=False)  # fmt: skip
             if stream and upstream.status == 200:
                 return upstream, None
             return upstream, await upstream.read()  # read() closes the connection if it fails
@@ -156,10 +159,15 @@ class Proxy:
             upstream.close()  # a client that left closes the replica's connection: it aborts
 
     def _headers(self, request: Request) -> dict[str, str]:
+        """The client's headers that reach the replica; a control character in one is the
+        client's error (400), found before any replica is tried."""
         headers = {k: v for k in _FORWARDED_REQUEST_HEADERS if (v := request.headers.get(k))}
         authorization = f"Bearer {self.replica_api_key}" if self.replica_api_key else request.headers.get("authorization")  # fmt: skip
         if authorization:
             headers["authorization"] = authorization
+        for name, value in headers.items():
+            if _CONTROL_CHARACTER.search(value):
+                raise APIError(400, f"the {name} header contains a control character", param=name)
         return headers
 
 
