@@ -68,6 +68,9 @@ class RouterConfig:
     """First delay before resubscribing to a replica's KV event stream; doubles per failure."""
     event_backoff_max_s: float = 2.0
     """Longest delay between resubscription attempts."""
+    max_snapshot_blocks: int = 1_048_576
+    """Largest KV snapshot (in blocks) taken from one replica; a larger one turns prefix affinity
+    off for that replica (shown as its kv_error), since holding it would cost the router memory."""
     pending_prefix_ttl_s: float = 2.0
     """Seconds a routed request's blocks count as cached on its replica before the replica's own
     stored event confirms them (a burst of one tenant's requests lands together)."""
@@ -92,6 +95,7 @@ class RouterConfig:
         _check(self.policy in ROUTING_POLICIES, f"policy must be one of {ROUTING_POLICIES}, got {self.policy!r}")  # fmt: skip
         _check(self.discovery in DISCOVERIES, f"discovery must be one of {DISCOVERIES}, got {self.discovery!r}")  # fmt: skip
         _check(self.discovery != "k8s" or bool(self.service), "k8s discovery needs --service")
+        _check(self.max_snapshot_blocks >= 1, "max_snapshot_blocks must be at least 1")
         _check(self.discovery != "static" or bool(self.replicas), "static discovery needs at least one --replica URL")  # fmt: skip
         _check(self.max_connections >= 0, f"max_connections must be 0 (no limit) or more, got {self.max_connections}")  # fmt: skip
         _check(self.keep_alive_timeout_s > 0, f"keep_alive_timeout_s must be positive, got {self.keep_alive_timeout_s}")  # fmt: skip

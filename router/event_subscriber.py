@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -28,10 +29,21 @@ from router.replica import Replica
 logger = logging.getLogger("pagedock.router")
 # NOTE: the engine sends a heartbeat after 10 s of silence; three missed ones mean a dead stream.
 STREAM_READ_TIMEOUT_S = 30.0
+# Blocks stored or dropped between two yields to the event loop: a 1M-block snapshot applied in
+# one go stalls routing for seconds; in slices, requests are routed in between.
+SLICE_BLOCKS = 16_384
+# A snapshot over --max-snapshot-blocks will be as large on the next try: retry rarely.
+TOO_LARGE_RETRY_S = 30.0
+# One block in a snapshot line: 32 hex digits, two quotes, a comma and a space.
+BYTES_PER_SNAPSHOT_BLOCK = 36
 
 
 class ResyncNeeded(Exception):
     """The stream can't be applied as is (gap, new instance): reconnect for a fresh snapshot."""
+
+
+class SnapshotTooLarge(Exception):
+    """The replica's snapshot is over --max-snapshot-blocks: prefix affinity is off for it."""
 
 
 class EventSubscriber:
@@ -63,15 +75,18 @@ class EventSubscriber:
                     raise  # run() itself was cancelled, not just this attempt
             except httpx.HTTPStatusError as e:
                 self._refused(e.response.status_code)
+            except SnapshotTooLarge as e:
+                self._too_large(str(e))
             except (httpx.HTTPError, ValueError, ResyncNeeded) as e:
                 logger.debug("KV events of %s: %s", self.replica.url, e)
             except Exception:  # a malformed line must not end the subscription for good
                 logger.exception("KV events of %s: unexpected error", self.replica.url)
-            self.index.drop(self.replica.url)
+            await self._forget_view()
             if self.replica.kv_synced:  # it had a snapshot: a fresh failure, retry quickly
                 backoff_s = self.config.event_backoff_min_s
             self.replica.kv_synced = False
-            await asyncio.sleep(backoff_s)
+            too_large = self.replica.kv_error is not None and "snapshot" in self.replica.kv_error
+            await asyncio.sleep(TOO_LARGE_RETRY_S if too_large else backoff_s)
             backoff_s = min(backoff_s * 2, self.config.event_backoff_max_s)
 
     def resubscribe(self) -> None:
@@ -89,14 +104,38 @@ class EventSubscriber:
             logger.warning("KV events of %s refused with HTTP %d: check --replica-api-key (prefix affinity is off for it until it succeeds)", self.replica.url, status)  # fmt: skip
         self.replica.kv_error = f"HTTP {status}: the replica refused the router's key"
 
+    def _too_large(self, message: str) -> None:
+        if self.replica.kv_error != message:  # warned once per size, not every retry
+            logger.warning("KV events of %s: %s; prefix affinity is off for it", self.replica.url, message)  # fmt: skip
+        self.replica.kv_error = message
+
     async def _consume(self) -> None:
         url = self.replica.url + "/v1/kv/events"
         timeout = httpx.Timeout(STREAM_READ_TIMEOUT_S, connect=self.config.connect_timeout_s)
+        max_line = self.config.max_snapshot_blocks * BYTES_PER_SNAPSHOT_BLOCK + 4096
         async with self.client.stream("GET", url, timeout=timeout, headers=self._headers()) as response:  # fmt: skip
             response.raise_for_status()
-            async for line in response.aiter_lines():
-                if line.strip():
-                    self.apply(json.loads(line))
+            async for line in bounded_lines(response.aiter_bytes(), max_line):
+                if not line.strip():
+                    continue
+                message = json.loads(line)
+                if message.get("type") == "snapshot":
+                    await self._apply_snapshot_in_slices(message)
+                else:
+                    self.apply(message)
+
+    async def _apply_snapshot_in_slices(self, message: dict[str, Any]) -> None:
+        hashes = self._snapshot_hashes(message)
+        await self._forget_view()
+        self.index.store(self.replica.url, ())
+        for start in range(0, len(hashes), SLICE_BLOCKS):
+            self.index.store(self.replica.url, (bytes.fromhex(h) for h in hashes[start : start + SLICE_BLOCKS]))  # fmt: skip
+            await asyncio.sleep(0)
+        self._adopt_snapshot(message)
+
+    async def _forget_view(self) -> None:
+        while not self.index.drop_some(self.replica.url, SLICE_BLOCKS):
+            await asyncio.sleep(0)
 
     def _headers(self) -> dict[str, str]:
         key = self.config.replica_api_key or self.config.api_key
@@ -107,14 +146,23 @@ class EventSubscriber:
         self.replica.last_event_at = time.monotonic()
         kind = message.get("type")
         if kind == "snapshot":
-            self._apply_snapshot(message)
+            hashes = self._snapshot_hashes(message)
+            self.index.reset(self.replica.url, (bytes.fromhex(h) for h in hashes))
+            self._adopt_snapshot(message)
             return
         if message.get("instance_id") != self.replica.instance_id or not self.replica.kv_synced:
             raise ResyncNeeded(f"{kind} from an unknown instance {message.get('instance_id')}")
         if kind == "batch":
             self._apply_batch(message)
 
-    def _apply_snapshot(self, message: dict[str, Any]) -> None:
+    def _snapshot_hashes(self, message: dict[str, Any]) -> list[str]:
+        hashes: list[str] = message["block_hashes"]
+        if len(hashes) > self.config.max_snapshot_blocks:
+            raise SnapshotTooLarge(f"its snapshot of {len(hashes)} blocks is over --max-snapshot-blocks {self.config.max_snapshot_blocks}")  # fmt: skip
+        return hashes
+
+    def _adopt_snapshot(self, message: dict[str, Any]) -> None:
+        """The snapshot's blocks are in the index: take its identity and sequence number."""
         r = self.replica
         if r.instance_id is not None and r.instance_id != message["instance_id"]:
             logger.info("replica %s restarted (instance %s)", r.url, message["instance_id"])
@@ -125,7 +173,6 @@ class EventSubscriber:
         r.kv_seq = int(message["seq"])
         r.kv_synced = True
         r.kv_error = None
-        self.index.reset(r.url, (bytes.fromhex(h) for h in message["block_hashes"]))
         self.metrics.observe_resync(r.url)
 
     def _apply_batch(self, message: dict[str, Any]) -> None:
@@ -147,6 +194,24 @@ class EventSubscriber:
             self.index.remove(url, hashes)
         elif event["type"] == "cleared":
             self.index.clear(url)
+
+
+async def bounded_lines(chunks: AsyncIterator[bytes], max_bytes: int) -> AsyncIterator[bytes]:
+    """The stream's lines; a line longer than `max_bytes` raises SnapshotTooLarge before it is
+    held whole (only a snapshot line can be that long)."""
+    buffer = bytearray()
+    async for chunk in chunks:
+        searched = len(buffer)  # the part before has no newline: don't scan it again
+        buffer += chunk
+        start = 0
+        while (end := buffer.find(b"\n", max(start, searched))) >= 0:
+            yield bytes(buffer[start:end])
+            start = end + 1
+        del buffer[:start]
+        if len(buffer) > max_bytes:
+            raise SnapshotTooLarge(f"a line of its event stream is over {max_bytes} bytes (--max-snapshot-blocks)")  # fmt: skip
+    if buffer:
+        yield bytes(buffer)
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:

@@ -41,6 +41,19 @@ class KVIndex:
         for h in self._blocks.pop(replica, ()):
             self._discard_holder(h, replica)
 
+    def drop_some(self, replica: str, limit: int) -> bool:
+        """Forget up to `limit` blocks of `replica`; True once none is left (a large view is
+        dropped in slices, so the event loop can route between them)."""
+        blocks = self._blocks.get(replica)
+        if blocks is None:
+            return True
+        for _ in range(min(limit, len(blocks))):
+            self._discard_holder(blocks.pop(), replica)
+        if blocks:
+            return False
+        del self._blocks[replica]
+        return True
+
     def num_blocks(self, replica: str) -> int:
         return len(self._blocks.get(replica, ()))
 
