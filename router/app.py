@@ -18,6 +18,7 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.protocol.auth import api_key_guard, docs_urls
@@ -127,11 +128,14 @@ async def _read_body(request: Request) -> bytes:
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise too_large
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise too_large
+            chunks.append(chunk)
+    except ClientDisconnect as e:  # gone (or cut off by the read deadline): no traceback per client
+        raise APIError(400, "the client disconnected before sending the whole body") from e
     return b"".join(chunks)
 
 

@@ -43,6 +43,9 @@ class RouterConfig:
     """Open client connections allowed at once; beyond it, 503 at once. 0 = no limit."""
     keep_alive_timeout_s: int = 5
     """Seconds an idle client keep-alive connection stays open."""
+    request_read_timeout_s: float = 30.0
+    """Seconds a client has to send a whole request (headers and body) from its first byte, and a
+    new connection its first byte; a slower one is disconnected (slowloris, idle sockets)."""
     block_size: int = DEFAULT_BLOCK_SIZE
     """Tokens per KV block (as the engines' --block-size) until a replica's snapshot says
     otherwise (the snapshot wins)."""
@@ -99,6 +102,7 @@ class RouterConfig:
         _check(self.discovery != "static" or bool(self.replicas), "static discovery needs at least one --replica URL")  # fmt: skip
         _check(self.max_connections >= 0, f"max_connections must be 0 (no limit) or more, got {self.max_connections}")  # fmt: skip
         _check(self.keep_alive_timeout_s > 0, f"keep_alive_timeout_s must be positive, got {self.keep_alive_timeout_s}")  # fmt: skip
+        _check(self.request_read_timeout_s > 0, f"request_read_timeout_s must be positive, got {self.request_read_timeout_s}")  # fmt: skip
         _check(self.max_attempts >= 1, f"max_attempts must be at least 1, got {self.max_attempts}")
         _check(self.block_size in BLOCK_SIZES, f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}")  # fmt: skip
         for name in ("health_interval_s", "health_timeout_s", "connect_timeout_s", "request_timeout_s", "prefill_ms_per_token"):  # fmt: skip

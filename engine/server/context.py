@@ -44,6 +44,9 @@ class ServerOptions:
     """Open HTTP connections allowed at once; beyond it, 503 at once. 0 = no limit."""
     keep_alive_timeout_s: int = 5
     """Seconds an idle keep-alive connection stays open."""
+    request_read_timeout_s: float = 30.0
+    """Seconds a client has to send a whole request (headers and body) from its first byte, and a
+    new connection its first byte; a slower one is disconnected (slowloris, idle sockets)."""
 
 
 @dataclass

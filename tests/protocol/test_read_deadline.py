@@ -1,0 +1,96 @@
+"""The read deadline: a request must arrive whole within the deadline of its first byte (and a new
+connection must start one); slow or silent clients are disconnected, long responses are not."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+
+from engine.protocol.read_deadline import read_deadline_protocol
+from tests.router.live import free_port
+
+pytestmark = pytest.mark.timeout(60)
+DEADLINE_S = 0.5
+
+
+def make_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/echo")
+    async def echo(request: Request) -> dict[str, int]:
+        return {"bytes": len(await request.body())}
+
+    @app.get("/slow-stream")
+    async def slow_stream() -> StreamingResponse:
+        async def chunks() -> object:
+            for i in range(4):
+                await asyncio.sleep(DEADLINE_S / 2)
+                yield f"{i}\n"
+
+        return StreamingResponse(chunks())  # type: ignore[arg-type]
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def port() -> Iterator[int]:
+    port = free_port()
+    config = uvicorn.Config(make_app(), host="127.0.0.1", port=port, log_level="warning", http=read_deadline_protocol(DEADLINE_S))  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    yield port
+    server.should_exit = True
+    thread.join(10)
+
+
+def seconds_until_closed(port: int, data: bytes) -> tuple[float, bytes]:
+    """Send `data`, then read until the server closes: (seconds it took, what it sent)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        start = time.monotonic()
+        sock.sendall(data)
+        received = b""
+        while chunk := sock.recv(4096):
+            received += chunk
+        return time.monotonic() - start, received
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+    ],
+    ids=["silent", "half-headers", "half-body"],
+)
+def test_a_request_that_does_not_arrive_in_time_is_disconnected(port: int, data: bytes) -> None:
+    seconds, received = seconds_until_closed(port, data)
+    assert DEADLINE_S * 0.8 < seconds < DEADLINE_S + 2
+    assert received == b""
+
+
+def test_a_whole_request_is_answered_and_the_next_one_on_the_connection_too(port: int) -> None:
+    request = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        time.sleep(DEADLINE_S * 1.5)  # idle between requests: the keep-alive timeout's business
+        sock.sendall(request)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_a_response_that_streams_longer_than_the_deadline_is_not_cut(port: int) -> None:
+    _, received = seconds_until_closed(port, b"GET /slow-stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")  # fmt: skip
+    assert received.startswith(b"HTTP/1.1 200")
+    assert all(f"{i}\n".encode() in received for i in range(4))
