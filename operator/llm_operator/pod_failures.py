@@ -9,8 +9,10 @@ condition reason can be searched for as is:
   ErrImagePull                the last pull failed (the message is the registry's error)
   ImagePullBackOff            the kubelet waits before pulling again
   RunContainerError           the runtime could not start the container
-  CrashLoopBackOff            the container keeps exiting; the message names the last termination
-  OOMKilled                   the last run was killed for memory and it is starting again
+  CrashLoopBackOff            the container keeps exiting: in back-off, or restarting after a crash
+                              and not started since; the message names the last termination
+  OOMKilled                   the same, when the last run was killed for memory and the container
+                              is not in back-off (in back-off it is CrashLoopBackOff's message)
   Unschedulable               no node fits (PodScheduled=False: "Insufficient nvidia.com/gpu")
 """
 
@@ -33,6 +35,8 @@ SEVERITY = (
     "Unschedulable",
 )
 WAITING_FAILURES = frozenset(SEVERITY) - {"OOMKilled", "Unschedulable"}
+# The kubelet alternates these for one cause (pull, back-off, pull; run, crash, back-off).
+SAME_CAUSE = {"ErrImagePull": "ImagePullBackOff", "OOMKilled": "CrashLoopBackOff"}
 MAX_TERMINATION_MESSAGE_CHARS = 200
 
 
@@ -70,21 +74,27 @@ def pod_failure(pod: Obj) -> PodFailure | None:
 
 def container_failure(container_status: Obj) -> tuple[str, str] | None:
     """(reason, message) from one entry of status.containerStatuses, or None."""
-    state = container_status.get("state") or {}
-    waiting = state.get("waiting") or {}
-    last = (container_status.get("lastState") or {}).get("terminated") or {}
+    waiting = (container_status.get("state") or {}).get("waiting") or {}
     reason = waiting.get("reason", "")
     if reason == "CrashLoopBackOff":
         message = waiting.get("message") or "back-off restarting failed container"
+        last = (container_status.get("lastState") or {}).get("terminated")
         if last:
             message += f"; last terminated: {describe_termination(last)}"
         return reason, message
     if reason in WAITING_FAILURES:
         return reason, waiting.get("message") or reason
-    for terminated in (state.get("terminated") or {}, last):
-        if terminated.get("reason") == "OOMKilled":
-            return "OOMKilled", f"last terminated: {describe_termination(terminated)}"
-    return None
+    # NOTE: between two back-offs the container runs again; until it passes its startup probe
+    # (`started`) the crash is still the news, so the condition does not flip to "loading".
+    crash = _crash(container_status)
+    if crash is None or container_status.get("started"):
+        return None
+    if crash.get("reason") == "OOMKilled":
+        return "OOMKilled", f"last terminated: {describe_termination(crash)}"
+    return (
+        "CrashLoopBackOff",
+        f"restarting after a crash; last terminated: {describe_termination(crash)}",
+    )
 
 
 def scheduling_failure(pod_status: Obj) -> tuple[str, str] | None:
@@ -106,6 +116,17 @@ def describe_termination(terminated: Obj) -> str:
     if message:
         text += f": {message[-MAX_TERMINATION_MESSAGE_CHARS:]}"
     return text
+
+
+def _crash(container_status: Obj) -> Obj | None:
+    """The latest termination (now, else the previous run) when it was a crash: killed for
+    memory or a non-zero exit code."""
+    for state in ("state", "lastState"):
+        terminated = (container_status.get(state) or {}).get("terminated")
+        if terminated:
+            crashed = terminated.get("reason") == "OOMKilled" or terminated.get("exitCode", 0) != 0
+            return terminated if crashed else None
+    return None
 
 
 def _is_ready(pod_status: Obj) -> bool:

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from llm_operator.conditions import Condition, condition
-from llm_operator.pod_failures import SEVERITY, PodFailure
+from llm_operator.pod_failures import SAME_CAUSE, SEVERITY, PodFailure
 
 Obj = dict[str, Any]
 CHILD_REJECTED = "ChildRejected"
@@ -156,15 +156,15 @@ def build_conditions(state: ChildrenState, source: str, generation: int | None) 
 
 def transition_warnings(old: list[dict], new: list[Condition]) -> list[tuple[str, str]]:
     """(reason, message) of each Warning event due: a condition that has just turned to a named
-    failure. A pod failure counts once per reason, on EngineReady (its message changes with every
-    back-off; ModelReady and Ready repeat it); a refused child once per message, on Ready
-    (another child, or another refusal, is news)."""
+    failure. A pod failure counts once per cause, on EngineReady (its message changes with every
+    back-off, the kubelet alternates ErrImagePull and ImagePullBackOff; ModelReady and Ready repeat
+    it); a refused child once per message, on Ready (another child, or refusal, is news)."""
     previous = {item.get("type"): item for item in old}
     warnings = []
     for item in new:
         before = previous.get(item.type) or {}
         if item.type == "EngineReady" and item.reason in SEVERITY:
-            due = before.get("reason") != item.reason
+            due = _cause(before.get("reason")) != _cause(item.reason)
         elif item.type == "Ready" and item.reason == CHILD_REJECTED:
             due = (before.get("reason"), before.get("message")) != (item.reason, item.message)
         else:
@@ -180,3 +180,7 @@ def invalid_spec_conditions(message: str, generation: int | None) -> list[Condit
         condition("ModelReady", False, "InvalidSpec", message, generation),
         condition("Ready", False, "InvalidSpec", message, generation),
     ]
+
+
+def _cause(reason: str | None) -> str | None:
+    return SAME_CAUSE.get(reason or "", reason)

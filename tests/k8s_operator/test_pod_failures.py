@@ -56,6 +56,21 @@ def test_oom_killed_before_the_back_off_is_named_as_such() -> None:
     )
 
 
+def test_a_crash_stays_named_while_the_container_restarts() -> None:
+    after_an_error = make_pod(last_terminated={"reason": "Error", "exitCode": 1})
+    assert pod_failure(after_an_error) == PodFailure(
+        "CrashLoopBackOff",
+        "pod chat-engine-7d9f8-x2k4q: restarting after a crash; "
+        "last terminated: Error (exit code 1)",
+    )
+
+
+def test_an_old_crash_is_forgotten_once_the_container_started() -> None:
+    started = make_pod(last_terminated=oom_killed())
+    started["status"]["containerStatuses"][0]["started"] = True  # serving, readiness failing
+    assert pod_failure(started) is None
+
+
 def test_missing_secret_is_a_config_error() -> None:
     assert pod_failure(missing_secret()) == PodFailure(
         "CreateContainerConfigError", 'pod chat-engine-7d9f8-x2k4q: secret "hf-token" not found'

@@ -105,6 +105,18 @@ def test_a_pod_failure_warns_once_per_reason() -> None:
     ]
 
 
+def test_the_kubelet_alternating_reasons_of_one_cause_warn_once() -> None:
+    pulling = ChildrenState(
+        deployment(1, 0),
+        None,
+        None,
+        False,
+        False,
+        engine_failure=PodFailure("ErrImagePull", "pod chat-engine-abc: not found"),
+    )
+    assert warnings(pulling, dataclasses.replace(pulling, engine_failure=PULL_FAILURE)) == []
+
+
 def test_a_refusal_warns_once_per_message() -> None:
     refused = ChildrenState(deployment(1, 1), None, None, False, False, rejection=REFUSAL)
     assert warnings(None, refused) == [("ChildRejected", REFUSAL)]
