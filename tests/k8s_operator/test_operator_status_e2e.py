@@ -110,3 +110,18 @@ async def test_a_refused_child_is_named_by_ready_and_retried(
     cluster.allow(kmock.action.CREATE, resource)
     await eventually(lambda: live(cluster, resource, "chat-engine"))
     await eventually(lambda: reason_of(cluster, "Ready") not in (None, "ChildRejected"))
+
+
+async def test_a_refused_patch_is_named_and_the_live_child_still_counts(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    await send(api, "POST", LLMD_COLLECTION, make_llmd())
+    await eventually(lambda: reason_of(cluster, "EngineReady") == "ReplicasNotReady")
+    invalid = 'Deployment.apps "chat-engine" is invalid: spec.selector: field is immutable'
+    cluster.refuse(kmock.action.UPDATE, "apps/v1/deployments", 422, invalid)
+    await send(api, "PATCH", f"{LLMD_COLLECTION}/chat", {"spec": {"replicas": 2}})
+
+    await eventually(lambda: reason_of(cluster, "Ready") == "ChildRejected")
+    ready = condition(live(cluster, LLMD, "chat"), "Ready") or {}
+    assert ready["message"].startswith(f"Deployment chat-engine: {invalid}")
+    assert reason_of(cluster, "EngineReady") == "ReplicasNotReady"  # not EngineMissing
