@@ -23,7 +23,8 @@ from llm_operator.settings import OperatorSettings
 
 PREFIX = "pagedock.dev"
 CHILD_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
-WATCHED_CHILDREN = (("apps", "v1", "deployments"), ("", "v1", "services"))
+# Engine pods too: their failures (image pulls, crash loops, scheduling) go into status.
+WATCHED_CHILDREN = (("apps", "v1", "deployments"), ("", "v1", "services"), ("", "v1", "pods"))
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

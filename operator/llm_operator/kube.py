@@ -5,6 +5,7 @@ installed, for exec-plugin kubeconfigs) and logs in again once on HTTP 401 (rota
 """
 
 import base64
+import json
 import ssl
 import tempfile
 from collections.abc import Callable
@@ -22,6 +23,7 @@ class KubeError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+        self.message = message  # the server's own words: a Status `message`, else the body
 
 
 class KubeClient:
@@ -35,6 +37,11 @@ class KubeClient:
     async def get(self, path: str) -> Obj | None:
         """The object, or None when it does not exist."""
         return await self._request("GET", path, missing_ok=True)
+
+    async def list(self, path: str, label_selector: str) -> list[Obj]:
+        """The objects of a collection that match the label selector."""
+        found = await self._request("GET", path, params={"labelSelector": label_selector})
+        return (found or {}).get("items") or []
 
     async def create(self, path: str, body: Obj) -> Obj:
         self.num_writes += 1
@@ -67,7 +74,7 @@ class KubeClient:
                 if response.status == 404 and missing_ok:
                     return None
                 if response.status >= 400:
-                    raise KubeError(response.status, await response.text())
+                    raise KubeError(response.status, _status_message(await response.text()))
                 return await response.json(content_type=None)
         raise KubeError(401, "unauthorized after a fresh login")
 
@@ -83,6 +90,16 @@ class KubeClient:
                 timeout=self._timeout,
             )
         return self._session
+
+
+def _status_message(text: str) -> str:
+    """A refusal comes as a Status object; its `message` is what the server says went wrong."""
+    try:
+        status = json.loads(text)
+    except ValueError:
+        return text
+    message = status.get("message") if isinstance(status, dict) else None
+    return message if isinstance(message, str) and message else text
 
 
 def _auth_headers(info: kopf.ConnectionInfo) -> dict[str, str]:

@@ -16,7 +16,7 @@ import pydantic
 from llm_operator.builders import BuildContext, build_children, child_refs
 from llm_operator.conditions import Condition, merge_conditions
 from llm_operator.diff import is_subset, merge_patch, with_last_applied
-from llm_operator.kube import KubeClient
+from llm_operator.kube import KubeClient, KubeError
 from llm_operator.metrics import FleetStats
 from llm_operator.names import (
     MAX_NAME_LENGTH,
@@ -25,13 +25,24 @@ from llm_operator.names import (
     selector_labels,
     selector_string,
 )
-from llm_operator.resources import KINDS, LLM_DEPLOYMENT, kind_of
+from llm_operator.pod_failures import PodFailure, engine_failure
+from llm_operator.resources import KINDS, LLM_DEPLOYMENT, POD, ResourceKind, kind_of
 from llm_operator.settings import OperatorSettings
 from llm_operator.spec import LLMDeploymentSpec
-from llm_operator.status import ChildrenState, build_conditions, invalid_spec_conditions
+from llm_operator.status import (
+    ChildrenState,
+    build_conditions,
+    deployment_counts,
+    invalid_spec_conditions,
+    transition_warnings,
+)
 
 Obj = dict[str, Any]
 logger = logging.getLogger(__name__)
+# NOTE: the API server refused the object itself (RBAC, an admission webhook, validation): the same
+# request fails again until someone changes something, so the refusal goes into status (and every
+# resync tries again) instead of failing the whole reconcile.
+REFUSED_STATUSES = frozenset({400, 403, 422})
 
 
 class InvalidSpecError(ValueError):
@@ -61,12 +72,17 @@ class Reconciler:
     kube: KubeClient
     settings: OperatorSettings
     _locks: dict[tuple[str, str], asyncio.Lock] = dataclasses.field(default_factory=dict)
+    # NOTE: the conditions last written, per object, to see transitions: the body a handler gets
+    # may predate the previous pass's status patch (handlers queue on the lock), and comparing
+    # with it would warn again.
+    _written: dict[tuple[str, str], list[Obj]] = dataclasses.field(default_factory=dict)
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self._locks.setdefault((namespace, name), asyncio.Lock())
 
     def forget(self, namespace: str, name: str) -> None:
         self._locks.pop((namespace, name), None)
+        self._written.pop((namespace, name), None)
 
     async def reconcile(self, body: Mapping[str, Any], stats: FleetStats | None = None) -> None:
         """Bring the children and the status of this LLMDeployment in line with its spec."""
@@ -78,31 +94,48 @@ class Reconciler:
                 await self._reject(body, str(error))
                 return
             ctx = BuildContext(meta["name"], meta["namespace"], spec, self.settings)
-            live = await self._apply_children(body, ctx)
+            refusals: list[str] = []
+            live = await self._apply_children(body, ctx, refusals)
             await self._prune(body, ctx)
-            await self._write_status(body, ctx, live, stats)
+            await self._write_status(body, ctx, live, stats, sorted(refusals))
 
-    async def _apply_children(self, body: Mapping[str, Any], ctx: BuildContext) -> dict[str, Obj]:
+    async def _apply_children(
+        self, body: Mapping[str, Any], ctx: BuildContext, refusals: list[str]
+    ) -> dict[str, Obj]:
         children = build_children(ctx)
         kopf.adopt(children, owner=dict(body))  # type: ignore[arg-type]
-        applied = await asyncio.gather(*(self._apply(body, child) for child in children))
-        return {f"{obj['kind']}/{obj['metadata']['name']}": obj for obj in applied}
+        applied = await asyncio.gather(*(self._apply(body, child, refusals) for child in children))
+        return {f"{obj['kind']}/{obj['metadata']['name']}": obj for obj in applied if obj}
 
-    async def _apply(self, body: Mapping[str, Any], child: Obj) -> Obj:
-        """Create the child, or patch it when a field we own differs; otherwise leave it alone."""
+    async def _apply(self, body: Mapping[str, Any], child: Obj, refusals: list[str]) -> Obj | None:
+        """Create the child, or patch it when a field we own differs; otherwise leave it alone.
+        A refusal by the API server is added to `refusals`; the child stays as it is (or absent)."""
         desired = with_last_applied(child)
         kind, name = kind_of(child), child["metadata"]["name"]
         path = kind.object_path(child["metadata"]["namespace"], name)
         live = await self.kube.get(path)
+        if live is not None and is_subset(desired, live):
+            return live
+        try:
+            return await self._write_child(body, kind, desired, live)
+        except KubeError as error:
+            if error.status not in REFUSED_STATUSES:
+                raise
+            logger.warning("the API server refused %s %s: %s", kind.kind, name, error)
+            refusals.append(f"{kind.kind} {name}: {error.message}")
+            return live
+
+    async def _write_child(
+        self, body: Mapping[str, Any], kind: ResourceKind, desired: Obj, live: Obj | None
+    ) -> Obj:
+        namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
         if live is None:
-            created = await self.kube.create(
-                kind.collection_path(child["metadata"]["namespace"]), desired
-            )
+            created = await self.kube.create(kind.collection_path(namespace), desired)
             emit(body, reason="Created", message=f"created {kind.kind} {name}")
             return created or desired
-        if is_subset(desired, live):
-            return live
-        patched = await self.kube.patch(path, merge_patch(desired, live))
+        patched = await self.kube.patch(
+            kind.object_path(namespace, name), merge_patch(desired, live)
+        )
         emit(body, reason="Updated", message=f"updated {kind.kind} {name}")
         return patched or live
 
@@ -143,15 +176,10 @@ class Reconciler:
         ctx: BuildContext,
         live: dict[str, Obj],
         stats: FleetStats | None,
+        refusals: list[str],
     ) -> None:
         generation = body["metadata"].get("generation")
-        state = ChildrenState(
-            engine=live.get(f"Deployment/{engine_name(ctx.name)}"),
-            router=live.get(f"Deployment/{router_name(ctx.name)}"),
-            ingress=live.get(f"Ingress/{ctx.name}"),
-            router_enabled=ctx.spec.router.enabled,
-            ingress_enabled=ctx.spec.ingress.enabled,
-        )
+        state = await self._children_state(ctx, live, refusals)
         engine_status = (state.engine or {}).get("status", {})
         status: Obj = {
             "observedGeneration": generation,
@@ -163,7 +191,40 @@ class Reconciler:
             **_stats_fields(stats),
         }
         conditions = build_conditions(state, ctx.spec.model.source, generation)
+        old = self._written.get((ctx.namespace, ctx.name), _conditions_of(body))
         await self._patch_status(body, status, conditions)
+        for reason, message in transition_warnings(old, conditions):
+            emit(body, reason, message, type_="Warning")
+
+    async def _children_state(
+        self, ctx: BuildContext, live: dict[str, Obj], refusals: list[str]
+    ) -> ChildrenState:
+        engine = live.get(f"Deployment/{engine_name(ctx.name)}")
+        rejection = refusals[0] if refusals else None
+        if len(refusals) > 1:
+            rejection = f"{rejection} (and {len(refusals) - 1} more, see the operator log)"
+        return ChildrenState(
+            engine=engine,
+            router=live.get(f"Deployment/{router_name(ctx.name)}"),
+            ingress=live.get(f"Ingress/{ctx.name}"),
+            router_enabled=ctx.spec.router.enabled,
+            ingress_enabled=ctx.spec.ingress.enabled,
+            engine_failure=await self._engine_failure(ctx, engine),
+            rejection=rejection,
+        )
+
+    async def _engine_failure(self, ctx: BuildContext, engine: Obj | None) -> PodFailure | None:
+        """Why the engine pods do not come up; the pods are read only while replicas are missing."""
+        desired, _, ready = deployment_counts(engine)
+        if engine is None or ready >= desired:
+            return None
+        selector = selector_string(selector_labels(ctx.name, "engine"))
+        try:
+            pods = await self.kube.list(POD.collection_path(ctx.namespace), selector)
+        except KubeError as error:  # e.g. no RBAC for pods yet: status says less, nothing breaks
+            logger.warning("cannot list the engine pods of %s: %s", ctx.name, error)
+            return None
+        return engine_failure(pods)
 
     async def _reject(self, body: Mapping[str, Any], message: str) -> None:
         generation = body["metadata"].get("generation")
@@ -181,11 +242,11 @@ class Reconciler:
         old = body.get("status") or {}
         new = {key: value for key, value in status.items() if value is not None}
         new["conditions"] = merge_conditions(old.get("conditions", []), conditions)
-        if is_subset(new, old):
-            return
         meta = body["metadata"]
-        path = LLM_DEPLOYMENT.object_path(meta["namespace"], meta["name"], "status")
-        await self.kube.patch(path, {"status": new})
+        if not is_subset(new, old):
+            path = LLM_DEPLOYMENT.object_path(meta["namespace"], meta["name"], "status")
+            await self.kube.patch(path, {"status": new})
+        self._written[meta["namespace"], meta["name"]] = new["conditions"]
 
 
 def emit(body: Mapping[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
@@ -212,6 +273,10 @@ def _stats_fields(stats: FleetStats | None) -> Obj:
         "numRequestsRunning": stats.num_requests_running,
     }
     return {key: value for key, value in fields.items() if value is not None}
+
+
+def _conditions_of(body: Mapping[str, Any]) -> list[Obj]:
+    return list((body.get("status") or {}).get("conditions", []))
 
 
 def _condition_message(status: Obj, type_: str) -> str | None:

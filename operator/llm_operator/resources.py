@@ -21,6 +21,7 @@ class ResourceKind:
 
 
 LLM_DEPLOYMENT = ResourceKind(API_VERSION, KIND, PLURAL)
+POD = ResourceKind("v1", "Pod", "pods")  # read only: the engine pods' state goes into status
 KINDS = {
     kind.kind: kind
     for kind in (

@@ -7,8 +7,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from llm_operator.conditions import Condition, condition
+from llm_operator.pod_failures import SAME_CAUSE, SEVERITY, PodFailure
 
 Obj = dict[str, Any]
+CHILD_REJECTED = "ChildRejected"
+FAILURE_REASONS = frozenset({*SEVERITY, CHILD_REJECTED})
 
 
 class LLMDeploymentStatus(BaseModel):
@@ -52,6 +55,10 @@ class ChildrenState:
     ingress: Obj | None
     router_enabled: bool
     ingress_enabled: bool
+    engine_failure: PodFailure | None = None
+    """Why the engine pods do not come up (read only while the engine is not ready)."""
+    rejection: str | None = None
+    """`<kind> <name>: <server message>` when the API server refused to create or patch a child."""
 
 
 def deployment_counts(deployment: Obj | None) -> tuple[int, int, int]:
@@ -66,7 +73,9 @@ def deployment_counts(deployment: Obj | None) -> tuple[int, int, int]:
     return desired, status.get("replicas", 0), ready
 
 
-def engine_condition(engine: Obj | None, generation: int | None) -> Condition:
+def engine_condition(
+    engine: Obj | None, generation: int | None, failure: PodFailure | None = None
+) -> Condition:
     desired, _, ready = deployment_counts(engine)
     if engine is None:
         return condition(
@@ -74,6 +83,8 @@ def engine_condition(engine: Obj | None, generation: int | None) -> Condition:
         )
     if desired == 0:
         return condition("EngineReady", False, "ScaledToZero", "spec.replicas is 0", generation)
+    if failure is not None and ready < desired:
+        return condition("EngineReady", False, failure.reason, failure.message, generation)
     message = f"{ready}/{desired} engine replicas ready"
     reason = "ReplicasReady" if ready >= desired else "ReplicasNotReady"
     return condition("EngineReady", ready >= desired, reason, message, generation)
@@ -103,32 +114,64 @@ def ingress_condition(state: ChildrenState, generation: int | None) -> Condition
 
 
 def ready_condition(parts: list[Condition], generation: int | None) -> Condition:
+    """Not ready for the first failing part's sake; a named cause (a refused child, a pod
+    failure) wins over the generic `<Part>NotReady`, so Ready says what actually went wrong."""
     failing = [part for part in parts if part.status != "True"]
     if not failing:
         return condition("Ready", True, "AllReady", "serving", generation)
+    causes = [part for part in failing if part.reason in FAILURE_REASONS]
+    if causes:
+        return condition("Ready", False, causes[0].reason, causes[0].message, generation)
     first = failing[0]
     return condition(
         "Ready", False, first.type.replace("Ready", "NotReady"), first.message, generation
     )
 
 
-def model_condition(engine: Obj | None, source: str, generation: int | None) -> Condition:
+def model_condition(
+    engine: Obj | None, source: str, generation: int | None, failure: PodFailure | None = None
+) -> Condition:
     """The model counts as loaded once one engine passed its startup and readiness probes."""
     _, _, ready = deployment_counts(engine)
     if ready:
         return condition("ModelReady", True, "ModelLoaded", f"{source} is served", generation)
+    if failure is not None:  # nothing is loading it: say why rather than "loading" for ever
+        return condition("ModelReady", False, failure.reason, failure.message, generation)
     message = f"waiting for an engine to load {source}"
     return condition("ModelReady", False, "ModelLoading", message, generation)
 
 
 def build_conditions(state: ChildrenState, source: str, generation: int | None) -> list[Condition]:
     parts = [
-        model_condition(state.engine, source, generation),
-        engine_condition(state.engine, generation),
+        model_condition(state.engine, source, generation, state.engine_failure),
+        engine_condition(state.engine, generation, state.engine_failure),
         router_condition(state, generation),
         ingress_condition(state, generation),
     ]
+    if state.rejection is not None:
+        rejected = condition("Ready", False, CHILD_REJECTED, state.rejection, generation)
+        return [*parts, rejected]
     return [*parts, ready_condition(parts, generation)]
+
+
+def transition_warnings(old: list[dict], new: list[Condition]) -> list[tuple[str, str]]:
+    """(reason, message) of each Warning event due: a condition that has just turned to a named
+    failure. A pod failure counts once per cause, on EngineReady (its message changes with every
+    back-off, the kubelet alternates ErrImagePull and ImagePullBackOff; ModelReady and Ready repeat
+    it); a refused child once per message, on Ready (another child, or refusal, is news)."""
+    previous = {item.get("type"): item for item in old}
+    warnings = []
+    for item in new:
+        before = previous.get(item.type) or {}
+        if item.type == "EngineReady" and item.reason in SEVERITY:
+            due = _cause(before.get("reason")) != _cause(item.reason)
+        elif item.type == "Ready" and item.reason == CHILD_REJECTED:
+            due = (before.get("reason"), before.get("message")) != (item.reason, item.message)
+        else:
+            due = False
+        if due:
+            warnings.append((item.reason, item.message))
+    return warnings
 
 
 def invalid_spec_conditions(message: str, generation: int | None) -> list[Condition]:
@@ -137,3 +180,7 @@ def invalid_spec_conditions(message: str, generation: int | None) -> list[Condit
         condition("ModelReady", False, "InvalidSpec", message, generation),
         condition("Ready", False, "InvalidSpec", message, generation),
     ]
+
+
+def _cause(reason: str | None) -> str | None:
+    return SAME_CAUSE.get(reason or "", reason)

@@ -1,6 +1,8 @@
 """kmock's Kubernetes emulator plus what the operator relies on from a real API server:
 uid, resourceVersion, generation, creationTimestamp and generateName on create; a new
-resourceVersion on every update and a generation bump on spec changes. (kmock stores objects as posted and merge-patches them; no GC, controllers or schema.)"""
+resourceVersion on every update and a generation bump on spec changes; equality label selectors on
+lists; and, on request, a refusal (403, 422, ...) of writes to one resource, which stores nothing.
+(kmock stores objects as posted and merge-patches them; no GC, controllers or schema.)"""
 
 import datetime
 import itertools
@@ -27,12 +29,32 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/services": kmock.ResourceInfo(
         kind="Service", namespaced=True, verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
+    "v1/pods": kmock.ResourceInfo(
+        kind="Pod", namespaced=True, subresources={"status"},
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
+    ),
 }  # fmt: skip
 _versions = itertools.count(1000)
 
 
 class Emulator(kmock.KubernetesEmulator):
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.refusals: dict[tuple[kmock.action, str], kmock.KubernetesError] = {}
+
+    def refuse(self, action: kmock.action, resource: str, status: int, message: str) -> None:
+        """Answer every `action` (CREATE, UPDATE) on `resource` with this error, as an API server
+        does for RBAC (403) or validation (422); `allow` lifts it."""
+        reason = {403: "Forbidden", 422: "Invalid"}.get(status, "BadRequest")
+        self.refusals[action, resource] = kmock.KubernetesError(status, reason, message, {})
+
+    def allow(self, action: kmock.action, resource: str) -> None:
+        self.refusals.pop((action, resource), None)
+
     async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
+        for (action, resource), error in self.refusals.items():
+            if request.action == action and request.resource == resource:
+                raise error  # before kmock's own _handle, which would store the object
         data = request.data if isinstance(request.data, dict) else None
         if request.resource is not None and data is not None:
             if request.action == kmock.action.CREATE:
@@ -42,6 +64,16 @@ class Emulator(kmock.KubernetesEmulator):
                 if request.subresource is None:
                     self._bump_generation(request, data)
         return await super()._handle(request)
+
+    async def _serve_list(self, request: Any) -> Any:
+        listing: dict[str, Any] = await super()._serve_list(request)  # type: ignore[assignment]
+        wanted = _parse_selector(request.params.get("labelSelector", ""))
+        listing["items"] = [
+            item
+            for item in listing["items"]
+            if wanted.items() <= item.get("metadata", {}).get("labels", {}).items()
+        ]
+        return listing
 
     def _bump_generation(self, request: Any, data: dict[str, Any]) -> None:
         if "spec" not in data:
@@ -62,3 +94,8 @@ def _stamp_new(data: dict[str, Any]) -> None:
     meta.setdefault("generation", 1)
     now = datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     meta.setdefault("creationTimestamp", now)
+
+
+def _parse_selector(selector: str) -> dict[str, str]:
+    """`a=b,c=d` (equality terms only, which is all the operator sends)."""
+    return dict(term.split("=", 1) for term in selector.split(",") if "=" in term)

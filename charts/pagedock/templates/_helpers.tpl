@@ -41,6 +41,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, patch, delete]
+# Read only: the engine pods' failures (image pulls, crash loops, scheduling) go into status.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [configmaps, serviceaccounts]
   verbs: [get, create, patch, delete]
