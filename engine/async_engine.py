@@ -145,6 +145,12 @@ class AsyncEngine:
         return self._dead is None and self._running and not done
 
     @property
+    def seconds_since_progress(self) -> float:
+        """Seconds since the engine loop last went round; it goes round at least every idle poll,
+        so a large value means one step (or one call) has not returned."""
+        return time.monotonic() - self._engine_loop.heartbeat
+
+    @property
     def num_in_flight(self) -> int:
         return len(self._streams)
 

@@ -109,10 +109,14 @@ class EngineLoop:
         self.engine = engine
         self.commands = commands
         self.done = threading.Event()
+        # When the loop last went round (a step done, or an idle poll): a hung step — a deadlocked
+        # kernel, a stuck device — shows as this growing old. A float store is atomic, no lock.
+        self.heartbeat = time.monotonic()
         self._kv_seq = engine.kv_events.last_seq
 
     def run(self, callbacks: LoopCallbacks) -> None:
         """The engine thread, until a `stop` command or death; starts and stops the worker."""
+        self.heartbeat = time.monotonic()
         worker = OutputWorker(self.engine, self.commands, callbacks)
         worker.start()
         try:
@@ -126,6 +130,7 @@ class EngineLoop:
 
     def _loop(self, worker: OutputWorker, callbacks: LoopCallbacks) -> None:
         while True:
+            self.heartbeat = time.monotonic()
             if worker.error is not None:
                 raise worker.error
             commands = self._take_commands()

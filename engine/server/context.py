@@ -44,6 +44,11 @@ class ServerOptions:
     """Open HTTP connections allowed at once; beyond it, 503 at once. 0 = no limit."""
     keep_alive_timeout_s: int = 5
     """Seconds an idle keep-alive connection stays open."""
+    stall_timeout_s: float = 60.0
+    """`/health` answers 503 when the engine loop has not gone round for this many seconds (a hung
+    step), so the liveness probe restarts the pod and routers stop sending to it. The slowest
+    legitimate step, a 2,048-token prefill, takes seconds on a CPU; raise it for large models on
+    slow CPUs. 0 turns the check off."""
     request_read_timeout_s: float = 30.0
     """Seconds a client has to send a whole request (headers and body) from its first byte, and a
     new connection its first byte; a slower one is disconnected (slowloris, idle sockets)."""

@@ -98,7 +98,7 @@ def open_routes(ctx: ServerContext) -> APIRouter:
         "/health",
         responses={
             200: {"description": "the engine loop is alive"},
-            503: {"description": "draining, or the engine loop died"},
+            503: {"description": "draining, the engine loop died, or a step has hung"},
         },
     )
     async def health() -> Response:
@@ -106,6 +106,10 @@ def open_routes(ctx: ServerContext) -> APIRouter:
             return JSONResponse({"status": "draining"}, status_code=503)
         if not ctx.engine.is_alive:
             return JSONResponse({"status": "engine dead"}, status_code=503)
+        stalled_s = ctx.engine.seconds_since_progress
+        if 0 < ctx.options.stall_timeout_s < stalled_s:
+            body = {"status": "engine stalled", "seconds_since_progress": round(stalled_s, 1)}
+            return JSONResponse(body, status_code=503)
         return JSONResponse({"status": "ok"})
 
     @router.get(
