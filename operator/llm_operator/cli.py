@@ -66,6 +66,7 @@ def run_operator(args: argparse.Namespace) -> int:
         return 2
     namespaces = tuple(args.namespaces or ()) or settings.namespaces
     clusterwide = bool(args.clusterwide or not namespaces)
+    settings = settings.with_overrides(namespaces=() if clusterwide else namespaces)
     peering_name = args.peering_name or settings.peering_name
     kopf.configure(
         verbose=args.verbose or settings.log_level == "DEBUG",
@@ -77,7 +78,7 @@ def run_operator(args: argparse.Namespace) -> int:
     kopf.run(
         registry=make_registry(settings),
         clusterwide=clusterwide,
-        namespaces=() if clusterwide else namespaces,
+        namespaces=settings.namespaces,
         standalone=args.standalone or not peering_name,
         peering_name=peering_name or None,
         # NOTE: equal priorities would make replicas run side by side; a random one elects a leader.
