@@ -159,3 +159,20 @@ def test_config_change_rolls_the_engine_pods() -> None:
 def test_drop_empty_keeps_selector_like_empty_objects() -> None:
     obj = {"a": {}, "b": [], "c": None, "namespaceSelector": {}, "d": {"emptyDir": {}, "e": []}}
     assert drop_empty(obj) == {"namespaceSelector": {}, "d": {"emptyDir": {}}}
+
+
+def test_an_ingress_path_is_served_by_the_router_and_advertised() -> None:
+    ctx = make_context({"ingress": {"enabled": True, "host": "llm.example.com", "path": "/llm/"}})
+    children = build_children(ctx)
+    args = find(children, "Deployment", "chat-router")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert args[args.index("--root-path") + 1] == "/llm"
+    assert (
+        find(children, "Ingress", "chat")["spec"]["rules"][0]["http"]["paths"][0]["path"] == "/llm/"
+    )
+    assert ctx.endpoint() == "http://llm.example.com/llm"
+    root = find(
+        build_children(make_context({"ingress": {"enabled": True}})), "Deployment", "chat-router"
+    )
+    assert "--root-path" not in root["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -21,7 +21,7 @@ DEFAULT_RESOURCES: Obj = {"requests": {"cpu": "250m", "memory": "512Mi"}}
 
 
 def router_args(ctx: BuildContext) -> list[str]:
-    return [
+    args = [
         "route",
         "--discovery", "k8s",
         "--service", engine_name(ctx.name),
@@ -32,6 +32,11 @@ def router_args(ctx: BuildContext) -> list[str]:
         "--host", "0.0.0.0",
         "--port", str(ROUTER_PORT),
     ]  # fmt: skip
+    ingress = ctx.spec.ingress
+    if ingress.enabled and ingress.path.rstrip("/"):
+        # The router serves the Ingress path itself: no controller-specific rewrite annotation.
+        args += ["--root-path", ingress.path.rstrip("/")]
+    return args
 
 
 def build_router_deployment(ctx: BuildContext) -> Obj:
