@@ -176,3 +176,30 @@ def test_an_ingress_path_is_served_by_the_router_and_advertised() -> None:
         build_children(make_context({"ingress": {"enabled": True}})), "Deployment", "chat-router"
     )
     assert "--root-path" not in root["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_two_router_replicas_get_a_pdb_and_spread_over_nodes() -> None:
+    children = build_children(make_context({"router": {"replicas": 2}}))
+    pdb = find(children, "PodDisruptionBudget", "chat-router")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "router"
+    pod = find(children, "Deployment", "chat-router")["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"] == pdb["spec"]["selector"]
+    for child in children:
+        validate_kubernetes(child)
+
+
+def test_one_router_replica_gets_neither_and_a_scale_down_prunes_the_pdb() -> None:
+    from llm_operator.builders import child_refs
+
+    ctx = make_context({"router": {"replicas": 1}})
+    children = build_children(ctx)
+    assert not [
+        c
+        for c in children
+        if c["metadata"]["name"] == "chat-router" and c["kind"] == "PodDisruptionBudget"
+    ]
+    assert "affinity" not in find(children, "Deployment", "chat-router")["spec"]["template"]["spec"]
+    assert ("PodDisruptionBudget", "chat-router", False) in child_refs(ctx)

@@ -47,6 +47,7 @@ def build_router_deployment(ctx: BuildContext) -> Obj:
         "securityContext": pod_security_context(),
         "terminationGracePeriodSeconds": ctx.spec.drain_timeout_seconds + 10,
         "containers": [_router_container(ctx)],
+        "affinity": _spread_over_nodes(ctx),
         "volumes": writable_volumes(ctx) + ctx.model_source.volumes(),
         "imagePullSecrets": image_pull_secrets(ctx),
     }
@@ -71,6 +72,18 @@ def build_router_deployment(ctx: BuildContext) -> Obj:
             },
         },
     }
+
+
+def _spread_over_nodes(ctx: BuildContext) -> Obj | None:
+    """2+ replicas prefer different nodes, so one node going down leaves a router serving."""
+    if ctx.spec.router.replicas < 2:
+        return None
+    term = {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector_labels(ctx.name, COMPONENT)},
+    }
+    preferred = [{"weight": 100, "podAffinityTerm": term}]
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
 
 
 def _router_container(ctx: BuildContext) -> Obj:
