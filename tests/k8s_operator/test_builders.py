@@ -203,3 +203,35 @@ def test_one_router_replica_gets_neither_and_a_scale_down_prunes_the_pdb() -> No
     ]
     assert "affinity" not in find(children, "Deployment", "chat-router")["spec"]["template"]["spec"]
     assert ("PodDisruptionBudget", "chat-router", False) in child_refs(ctx)
+
+
+def test_engine_network_policy_admits_scrapers_from_the_named_namespaces_only() -> None:
+    settings = OperatorSettings(scraper_namespaces=("monitoring", "pagedock-system"))
+    ctx = BuildContext("chat", "team-a", LLMDeploymentSpec(), settings)
+    policy = find(build_children(ctx), "NetworkPolicy", "chat-engine")
+    (rule,) = policy["spec"]["ingress"]
+    router, scrapers = rule["from"]
+    assert router == {"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "pagedock", "app.kubernetes.io/instance": "chat",
+        "app.kubernetes.io/component": "router",
+    }}}  # fmt: skip
+    assert scrapers == {"namespaceSelector": {"matchExpressions": [{
+        "key": "kubernetes.io/metadata.name", "operator": "In",
+        "values": ["monitoring", "pagedock-system"],
+    }]}}  # fmt: skip
+    validate_kubernetes(policy)
+    none = BuildContext(
+        "chat", "team-a", LLMDeploymentSpec(), OperatorSettings(scraper_namespaces=())
+    )
+    assert (
+        len(
+            find(build_children(none), "NetworkPolicy", "chat-engine")["spec"]["ingress"][0]["from"]
+        )
+        == 1
+    )
+
+
+def test_scraper_namespaces_come_from_the_environment() -> None:
+    env = {"PAGEDOCK_OPERATOR_SCRAPER_NAMESPACES": "pagedock-system,monitoring"}
+    assert OperatorSettings.from_env(env).scraper_namespaces == ("pagedock-system", "monitoring")
+    assert OperatorSettings().scraper_namespaces == ("monitoring",)

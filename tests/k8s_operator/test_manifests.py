@@ -122,3 +122,15 @@ def test_rbac_grants_what_the_api_server_checks(name: str) -> None:
     for role in roles:
         missing = [item for item in needed if not granted(role["rules"], *item)]
         assert not missing, (role["kind"], missing)
+
+
+def test_the_operators_own_namespace_is_always_a_scraper_namespace() -> None:
+    for values, expected in (({}, "pagedock-system,monitoring"), (
+        {"metrics": {"scraperNamespaces": ["prom", "pagedock-system"]}}, "pagedock-system,prom"
+    )):  # fmt: skip
+        deployment = next(d for d in render(values) if d["kind"] == "Deployment")
+        env = {
+            e["name"]: e.get("value")
+            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["PAGEDOCK_OPERATOR_SCRAPER_NAMESPACES"] == expected
