@@ -7,8 +7,10 @@ pagedock operator crd [--peering]      the CRD YAML (with kopf's peering CRDs)
 """
 
 import argparse
+import os
 import random
 import re
+import socket
 import sys
 
 from llm_operator.settings import OperatorSettings
@@ -69,7 +71,7 @@ def no_globs(not_names: list[str]) -> str:
 def run_operator(args: argparse.Namespace) -> int:
     import kopf
 
-    from llm_operator.handlers import make_registry
+    from llm_operator.handlers import PEER_IDENTITY, make_registry
 
     try:
         settings = OperatorSettings.from_env()
@@ -92,8 +94,12 @@ def run_operator(args: argparse.Namespace) -> int:
     liveness = (
         f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
     )
+    # NOTE: kopf's identity is ours to choose; the resync pass needs it to find itself among peers.
+    identity = f"{socket.gethostname()}/{os.getpid()}/{random.randrange(16**6):06x}"
     kopf.run(
         registry=make_registry(settings),
+        identity=identity,  # type: ignore[arg-type]
+        memo=kopf.Memo({PEER_IDENTITY: identity}),
         clusterwide=clusterwide,
         namespaces=settings.namespaces,
         standalone=standalone,

@@ -21,6 +21,7 @@ import kopf
 
 from llm_operator import GROUP, PLURAL, VERSION
 from llm_operator.kube import KubeClient, KubeError
+from llm_operator.leadership import Peering
 from llm_operator.names import MANAGED_BY, OWNER_LABEL
 from llm_operator.reconcile import Reconciler
 from llm_operator.resources import LLM_DEPLOYMENT
@@ -30,6 +31,7 @@ from llm_operator.settings import OperatorSettings
 PREFIX = "pagedock.dev"
 CHILD_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
 CHILD_SELECTOR = ",".join(f"{key}={value}" for key, value in CHILD_LABELS.items())
+PEER_IDENTITY = "peer_identity"  # set in the memo by `pagedock operator run`, also given to kopf
 WATCHED_CHILDREN = (("apps", "v1", "deployments"), ("", "v1", "services"))
 
 
@@ -81,7 +83,11 @@ def make_registry(operator: OperatorSettings) -> kopf.OperatorRegistry:
         configure(settings, operator)
         kube = KubeClient(lambda: login(settings=settings, logger=logger))
         memo["reconciler"] = reconciler = Reconciler(kube, operator)
-        memo["resync"] = asyncio.create_task(resync_forever(reconciler, operator.namespaces))
+        peering = None
+        if not settings.peering.standalone and PEER_IDENTITY in memo:
+            peering = Peering(settings.peering.name, memo[PEER_IDENTITY], settings.peering.priority)
+        resync = resync_forever(reconciler, operator.namespaces, peering)
+        memo["resync"] = asyncio.create_task(resync)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:

@@ -5,7 +5,7 @@ NOTE: not a kopf timer. kopf puts a finalizer on every object that has a timer (
 timer before the object goes), and a finalizer makes deletion wait for the operator: with the
 operator gone, an LLMDeployment or its namespace would never finish deleting. Owner references
 already let the garbage collector delete the children, so the operator needs no finalizer.
-Every operator replica runs this pass; it is level-based and writes only what differs.
+Of several operator replicas, only kopf's active peer runs it (leadership.py).
 """
 
 import asyncio
@@ -14,6 +14,7 @@ from typing import Any
 
 from llm_operator import API_VERSION, KIND, PLURAL
 from llm_operator.kube import KubeError
+from llm_operator.leadership import Peering, is_active
 from llm_operator.metrics import scrape_fleet
 from llm_operator.names import engine_name
 from llm_operator.reconcile import Reconciler
@@ -22,21 +23,27 @@ from llm_operator.resources import LLM_DEPLOYMENT
 logger = logging.getLogger(__name__)
 
 
-def collection_paths(namespaces: tuple[str, ...]) -> list[str]:
-    """The LLMDeployment lists to read: one per watched namespace, or the cluster-wide one."""
+def collection_paths(namespaces: tuple[str, ...]) -> list[tuple[str | None, str]]:
+    """(namespace, LLMDeployment list path): one per watched namespace, or the cluster's."""
     if namespaces:
-        return [LLM_DEPLOYMENT.collection_path(namespace) for namespace in namespaces]
-    return [f"/apis/{API_VERSION}/{PLURAL}"]
+        return [(ns, LLM_DEPLOYMENT.collection_path(ns)) for ns in namespaces]
+    return [(None, f"/apis/{API_VERSION}/{PLURAL}")]
 
 
-async def resync_forever(reconciler: Reconciler, namespaces: tuple[str, ...]) -> None:
+async def resync_forever(
+    reconciler: Reconciler, namespaces: tuple[str, ...], peering: Peering | None
+) -> None:
     while True:
         await asyncio.sleep(reconciler.settings.resync_seconds)
-        await resync_once(reconciler, namespaces)
+        await resync_once(reconciler, namespaces, peering)
 
 
-async def resync_once(reconciler: Reconciler, namespaces: tuple[str, ...]) -> None:
-    for path in collection_paths(namespaces):
+async def resync_once(
+    reconciler: Reconciler, namespaces: tuple[str, ...], peering: Peering | None = None
+) -> None:
+    for namespace, path in collection_paths(namespaces):
+        if not await is_active(reconciler.kube, peering, namespace):
+            continue  # another replica leads here
         try:
             listing = await reconciler.kube.get(path)
         except KubeError as error:
