@@ -5,6 +5,8 @@ import asyncio
 import aiohttp
 import pytest
 from kopf.testing import KopfRunner
+from llm_operator.handlers import make_registry
+from llm_operator.settings import OperatorSettings
 
 from tests.k8s_operator.conftest import eventually
 from tests.k8s_operator.emulator import Emulator
@@ -226,6 +228,22 @@ async def test_a_finalizer_left_by_an_older_version_is_removed(
     await eventually(lambda: not (live(cluster, LLMD, "chat") or {})["metadata"].get("finalizers"))
     await send(api, "DELETE", f"{LLMD_COLLECTION}/chat")
     assert live(cluster, LLMD, "chat") is None
+
+
+async def test_a_deletion_stuck_on_the_old_finalizer_finishes_when_the_operator_starts(
+    cluster: Emulator, api: aiohttp.ClientSession, operator_settings: OperatorSettings
+) -> None:
+    old = make_llmd()
+    old["metadata"]["finalizers"] = ["pagedock.dev/finalizer"]
+    await send(api, "POST", LLMD_COLLECTION, old)
+    await send(api, "DELETE", f"{LLMD_COLLECTION}/chat")
+    assert (live(cluster, LLMD, "chat") or {})["metadata"]["deletionTimestamp"]
+    runner = KopfRunner(["run", "-A", "--standalone"], registry=make_registry(operator_settings))
+    runner.__enter__()
+    try:
+        await eventually(lambda: live(cluster, LLMD, "chat") is None)
+    finally:
+        await asyncio.to_thread(runner.__exit__, None, None, None)
 
 
 async def test_resync_restores_a_child_that_no_watch_sees(
