@@ -30,8 +30,7 @@ NAMESPACE = "bench"
 COLLECTION = f"/apis/pagedock.dev/v1alpha1/namespaces/{NAMESPACE}/llmdeployments"
 SPEC = {
     "model": {"source": "hf://org/model"},
-    "resources": {"gpus": 2},
-    "engine": {"tensorParallelSize": 2},
+    "resources": {"gpus": 1},
     "ingress": {"enabled": True, "host": "llm.example.com", "tlsSecretName": "tls"},
     "autoscaling": {"enabled": True},
 }
@@ -147,6 +146,22 @@ async def wait_for_replicas(session: aiohttp.ClientSession, path: str, replicas:
         await asyncio.sleep(0.01)
 
 
+async def collect_garbage(session: aiohttp.ClientSession, name: str) -> None:
+    """What Kubernetes' garbage collector does once the owner is gone (kmock has none): the
+    operator puts no finalizer on an LLMDeployment, so its children go through their owner
+    references."""
+    from llm_operator.builders import BuildContext, build_children
+    from llm_operator.resources import kind_of
+    from llm_operator.settings import OperatorSettings
+    from llm_operator.spec import LLMDeploymentSpec
+
+    ctx = BuildContext(name, NAMESPACE, LLMDeploymentSpec.model_validate(SPEC), OperatorSettings())
+    for child in build_children(ctx):
+        await request(
+            session, "DELETE", kind_of(child).object_path(NAMESPACE, child["metadata"]["name"])
+        )
+
+
 async def run_cycles(server: str, cycles: int) -> tuple[list[float], list[tuple[int, float]]]:
     engine = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/cycle-engine"
     hpa = f"/apis/autoscaling/v2/namespaces/{NAMESPACE}/horizontalpodautoscalers/cycle"
@@ -165,6 +180,7 @@ async def run_cycles(server: str, cycles: int) -> tuple[list[float], list[tuple[
                 await asyncio.sleep(0.01)
             await request(session, "DELETE", f"{COLLECTION}/cycle")
             await wait_for(session, f"{COLLECTION}/cycle", present=False)
+            await collect_garbage(session, "cycle")
             if os.environ.get("BENCH_DEBUG"):
                 print(
                     f"cycle {cycle}: {latencies[-1] * 1000:.0f} ms", file=sys.__stderr__, flush=True

@@ -27,6 +27,7 @@ from pagedock.limits import MAX_BODY_BYTES  # the engine's default --max-body-by
 from router.context import RouterContext
 from router.dispatcher import Decision, NoReplicaError
 from router.prompt_hasher import PromptBlocks
+from router.root_path import RootPathMiddleware
 
 
 def build_app(ctx: RouterContext) -> FastAPI:
@@ -40,6 +41,8 @@ def build_app(ctx: RouterContext) -> FastAPI:
 
     app = FastAPI(title="pagedock router", version="1", lifespan=lifespan, **docs_urls(ctx.config.api_key))  # fmt: skip
     install_api_error_handlers(app)
+    if ctx.config.root_path:
+        app.add_middleware(RootPathMiddleware, root_path=ctx.config.root_path)
     _add_api_routes(app, ctx)
     _add_open_routes(app, ctx)
     app.state.ctx = ctx

@@ -39,6 +39,9 @@ class RouterConfig:
     """Address to listen on; 0.0.0.0 in a container."""
     port: int = 8080
     """TCP port."""
+    root_path: str = ""
+    """A URL path prefix the router also serves under (an Ingress path such as /llm), so
+    /llm/v1/models is /v1/models; empty = none."""
     max_connections: int = 2048
     """Open client connections allowed at once; beyond it, 503 at once. 0 = no limit."""
     keep_alive_timeout_s: int = 5
@@ -95,6 +98,8 @@ class RouterConfig:
 
     def __post_init__(self) -> None:
         self.replicas = [normalize_url(u) for u in self.replicas]
+        self.root_path = self.root_path.rstrip("/")
+        _check(not self.root_path or self.root_path.startswith("/"), f"root_path must start with /, got {self.root_path!r}")  # fmt: skip
         _check(self.policy in ROUTING_POLICIES, f"policy must be one of {ROUTING_POLICIES}, got {self.policy!r}")  # fmt: skip
         _check(self.discovery in DISCOVERIES, f"discovery must be one of {DISCOVERIES}, got {self.discovery!r}")  # fmt: skip
         _check(self.discovery != "k8s" or bool(self.service), "k8s discovery needs --service")

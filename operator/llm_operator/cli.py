@@ -7,11 +7,16 @@ pagedock operator crd [--peering]      the CRD YAML (with kopf's peering CRDs)
 """
 
 import argparse
+import os
 import random
+import re
+import socket
 import sys
 
 from llm_operator.settings import OperatorSettings
 from pagedock.options import OptionError
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +34,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument(
         "-n", "--namespace", action="append", dest="namespaces", default=None,
-        help="watch this namespace (repeatable; globs like team-* work)",
+        help="watch this namespace (repeatable; exact names: no globs such as team-*)",
     )  # fmt: skip
     scope.add_argument(
         "-A", "--all-namespaces", action="store_true", dest="clusterwide",
@@ -54,10 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     return run_operator(args)
 
 
+def no_globs(not_names: list[str]) -> str:
+    # NOTE: kopf matches globs against a namespace listing, which needs cluster-wide list/watch on
+    # namespaces; the operator scans nothing (settings.scanning), so a glob would watch nothing.
+    return (
+        f"not a namespace name: {', '.join(not_names)} "
+        "(globs are not supported: list the namespaces, or use -A)"
+    )
+
+
 def run_operator(args: argparse.Namespace) -> int:
     import kopf
 
-    from llm_operator.handlers import make_registry
+    from llm_operator.handlers import PEER_IDENTITY, make_registry
 
     try:
         settings = OperatorSettings.from_env()
@@ -65,8 +79,14 @@ def run_operator(args: argparse.Namespace) -> int:
         print(f"pagedock operator: error: {e}", file=sys.stderr)
         return 2
     namespaces = tuple(args.namespaces or ()) or settings.namespaces
+    not_names = [namespace for namespace in namespaces if not DNS_LABEL.fullmatch(namespace)]
+    if not_names:
+        print(f"pagedock operator: error: {no_globs(not_names)}", file=sys.stderr)
+        return 2
     clusterwide = bool(args.clusterwide or not namespaces)
+    settings = settings.with_overrides(namespaces=() if clusterwide else namespaces)
     peering_name = args.peering_name or settings.peering_name
+    standalone = bool(args.standalone or not peering_name)
     kopf.configure(
         verbose=args.verbose or settings.log_level == "DEBUG",
         quiet=settings.log_level in {"WARNING", "ERROR"},
@@ -74,12 +94,18 @@ def run_operator(args: argparse.Namespace) -> int:
     liveness = (
         f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
     )
+    # NOTE: kopf's identity is ours to choose; the resync pass needs it to find itself among peers.
+    identity = f"{socket.gethostname()}/{os.getpid()}/{random.randrange(16**6):06x}"
     kopf.run(
         registry=make_registry(settings),
+        identity=identity,  # type: ignore[arg-type]
+        memo=kopf.Memo({PEER_IDENTITY: identity}),
         clusterwide=clusterwide,
-        namespaces=() if clusterwide else namespaces,
-        standalone=args.standalone or not peering_name,
-        peering_name=peering_name or None,
+        namespaces=settings.namespaces,
+        standalone=standalone,
+        # NOTE: a peering name makes kopf's peering mandatory: without its CRD every watch pauses,
+        # silently, even in standalone mode; so standalone passes none.
+        peering_name=None if standalone else peering_name,
         # NOTE: equal priorities would make replicas run side by side; a random one elects a leader.
         priority=args.priority if args.priority is not None else random.randrange(1, 2**15),
         liveness_endpoint=liveness,

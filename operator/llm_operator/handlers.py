@@ -2,11 +2,17 @@
 
 Triggers (level-based; any of them leads to the same full reconcile):
   create / update / resume of an LLMDeployment   the spec changed or the operator restarted
-  a timer every `resync_seconds`                 drift repair, metrics into status
-  an event on a child Deployment or Service      a child became ready, was edited or deleted
+  a pass every `resync_seconds` (resync.py)      drift repair, metrics into status
+  an event on a child Deployment, Service or Pod a child became ready, failed, was edited or deleted
+No handler needs a finalizer, so deletion never waits for the operator: the garbage collector
+deletes the children through their owner references. kopf removes the finalizer that older
+versions put on objects (`pagedock.dev/finalizer`) when it first sees them.
+Child watches are filtered by label on the API server (`settings.watching.label_selectors`).
 A registry is built per run (not at import) so tests can start several operators in one process.
 """
 
+import asyncio
+import contextlib
 import logging
 import os
 from typing import Any
@@ -15,14 +21,17 @@ import kopf
 
 from llm_operator import GROUP, PLURAL, VERSION
 from llm_operator.kube import KubeClient, KubeError
-from llm_operator.metrics import scrape_fleet
-from llm_operator.names import MANAGED_BY, OWNER_LABEL, engine_name
+from llm_operator.leadership import Peering
+from llm_operator.names import MANAGED_BY, OWNER_LABEL
 from llm_operator.reconcile import Reconciler
 from llm_operator.resources import LLM_DEPLOYMENT
+from llm_operator.resync import resync_forever
 from llm_operator.settings import OperatorSettings
 
 PREFIX = "pagedock.dev"
 CHILD_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
+CHILD_SELECTOR = ",".join(f"{key}={value}" for key, value in CHILD_LABELS.items())
+PEER_IDENTITY = "peer_identity"  # set in the memo by `pagedock operator run`, also given to kopf
 # Engine pods too: their failures (image pulls, crash loops, scheduling) go into status.
 WATCHED_CHILDREN = (("apps", "v1", "deployments"), ("", "v1", "services"), ("", "v1", "pods"))
 
@@ -43,6 +52,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 def configure(settings: kopf.OperatorSettings, operator: OperatorSettings) -> None:
+    # NOTE: no handler needs a finalizer; kopf strips this one, left by older versions.
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -54,6 +64,10 @@ def configure(settings: kopf.OperatorSettings, operator: OperatorSettings) -> No
     settings.peering.name = operator.peering_name or "pagedock"
     # Our resources are known up front: no CRD/namespace scanning, so no RBAC for it either.
     settings.scanning.disabled = True
+    # NOTE: `labels=` on a handler filters in the operator, after the whole cluster's objects
+    # arrived; a label selector makes the API server send only our children.
+    for child in WATCHED_CHILDREN:
+        settings.watching.label_selectors[child] = CHILD_SELECTOR
 
 
 def make_registry(operator: OperatorSettings) -> kopf.OperatorRegistry:
@@ -61,7 +75,7 @@ def make_registry(operator: OperatorSettings) -> kopf.OperatorRegistry:
     resource = (GROUP, VERSION, PLURAL)
 
     @kopf.on.startup(registry=registry)
-    def startup(
+    async def startup(
         settings: kopf.OperatorSettings,
         memo: kopf.Memo,
         logger: logging.Logger | logging.LoggerAdapter[Any],
@@ -69,10 +83,18 @@ def make_registry(operator: OperatorSettings) -> kopf.OperatorRegistry:
     ) -> None:
         configure(settings, operator)
         kube = KubeClient(lambda: login(settings=settings, logger=logger))
-        memo["reconciler"] = Reconciler(kube, operator)
+        memo["reconciler"] = reconciler = Reconciler(kube, operator)
+        peering = None
+        if not settings.peering.standalone and PEER_IDENTITY in memo:
+            peering = Peering(settings.peering.name, memo[PEER_IDENTITY], settings.peering.priority)
+        resync = resync_forever(reconciler, operator.namespaces, peering)
+        memo["resync"] = asyncio.create_task(resync)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        memo["resync"].cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await memo["resync"]
         await memo["reconciler"].kube.close()
 
     kopf.on.login(registry=registry)(login)
@@ -86,21 +108,10 @@ def make_registry(operator: OperatorSettings) -> kopf.OperatorRegistry:
         except KubeError as error:  # API hiccups, conflicts, webhooks: retry soon, not in 60 s
             raise kopf.TemporaryError(str(error), delay=5) from error
 
-    @kopf.timer(*resource, interval=operator.resync_seconds, idle=None, registry=registry)
-    async def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        if body["metadata"].get("deletionTimestamp"):
-            return
-        stats = None
-        if operator.scrape_metrics:
-            host = f"{engine_name(body['metadata']['name'])}.{body['metadata']['namespace']}.svc"
-            stats = await scrape_fleet(host, operator.scrape_timeout_seconds)
-        await memo["reconciler"].reconcile(body, stats)
-
-    @kopf.on.delete(*resource, registry=registry)
-    async def deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        reconciler: Reconciler = memo["reconciler"]
-        await reconciler.delete_children(body)
-        reconciler.forget(body["metadata"]["namespace"], body["metadata"]["name"])
+    @kopf.on.event(*resource, registry=registry)
+    async def gone(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        if event["type"] == "DELETED":
+            memo["reconciler"].forget(body["metadata"]["namespace"], body["metadata"]["name"])
 
     for group, version, plural in WATCHED_CHILDREN:
         kopf.on.event(group, version, plural, labels=CHILD_LABELS, registry=registry)(child_event)

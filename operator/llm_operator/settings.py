@@ -38,6 +38,9 @@ class OperatorSettings:
     """Read the engines' /metrics into status (KV usage, prefix hit rate, queue depth)."""
     scrape_timeout_seconds: float = 2.0
     """Timeout of one engine metrics scrape."""
+    scraper_namespaces: tuple[str, ...] = ("monitoring",)
+    """Namespaces whose pods the engines' NetworkPolicy admits to port 8000 for /metrics
+    (Prometheus; the chart adds the operator's own namespace); empty admits the router only."""
     liveness_port: int = 8081
     """Port of the operator's own /healthz endpoint (0 disables it)."""
 

@@ -158,7 +158,8 @@ class IngressSpec(SpecModel):
     host: str | None = None
     """The public host name."""
     path: str = Field("/", pattern=r"^/")
-    """The URL path prefix."""
+    """The URL path prefix; the router serves it (no rewrite needed), so other than / needs the
+    router."""
     tls_secret_name: str | None = None
     """A TLS Secret for the host; the endpoint is https when set."""
     annotations: dict[str, str] = Field(default_factory=dict)
@@ -224,6 +225,10 @@ class LLMDeploymentSpec(SpecModel):
             "self.resources.gpus == 0 || self.resources.gpus % self.engine.tensorParallelSize == 0",
             "engine.tensorParallelSize must divide resources.gpus",
         ),
+        (
+            "!self.ingress.enabled || self.ingress.path == '/' || self.router.enabled",
+            "an ingress.path other than / needs the router (it serves the prefix)",
+        ),
     )
 
     model: ModelSpec = section(ModelSpec)
@@ -266,6 +271,13 @@ class LLMDeploymentSpec(SpecModel):
             raise ValueError(
                 f"engine.tensorParallelSize ({tp_size}) must divide resources.gpus ({gpus})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _path_prefix_needs_the_router(self) -> "LLMDeploymentSpec":
+        # NOTE: the router strips the prefix (--root-path); the engines serve / only.
+        if self.ingress.enabled and self.ingress.path != "/" and not self.router.enabled:
+            raise ValueError("an ingress.path other than / needs the router (it serves the prefix)")
         return self
 
     @model_validator(mode="after")

@@ -18,7 +18,8 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         verbs={"list", "watch", "get", "patch", "create", "delete", "update"},
     ),
     "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
-        kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch", "get"},
+        kind="CustomResourceDefinition", namespaced=False,
+        verbs={"list", "watch", "get", "create", "patch"},
     ),
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list", "watch", "get"}),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create"}),

@@ -159,3 +159,79 @@ def test_config_change_rolls_the_engine_pods() -> None:
 def test_drop_empty_keeps_selector_like_empty_objects() -> None:
     obj = {"a": {}, "b": [], "c": None, "namespaceSelector": {}, "d": {"emptyDir": {}, "e": []}}
     assert drop_empty(obj) == {"namespaceSelector": {}, "d": {"emptyDir": {}}}
+
+
+def test_an_ingress_path_is_served_by_the_router_and_advertised() -> None:
+    ctx = make_context({"ingress": {"enabled": True, "host": "llm.example.com", "path": "/llm/"}})
+    children = build_children(ctx)
+    args = find(children, "Deployment", "chat-router")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert args[args.index("--root-path") + 1] == "/llm"
+    assert (
+        find(children, "Ingress", "chat")["spec"]["rules"][0]["http"]["paths"][0]["path"] == "/llm/"
+    )
+    assert ctx.endpoint() == "http://llm.example.com/llm"
+    root = find(
+        build_children(make_context({"ingress": {"enabled": True}})), "Deployment", "chat-router"
+    )
+    assert "--root-path" not in root["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_two_router_replicas_get_a_pdb_and_spread_over_nodes() -> None:
+    children = build_children(make_context({"router": {"replicas": 2}}))
+    pdb = find(children, "PodDisruptionBudget", "chat-router")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "router"
+    pod = find(children, "Deployment", "chat-router")["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"] == pdb["spec"]["selector"]
+    for child in children:
+        validate_kubernetes(child)
+
+
+def test_one_router_replica_gets_neither_and_a_scale_down_prunes_the_pdb() -> None:
+    from llm_operator.builders import child_refs
+
+    ctx = make_context({"router": {"replicas": 1}})
+    children = build_children(ctx)
+    assert not [
+        c
+        for c in children
+        if c["metadata"]["name"] == "chat-router" and c["kind"] == "PodDisruptionBudget"
+    ]
+    assert "affinity" not in find(children, "Deployment", "chat-router")["spec"]["template"]["spec"]
+    assert ("PodDisruptionBudget", "chat-router", False) in child_refs(ctx)
+
+
+def test_engine_network_policy_admits_scrapers_from_the_named_namespaces_only() -> None:
+    settings = OperatorSettings(scraper_namespaces=("monitoring", "pagedock-system"))
+    ctx = BuildContext("chat", "team-a", LLMDeploymentSpec(), settings)
+    policy = find(build_children(ctx), "NetworkPolicy", "chat-engine")
+    (rule,) = policy["spec"]["ingress"]
+    router, scrapers = rule["from"]
+    assert router == {"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "pagedock", "app.kubernetes.io/instance": "chat",
+        "app.kubernetes.io/component": "router",
+    }}}  # fmt: skip
+    assert scrapers == {"namespaceSelector": {"matchExpressions": [{
+        "key": "kubernetes.io/metadata.name", "operator": "In",
+        "values": ["monitoring", "pagedock-system"],
+    }]}}  # fmt: skip
+    validate_kubernetes(policy)
+    none = BuildContext(
+        "chat", "team-a", LLMDeploymentSpec(), OperatorSettings(scraper_namespaces=())
+    )
+    assert (
+        len(
+            find(build_children(none), "NetworkPolicy", "chat-engine")["spec"]["ingress"][0]["from"]
+        )
+        == 1
+    )
+
+
+def test_scraper_namespaces_come_from_the_environment() -> None:
+    env = {"PAGEDOCK_OPERATOR_SCRAPER_NAMESPACES": "pagedock-system,monitoring"}
+    assert OperatorSettings.from_env(env).scraper_namespaces == ("pagedock-system", "monitoring")
+    assert OperatorSettings().scraper_namespaces == ("monitoring",)

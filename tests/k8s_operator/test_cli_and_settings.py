@@ -46,3 +46,12 @@ def test_settings_come_from_the_environment() -> None:
     assert (settings.engine_image, settings.log_level) == ("e:1", "DEBUG")
     assert (settings.scrape_metrics, settings.resync_seconds) == (False, 15.0)
     assert OperatorSettings.from_env({}) == OperatorSettings()
+
+
+@pytest.mark.parametrize("namespace", ["team-*", "!kube-system", "Team_A"])
+def test_run_refuses_namespace_globs_it_cannot_serve(
+    namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "-n", "team-a", "-n", namespace]) == 2
+    assert f"not a namespace name: {namespace}" in capsys.readouterr().err
+    assert "exact names: no globs" in " ".join(build_parser().format_help().split())

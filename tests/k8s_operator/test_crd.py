@@ -87,6 +87,10 @@ CEL_ONLY_SPECS = {
     "tls without host": {"ingress": {"enabled": True, "tlsSecretName": "tls"}},
     "autoscaling range": {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
     "budget below seqs": {"engine": {"maxNumSeqs": 512, "maxNumBatchedTokens": 256}},
+    "path prefix without router": {
+        "ingress": {"enabled": True, "path": "/llm"},
+        "router": {"enabled": False},
+    },
 }
 
 
@@ -133,4 +137,4 @@ def test_cel_rules_are_in_the_schema() -> None:
         for rule in node.get("x-kubernetes-validations", [])
     ]
     assert any("tensorParallelSize" in rule for rule in rules)
-    assert len(rules) == 5
+    assert len(rules) == 6

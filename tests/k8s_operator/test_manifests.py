@@ -88,3 +88,49 @@ def test_values_schema_rejects_bad_values() -> None:
         for bad in ({"replicaCount": 0}, {"logLevel": "LOUD"}, {"unknownKey": 1}):
             with pytest.raises(helm.HelmValuesError):
                 chart.validate_schema(bad)
+
+
+def granted(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+        for rule in rules
+    )
+
+
+@pytest.mark.parametrize("name", ["defaults", "namespaced"])
+def test_rbac_grants_what_the_api_server_checks(name: str) -> None:
+    from llm_operator.resources import KINDS
+
+    roles = [d for d in render(VALUE_SETS[name]) if d["kind"] in {"ClusterRole", "Role"}]
+    needed = [
+        (kind.api_version.rpartition("/")[0], kind.plural, verb)
+        for kind in KINDS.values()
+        for verb in ("get", "create", "patch", "delete")
+    ]
+    needed += [
+        (g, p, v) for g, p in (("apps", "deployments"), ("", "services")) for v in ("list", "watch")
+    ]
+    needed += [
+        ("pagedock.dev", "llmdeployments", "list"),
+        ("pagedock.dev", "llmdeployments", "watch"),
+        ("pagedock.dev", "llmdeployments/status", "patch"),
+        ("pagedock.dev", "llmdeployments/finalizers", "update"),  # blockOwnerDeletion
+        ("", "events", "create"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+    ]
+    for role in roles:
+        missing = [item for item in needed if not granted(role["rules"], *item)]
+        assert not missing, (role["kind"], missing)
+
+
+def test_the_operators_own_namespace_is_always_a_scraper_namespace() -> None:
+    for values, expected in (({}, "pagedock-system,monitoring"), (
+        {"metrics": {"scraperNamespaces": ["prom", "pagedock-system"]}}, "pagedock-system,prom"
+    )):  # fmt: skip
+        deployment = next(d for d in render(values) if d["kind"] == "Deployment")
+        env = {
+            e["name"]: e.get("value")
+            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["PAGEDOCK_OPERATOR_SCRAPER_NAMESPACES"] == expected

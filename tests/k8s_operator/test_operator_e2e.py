@@ -5,6 +5,8 @@ import asyncio
 import aiohttp
 import pytest
 from kopf.testing import KopfRunner
+from llm_operator.handlers import make_registry
+from llm_operator.settings import OperatorSettings
 
 from tests.k8s_operator.conftest import eventually
 from tests.k8s_operator.emulator import Emulator
@@ -207,17 +209,58 @@ async def test_scale_subresource_drives_the_engine_replicas(
     )
 
 
-async def test_deletion_cleans_up_and_releases_the_finalizer(
+async def test_no_finalizer_is_added_so_deletion_needs_no_operator(
     operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
 ) -> None:
-    owner = await create_and_wait(cluster, api)
-    await eventually(
-        lambda: (
-            "pagedock.dev/finalizer"
-            in (live(cluster, LLMD, "chat") or {})["metadata"].get("finalizers", [])
-        )
-    )
-    assert owner
+    await create_and_wait(cluster, api)
+    await asyncio.sleep(1.5)  # a resync pass and the child events
+    assert not (live(cluster, LLMD, "chat") or {})["metadata"].get("finalizers")
     await send(api, "DELETE", f"{LLMD_COLLECTION}/chat")
-    await eventually(lambda: live(cluster, LLMD, "chat") is None)
-    assert live(cluster, DEPLOYMENTS, "chat-engine") is None
+    assert live(cluster, LLMD, "chat") is None  # at once: owner references collect the children
+
+
+async def test_a_finalizer_left_by_an_older_version_is_removed(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    old = make_llmd()
+    old["metadata"]["finalizers"] = ["pagedock.dev/finalizer"]
+    await send(api, "POST", LLMD_COLLECTION, old)
+    await eventually(lambda: not (live(cluster, LLMD, "chat") or {})["metadata"].get("finalizers"))
+    await send(api, "DELETE", f"{LLMD_COLLECTION}/chat")
+    assert live(cluster, LLMD, "chat") is None
+
+
+async def test_a_deletion_stuck_on_the_old_finalizer_finishes_when_the_operator_starts(
+    cluster: Emulator, api: aiohttp.ClientSession, operator_settings: OperatorSettings
+) -> None:
+    old = make_llmd()
+    old["metadata"]["finalizers"] = ["pagedock.dev/finalizer"]
+    await send(api, "POST", LLMD_COLLECTION, old)
+    await send(api, "DELETE", f"{LLMD_COLLECTION}/chat")
+    assert (live(cluster, LLMD, "chat") or {})["metadata"]["deletionTimestamp"]
+    runner = KopfRunner(["run", "-A", "--standalone"], registry=make_registry(operator_settings))
+    runner.__enter__()
+    try:
+        await eventually(lambda: live(cluster, LLMD, "chat") is None)
+    finally:
+        await asyncio.to_thread(runner.__exit__, None, None, None)
+
+
+async def test_resync_restores_a_child_that_no_watch_sees(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    await create_and_wait(cluster, api)
+    await send(api, "DELETE", "/api/v1/namespaces/team-a/configmaps/chat-engine")
+    assert live(cluster, "v1/configmaps", "chat-engine") is None
+    await eventually(lambda: live(cluster, "v1/configmaps", "chat-engine"), timeout=5)
+
+
+async def test_child_watches_are_filtered_by_label_on_the_server(
+    operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
+) -> None:
+    await create_and_wait(cluster, api)
+    for path in ("/apis/apps/v1/deployments", "/api/v1/services"):
+        requests = list(cluster[f"get {path}"])
+        assert requests, path
+        selectors = {request.params.get("labelSelector") for request in requests}
+        assert selectors == {"app.kubernetes.io/managed-by=pagedock-operator"}, path

@@ -35,6 +35,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [pagedock.dev]
   resources: [llmdeployments/status]
   verbs: [get, patch]
+# ownerReferences with blockOwnerDeletion: true need update on the owner's finalizers subresource
+# (the OwnerReferencesPermissionEnforcement admission plugin; no finalizer is ever written).
+- apiGroups: [pagedock.dev]
+  resources: [llmdeployments/finalizers]
+  verbs: [update]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]

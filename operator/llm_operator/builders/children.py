@@ -17,7 +17,7 @@ from llm_operator.builders.router import (
     build_router_service,
     build_router_service_account,
 )
-from llm_operator.builders.scaling import build_engine_pdb, build_hpa
+from llm_operator.builders.scaling import build_engine_pdb, build_hpa, build_router_pdb
 
 Builder = Callable[[BuildContext], Obj]
 ROUTER_BUILDERS: tuple[Builder, ...] = (
@@ -58,6 +58,7 @@ def child_refs(ctx: BuildContext) -> list[tuple[str, str, bool]]:
 def _optional_builders(ctx: BuildContext) -> list[tuple[Builder, bool]]:
     spec = ctx.spec
     optional: list[tuple[Builder, bool]] = [(b, spec.router.enabled) for b in ROUTER_BUILDERS]
+    optional.append((build_router_pdb, spec.router.enabled and spec.router.replicas >= 2))
     optional.append((build_ingress, spec.ingress.enabled))
     optional.append((build_hpa, spec.autoscaling.enabled))
     return optional

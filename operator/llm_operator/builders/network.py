@@ -4,17 +4,19 @@ from llm_operator.builders.common import Obj, metadata
 from llm_operator.builders.context import BuildContext
 from llm_operator.names import ENGINE_PORT, ROUTER_PORT, engine_name, router_name, selector_labels
 
-# Who may scrape the engines' /metrics: Prometheus (any namespace) and the pagedock operator.
-METRICS_SCRAPERS: list[Obj] = [
-    {
-        "namespaceSelector": {},
-        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
-    },
-    {
-        "namespaceSelector": {},
-        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "pagedock-operator"}},
-    },
-]
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server
+
+
+def metrics_scrapers(namespaces: tuple[str, ...]) -> list[Obj]:
+    """Every pod in these namespaces (Prometheus's, the operator's) may scrape the engines.
+
+    NOTE: by namespace, not by pod label: anyone who can create a pod can give it a label such
+    as app.kubernetes.io/name=prometheus, and port 8000 serves the API as well as /metrics.
+    """
+    if not namespaces:
+        return []
+    names = {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": sorted(set(namespaces))}
+    return [{"namespaceSelector": {"matchExpressions": [names]}}]
 
 
 def build_ingress(ctx: BuildContext) -> Obj:
@@ -41,7 +43,7 @@ def build_ingress(ctx: BuildContext) -> Obj:
 
 
 def build_engine_network_policy(ctx: BuildContext) -> Obj:
-    """Engines accept traffic from the router and the metrics scrapers only.
+    """Engines accept traffic from the router and the metrics scrapers' namespaces only.
 
     Without the router, the engines are the endpoint themselves: the ingress controller and
     in-cluster clients must reach them, so the policy then admits any pod on the engine port.
@@ -49,7 +51,8 @@ def build_engine_network_policy(ctx: BuildContext) -> Obj:
     port = [{"port": ENGINE_PORT, "protocol": "TCP"}]
     if ctx.spec.router.enabled:
         router_pods = {"podSelector": {"matchLabels": selector_labels(ctx.name, "router")}}
-        rules = [{"from": [router_pods, *METRICS_SCRAPERS], "ports": port}]
+        scrapers = metrics_scrapers(ctx.settings.scraper_namespaces)
+        rules = [{"from": [router_pods, *scrapers], "ports": port}]
     else:
         rules = [{"ports": port}]
     return {

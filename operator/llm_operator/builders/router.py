@@ -21,7 +21,7 @@ DEFAULT_RESOURCES: Obj = {"requests": {"cpu": "250m", "memory": "512Mi"}}
 
 
 def router_args(ctx: BuildContext) -> list[str]:
-    return [
+    args = [
         "route",
         "--discovery", "k8s",
         "--service", engine_name(ctx.name),
@@ -32,6 +32,11 @@ def router_args(ctx: BuildContext) -> list[str]:
         "--host", "0.0.0.0",
         "--port", str(ROUTER_PORT),
     ]  # fmt: skip
+    ingress = ctx.spec.ingress
+    if ingress.enabled and ingress.path.rstrip("/"):
+        # The router serves the Ingress path itself: no controller-specific rewrite annotation.
+        args += ["--root-path", ingress.path.rstrip("/")]
+    return args
 
 
 def build_router_deployment(ctx: BuildContext) -> Obj:
@@ -42,6 +47,7 @@ def build_router_deployment(ctx: BuildContext) -> Obj:
         "securityContext": pod_security_context(),
         "terminationGracePeriodSeconds": ctx.spec.drain_timeout_seconds + 10,
         "containers": [_router_container(ctx)],
+        "affinity": _spread_over_nodes(ctx),
         "volumes": writable_volumes(ctx) + ctx.model_source.volumes(),
         "imagePullSecrets": image_pull_secrets(ctx),
     }
@@ -66,6 +72,18 @@ def build_router_deployment(ctx: BuildContext) -> Obj:
             },
         },
     }
+
+
+def _spread_over_nodes(ctx: BuildContext) -> Obj | None:
+    """2+ replicas prefer different nodes, so one node going down leaves a router serving."""
+    if ctx.spec.router.replicas < 2:
+        return None
+    term = {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector_labels(ctx.name, COMPONENT)},
+    }
+    preferred = [{"weight": 100, "podAffinityTerm": term}]
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
 
 
 def _router_container(ctx: BuildContext) -> Obj:

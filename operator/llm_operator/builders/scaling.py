@@ -1,9 +1,9 @@
-"""Availability and scale: the engines' PodDisruptionBudget and the HorizontalPodAutoscaler."""
+"""Availability and scale: the PodDisruptionBudgets and the HorizontalPodAutoscaler."""
 
 from llm_operator import API_VERSION, KIND
 from llm_operator.builders.common import Obj, metadata
 from llm_operator.builders.context import BuildContext
-from llm_operator.names import engine_name, selector_labels
+from llm_operator.names import engine_name, router_name, selector_labels
 
 
 def build_engine_pdb(ctx: BuildContext) -> Obj:
@@ -15,6 +15,20 @@ def build_engine_pdb(ctx: BuildContext) -> Obj:
         "spec": {
             "maxUnavailable": 1,
             "selector": {"matchLabels": selector_labels(ctx.name, "engine")},
+        },
+    }
+
+
+def build_router_pdb(ctx: BuildContext) -> Obj:
+    """With 2+ router replicas, a node drain keeps one serving (built only then: with one
+    replica, `maxUnavailable: 1` would allow it anyway, and `0` would block drains)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(ctx, router_name(ctx.name), "router"),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(ctx.name, "router")},
         },
     }
 
