@@ -3,7 +3,7 @@
 Triggers (level-based; any of them leads to the same full reconcile):
   create / update / resume of an LLMDeployment   the spec changed or the operator restarted
   a timer every `resync_seconds`                 drift repair, metrics into status
-  an event on a child Deployment or Service      a child became ready, was edited or deleted
+  an event on a child Deployment, Service, Job   a child became ready, was edited or deleted
 A registry is built per run (not at import) so tests can start several operators in one process.
 """
 
@@ -23,7 +23,11 @@ from llm_operator.settings import OperatorSettings
 
 PREFIX = "pagedock.dev"
 CHILD_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
-WATCHED_CHILDREN = (("apps", "v1", "deployments"), ("", "v1", "services"))
+WATCHED_CHILDREN = (
+    ("apps", "v1", "deployments"),
+    ("", "v1", "services"),
+    ("batch", "v1", "jobs"),  # a model download finished: start the engines
+)
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

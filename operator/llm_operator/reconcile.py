@@ -6,6 +6,7 @@ differs, so a pass over an unchanged, healthy deployment sends no writes at all.
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any, cast
@@ -18,6 +19,13 @@ from llm_operator.conditions import Condition, merge_conditions
 from llm_operator.diff import is_subset, merge_patch, with_last_applied
 from llm_operator.kube import KubeClient
 from llm_operator.metrics import FleetStats
+from llm_operator.model_delivery import (
+    ModelDelivery,
+    delete_download_jobs,
+    deliver_model,
+    held_back,
+    with_delivery,
+)
 from llm_operator.names import (
     MAX_NAME_LENGTH,
     engine_name,
@@ -78,22 +86,31 @@ class Reconciler:
                 await self._reject(body, str(error))
                 return
             ctx = BuildContext(meta["name"], meta["namespace"], spec, self.settings)
-            live = await self._apply_children(body, ctx)
+            delivery = await deliver_model(self.kube, body, ctx, functools.partial(emit, body))
+            ctx = dataclasses.replace(ctx, claim_shared=delivery.claim_shared)
+            live = await self._apply_children(body, ctx, held_back(ctx, delivery))
             await self._prune(body, ctx)
-            await self._write_status(body, ctx, live, stats)
+            await self._write_status(body, ctx, live, stats, delivery)
 
-    async def _apply_children(self, body: Mapping[str, Any], ctx: BuildContext) -> dict[str, Obj]:
+    async def _apply_children(
+        self, body: Mapping[str, Any], ctx: BuildContext, held: frozenset[str]
+    ) -> dict[str, Obj]:
         children = build_children(ctx)
         kopf.adopt(children, owner=dict(body))  # type: ignore[arg-type]
-        applied = await asyncio.gather(*(self._apply(body, child) for child in children))
-        return {f"{obj['kind']}/{obj['metadata']['name']}": obj for obj in applied}
+        applied = await asyncio.gather(
+            *(self._apply(body, child, _key(child) in held) for child in children)
+        )
+        return {_key(obj): obj for obj in applied if obj is not None}
 
-    async def _apply(self, body: Mapping[str, Any], child: Obj) -> Obj:
-        """Create the child, or patch it when a field we own differs; otherwise leave it alone."""
+    async def _apply(self, body: Mapping[str, Any], child: Obj, hold: bool = False) -> Obj | None:
+        """Create the child, or patch it when a field we own differs; otherwise leave it alone.
+        A held child (waiting for the model download) is only read, never created or patched."""
         desired = with_last_applied(child)
         kind, name = kind_of(child), child["metadata"]["name"]
         path = kind.object_path(child["metadata"]["namespace"], name)
         live = await self.kube.get(path)
+        if hold:
+            return live
         if live is None:
             created = await self.kube.create(
                 kind.collection_path(child["metadata"]["namespace"]), desired
@@ -136,6 +153,7 @@ class Reconciler:
         )
         refs = {(child["kind"], child["metadata"]["name"]) for child in build_children(ctx)}
         await asyncio.gather(*(self._delete_owned(body, kind, name) for kind, name in refs))
+        await delete_download_jobs(self.kube, body, keep=None)
 
     async def _write_status(
         self,
@@ -143,6 +161,7 @@ class Reconciler:
         ctx: BuildContext,
         live: dict[str, Obj],
         stats: FleetStats | None,
+        delivery: ModelDelivery,
     ) -> None:
         generation = body["metadata"].get("generation")
         state = ChildrenState(
@@ -163,6 +182,7 @@ class Reconciler:
             **_stats_fields(stats),
         }
         conditions = build_conditions(state, ctx.spec.model.source, generation)
+        conditions = with_delivery(conditions, delivery, generation)
         await self._patch_status(body, status, conditions)
 
     async def _reject(self, body: Mapping[str, Any], message: str) -> None:
@@ -194,6 +214,10 @@ def emit(body: Mapping[str, Any], reason: str, message: str, type_: str = "Norma
         kopf.event(cast(kopf.Body, body), type=type_, reason=reason, message=message)
     except LookupError:  # outside a running operator (benchmarks, scripts): log only
         logger.info("%s: %s", reason, message)
+
+
+def _key(child: Obj) -> str:
+    return f"{child['kind']}/{child['metadata']['name']}"
 
 
 def is_owned_by(child: Obj, owner: Mapping[str, Any]) -> bool:
