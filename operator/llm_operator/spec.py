@@ -70,8 +70,8 @@ class ModelSpec(SpecModel):
     """A PersistentVolumeClaim (ReadWriteMany for engines on several nodes) that one Job fills with
     an hf:// model before the engines mount it read-only; unset, every pod downloads the model."""
     cache_size: Quantity = "20Gi"
-    """Size of each engine pod's emptyDir model cache when no cacheVolumeClaim holds the model
-    (requested and limited as ephemeral-storage, with 1Gi for /tmp)."""
+    """Size of each engine pod's emptyDir cache for an hf:// source without cacheVolumeClaim
+    (requested and limited as ephemeral-storage, with 1Gi for /tmp; 2Gi for other sources)."""
 
 
 class EngineSpec(SpecModel):

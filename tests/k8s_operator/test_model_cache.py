@@ -66,11 +66,12 @@ def test_router_mounts_the_claim_only_when_it_is_shared(shared: bool) -> None:
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in container["env"]  # fmt: skip
 
 
-def test_a_claim_with_a_non_hub_source_downloads_nothing_once() -> None:
+def test_a_non_hub_source_downloads_nothing_and_asks_little_storage() -> None:
     spec = {"model": {"source": "smollm2-135m-instruct", "cacheVolumeClaim": "hf-cache"}}
     pod = pod_of(make_context(spec), "chat-engine")
     assert "model-cache" not in str(pod["volumes"])
     assert OFFLINE not in pod["containers"][0]["env"]
+    assert pod["containers"][0]["resources"]["requests"]["ephemeral-storage"] == "3072Mi"
 
 
 def test_download_job_fills_the_claim_with_the_engine_image_and_hardening() -> None:

@@ -6,10 +6,11 @@ hf:// source with model.cacheVolumeClaim: the model is downloaded once per revis
                              only after the Job succeeded (llm_operator/model_delivery.py)
     router pods              the same when the claim is ReadWriteMany/ReadOnlyMany; with a
                              ReadWriteOnce claim, their own emptyDir and the tokenizer from the Hub
-any other source, or no claim: one download per pod
-    engine pods              an emptyDir of model.cacheSize at /cache, requested as ephemeral-storage
+hf:// source without a claim: one download per pod
+    engine pods              an emptyDir of model.cacheSize at /cache
     router pods              a small emptyDir (tokenizer files)
-Every pod also has a writable /tmp and /cache (Triton and torch kernels): the root is read-only.
+Every pod has a writable /tmp and /cache (Triton and torch kernels) as emptyDirs, requested as
+ephemeral-storage by the engines and the Job: the root filesystem is read-only.
 """
 
 import hashlib
@@ -30,7 +31,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CACHE_MOUNT = "/cache"
 HF_HOME = f"{CACHE_MOUNT}/huggingface"
 KERNEL_CACHE_SIZE = "2Gi"
-"""The emptyDir at /cache when the model itself is on the claim (or, for routers, tokenizer only)."""
+"""The emptyDir at /cache when no hf:// model is downloaded into it (routers: tokenizer only)."""
 TMP_SIZE = "1Gi"
 DOWNLOAD_BACKOFF_LIMIT = 3
 DOWNLOAD_RESOURCES: Obj = {
@@ -164,9 +165,14 @@ def gpu_node_tolerations(ctx: BuildContext) -> list[Obj]:
 
 
 def _cache_size(ctx: BuildContext, component: str) -> int | str:
-    if component == "engine" and not reads_claim(ctx, component):
-        return ctx.spec.model.cache_size
-    return KERNEL_CACHE_SIZE
+    """model.cacheSize where an engine downloads an hf:// model itself; else room for kernels
+    (and a built-in model, ~100 MB, when the image lacks it)."""
+    downloads_itself = ctx.spec.model.source.startswith("hf://") and not reads_claim(ctx, component)
+    return (
+        ctx.spec.model.cache_size
+        if component == "engine" and downloads_itself
+        else KERNEL_CACHE_SIZE
+    )
 
 
 def _bytes(quantity: int | str) -> int:
