@@ -9,7 +9,15 @@ from kopf.testing import KopfRunner
 
 from tests.k8s_operator.conftest import eventually
 from tests.k8s_operator.emulator import Emulator
-from tests.k8s_operator.helpers import LLMD, LLMD_COLLECTION, condition, live, make_llmd, send
+from tests.k8s_operator.helpers import (
+    LLMD,
+    LLMD_COLLECTION,
+    condition,
+    live,
+    make_llmd,
+    num_writes,
+    send,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -68,6 +76,11 @@ async def test_engines_start_only_after_the_download_job_succeeded(
         assert {"name": "HF_HUB_OFFLINE", "value": "1"} in container["env"]
         assert {"name": "model-cache", "mountPath": "/cache/huggingface", "readOnly": True} in container["volumeMounts"]  # fmt: skip
     await eventually(lambda: model_reason(cluster) == "ModelLoading")
+    await asyncio.sleep(1.5)  # settle, then resync passes write nothing (the Job is not re-made)
+    before = num_writes(cluster)
+    await asyncio.sleep(2.5)
+    assert num_writes(cluster) == before
+    assert download_jobs(cluster) == [job_name]
 
 
 async def test_a_new_revision_downloads_again_while_the_old_engines_keep_serving(
