@@ -60,12 +60,18 @@ async def deliver_model(
     await delete_download_jobs(kube, body, keep=current)
     if current is None:
         return ModelDelivery("NotNeeded")
-    claim_shared = await _claim_is_shared(kube, ctx)
+    modes = await _claim_access_modes(kube, ctx)
+    claim_shared = bool(SHARED_ACCESS_MODES.intersection(modes or ()))
     job = await kube.get(JOB.object_path(ctx.namespace, current))
     if job is None:
         job = await _create_job(kube, body, dataclasses.replace(ctx, claim_shared=claim_shared))
-        _announce(ctx, claim_shared, current, emit)
-    return _delivery_of(job, ctx, claim_shared)
+        _announce(ctx, modes, current, emit)
+    delivery = _delivery_of(job, ctx, claim_shared)
+    if modes is None and delivery.phase == "Downloading":
+        claim = ctx.spec.model.cache_volume_claim
+        message = f"{delivery.message}; it waits for claim {claim}, which was not found"
+        return dataclasses.replace(delivery, message=message)
+    return delivery
 
 
 def held_back(ctx: BuildContext, delivery: ModelDelivery) -> frozenset[str]:
@@ -102,17 +108,16 @@ async def delete_download_jobs(kube: KubeClient, body: Mapping[str, Any], keep: 
             await kube.delete(JOB.object_path(namespace, meta["name"]))
 
 
-async def _claim_is_shared(kube: KubeClient, ctx: BuildContext) -> bool:
-    """ReadWriteMany/ReadOnlyMany; False for ReadWriteOnce, a missing claim or no RBAC to read it."""
+async def _claim_access_modes(kube: KubeClient, ctx: BuildContext) -> list[str] | None:
+    """The claim's spec.accessModes; None when it is missing or may not be read (no RBAC)."""
     path = CLAIM.object_path(ctx.namespace, ctx.spec.model.cache_volume_claim or "")
     try:
         claim = await kube.get(path)
     except KubeError as error:
         if error.status != 403:
             raise
-        return False
-    modes = (claim or {}).get("spec", {}).get("accessModes", [])
-    return bool(SHARED_ACCESS_MODES.intersection(modes))
+        return None
+    return None if claim is None else list(claim.get("spec", {}).get("accessModes", []))
 
 
 async def _create_job(kube: KubeClient, body: Mapping[str, Any], ctx: BuildContext) -> Obj:
@@ -121,15 +126,18 @@ async def _create_job(kube: KubeClient, body: Mapping[str, Any], ctx: BuildConte
     return await kube.create(JOB.collection_path(ctx.namespace), job) or job
 
 
-def _announce(ctx: BuildContext, claim_shared: bool, job_name: str, emit: EmitFn) -> None:
+def _announce(ctx: BuildContext, modes: list[str] | None, job_name: str, emit: EmitFn) -> None:
     claim = ctx.spec.model.cache_volume_claim
     source = ctx.model_source.model_arg
     emit("Downloading", f"Job {job_name} downloads {source} into claim {claim}", "Normal")
-    if not claim_shared:
+    if modes is None:
+        emit("ClaimNotFound", f"claim {claim} was not found (or may not be read)", "Warning")
+    elif not SHARED_ACCESS_MODES.intersection(modes):
         emit(
             "ClaimNotShared",
-            f"claim {claim} is not ReadWriteMany: engine pods on other nodes than the first "
-            "cannot mount it, and the router fetches the tokenizer itself",
+            f"claim {claim} is {', '.join(modes) or 'without accessModes'}, not ReadWriteMany: "
+            "engine pods on other nodes than the first cannot mount it, and the router fetches "
+            "the tokenizer itself",
             "Warning",
         )
 

@@ -113,11 +113,13 @@ async def test_a_new_revision_downloads_again_while_the_old_engines_keep_serving
     )
 
 
-async def test_a_failed_download_job_is_reported_on_model_ready(
+async def test_a_missing_claim_and_a_failed_job_are_reported_on_model_ready(
     operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
 ) -> None:
-    await send(api, "POST", LLMD_COLLECTION, make_llmd(model=HF_MODEL))
+    await send(api, "POST", LLMD_COLLECTION, make_llmd(model=HF_MODEL))  # and no claim
     [job_name] = await eventually(lambda: download_jobs(cluster))
+    model_ready = await eventually(lambda: condition(live(cluster, LLMD, "chat"), "ModelReady"))
+    assert "claim hf-cache, which was not found" in model_ready["message"]
     failed = {
         "type": "Failed",
         "status": "True",
