@@ -33,6 +33,11 @@ COMMANDS = {
         "engine",
         f"run the engine's OpenAI-compatible server (default model: {DEFAULT_MODEL})",
     ),
+    "download": Command(
+        "engine.loader.download",
+        "engine",
+        "fetch a model into the cache the engine reads, then exit (the operator's download Job)",
+    ),
     "route": Command(
         "router.cli", "router", "run the prefix-aware router in front of engine replicas"
     ),

@@ -27,6 +27,7 @@ TORCH_FREE_MODULES = (
     "engine.loader",
     "engine.loader.registry",
     "engine.loader.hub",
+    "engine.loader.download",
 )
 # What the router may take from the engine.
 ROUTER_MAY_IMPORT = (

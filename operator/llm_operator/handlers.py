@@ -3,7 +3,8 @@
 Triggers (level-based; any of them leads to the same full reconcile):
   create / update / resume of an LLMDeployment   the spec changed or the operator restarted
   a pass every `resync_seconds` (resync.py)      drift repair, metrics into status
-  an event on a child Deployment, Service or Pod a child became ready, failed, was edited or deleted
+  an event on a child Deployment, Service,     a child became ready, failed, was edited or
+  Pod or Job                                   deleted, or a model download finished
 No handler needs a finalizer, so deletion never waits for the operator: the garbage collector
 deletes the children through their owner references. kopf removes the finalizer that older
 versions put on objects (`pagedock.dev/finalizer`) when it first sees them.
@@ -33,7 +34,12 @@ CHILD_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
 CHILD_SELECTOR = ",".join(f"{key}={value}" for key, value in CHILD_LABELS.items())
 PEER_IDENTITY = "peer_identity"  # set in the memo by `pagedock operator run`, also given to kopf
 # Engine pods too: their failures (image pulls, crash loops, scheduling) go into status.
-WATCHED_CHILDREN = (("apps", "v1", "deployments"), ("", "v1", "services"), ("", "v1", "pods"))
+WATCHED_CHILDREN = (
+    ("apps", "v1", "deployments"),
+    ("", "v1", "services"),
+    ("", "v1", "pods"),
+    ("batch", "v1", "jobs"),  # a model download finished: start the engines
+)
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

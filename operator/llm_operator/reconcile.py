@@ -6,6 +6,7 @@ differs, so a pass over an unchanged, healthy deployment sends no writes at all.
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any, cast
@@ -18,6 +19,12 @@ from llm_operator.conditions import Condition, merge_conditions
 from llm_operator.diff import is_subset, merge_patch, with_last_applied
 from llm_operator.kube import KubeClient, KubeError
 from llm_operator.metrics import FleetStats
+from llm_operator.model_delivery import (
+    ModelDelivery,
+    deliver_model,
+    held_back,
+    with_delivery,
+)
 from llm_operator.names import (
     MAX_NAME_LENGTH,
     engine_name,
@@ -94,27 +101,34 @@ class Reconciler:
                 await self._reject(body, str(error))
                 return
             ctx = BuildContext(meta["name"], meta["namespace"], spec, self.settings)
+            delivery = await deliver_model(self.kube, body, ctx, functools.partial(emit, body))
+            ctx = dataclasses.replace(ctx, claim_shared=delivery.claim_shared)
             refusals: list[str] = []
-            live = await self._apply_children(body, ctx, refusals)
+            live = await self._apply_children(body, ctx, held_back(ctx, delivery), refusals)
             await self._prune(body, ctx)
-            await self._write_status(body, ctx, live, stats, sorted(refusals))
+            await self._write_status(body, ctx, live, stats, delivery, sorted(refusals))
 
     async def _apply_children(
-        self, body: Mapping[str, Any], ctx: BuildContext, refusals: list[str]
+        self, body: Mapping[str, Any], ctx: BuildContext, held: frozenset[str], refusals: list[str]
     ) -> dict[str, Obj]:
         children = build_children(ctx)
         kopf.adopt(children, owner=dict(body))  # type: ignore[arg-type]
-        applied = await asyncio.gather(*(self._apply(body, child, refusals) for child in children))
-        return {f"{obj['kind']}/{obj['metadata']['name']}": obj for obj in applied if obj}
+        applied = await asyncio.gather(
+            *(self._apply(body, child, _key(child) in held, refusals) for child in children)
+        )
+        return {_key(obj): obj for obj in applied if obj is not None}
 
-    async def _apply(self, body: Mapping[str, Any], child: Obj, refusals: list[str]) -> Obj | None:
+    async def _apply(
+        self, body: Mapping[str, Any], child: Obj, hold: bool, refusals: list[str]
+    ) -> Obj | None:
         """Create the child, or patch it when a field we own differs; otherwise leave it alone.
+        A held child (waiting for the model download) is only read, never created or patched.
         A refusal by the API server is added to `refusals`; the child stays as it is (or absent)."""
         desired = with_last_applied(child)
         kind, name = kind_of(child), child["metadata"]["name"]
         path = kind.object_path(child["metadata"]["namespace"], name)
         live = await self.kube.get(path)
-        if live is not None and is_subset(desired, live):
+        if hold or (live is not None and is_subset(desired, live)):
             return live
         try:
             return await self._write_child(body, kind, desired, live)
@@ -151,31 +165,13 @@ class Reconciler:
         await self.kube.delete(path)
         emit(body, reason="Deleted", message=f"deleted {kind_name} {name}")
 
-    async def delete_children(self, body: Mapping[str, Any]) -> None:
-        """Explicit cleanup on deletion (garbage collection would also do it, but later)."""
-        try:
-            spec = parse_spec(body)
-        except InvalidSpecError:
-            spec = LLMDeploymentSpec.model_validate({})
-        all_on = spec.model_copy(
-            update={
-                "router": spec.router.model_copy(update={"enabled": True}),
-                "ingress": spec.ingress.model_copy(update={"enabled": True}),
-                "autoscaling": spec.autoscaling.model_copy(update={"enabled": True}),
-            }
-        )
-        ctx = BuildContext(
-            body["metadata"]["name"], body["metadata"]["namespace"], all_on, self.settings
-        )
-        refs = {(child["kind"], child["metadata"]["name"]) for child in build_children(ctx)}
-        await asyncio.gather(*(self._delete_owned(body, kind, name) for kind, name in refs))
-
     async def _write_status(
         self,
         body: Mapping[str, Any],
         ctx: BuildContext,
         live: dict[str, Obj],
         stats: FleetStats | None,
+        delivery: ModelDelivery,
         refusals: list[str],
     ) -> None:
         generation = body["metadata"].get("generation")
@@ -191,6 +187,7 @@ class Reconciler:
             **_stats_fields(stats),
         }
         conditions = build_conditions(state, ctx.spec.model.source, generation)
+        conditions = with_delivery(conditions, delivery, generation)
         old = self._written.get((ctx.namespace, ctx.name), _conditions_of(body))
         await self._patch_status(body, status, conditions)
         for reason, message in transition_warnings(old, conditions):
@@ -255,6 +252,10 @@ def emit(body: Mapping[str, Any], reason: str, message: str, type_: str = "Norma
         kopf.event(cast(kopf.Body, body), type=type_, reason=reason, message=message)
     except LookupError:  # outside a running operator (benchmarks, scripts): log only
         logger.info("%s: %s", reason, message)
+
+
+def _key(child: Obj) -> str:
+    return f"{child['kind']}/{child['metadata']['name']}"
 
 
 def is_owned_by(child: Obj, owner: Mapping[str, Any]) -> bool:

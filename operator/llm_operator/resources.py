@@ -35,6 +35,8 @@ KINDS = {
         ResourceKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
         ResourceKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
         ResourceKind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"),
+        ResourceKind("batch/v1", "Job", "jobs"),
+        ResourceKind("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
     )
 }
 

@@ -1,13 +1,18 @@
 """Operator settings, read from the environment through pagedock's options convention:
-`PAGEDOCK_OPERATOR_<FIELD>`, except the default images (`PAGEDOCK_ENGINE_IMAGE`,
-`PAGEDOCK_ROUTER_IMAGE`) and the peering name (`PAGEDOCK_OPERATOR_PEERING`), the names the chart
-and manifests set. Booleans take 1/true/yes/on or 0/false/no/off; anything else is an error."""
+`PAGEDOCK_OPERATOR_<FIELD>`, except the images (`PAGEDOCK_IMAGE_REPOSITORY`, `PAGEDOCK_IMAGE_TAG`)
+and the peering name (`PAGEDOCK_OPERATOR_PEERING`), the names the chart and manifests set.
+Booleans take 1/true/yes/on or 0/false/no/off; anything else is an error.
+
+The default images are `<repository>/<target>:<tag>`, one per Dockerfile target: `engine-cpu` for
+LLMDeployments without GPUs, `engine-cuda` with GPUs, `router` (and `operator`, the chart's own).
+"""
 
 import dataclasses
 from collections.abc import Mapping
 
 from pagedock.options import from_env, option_meta
 
+DEFAULT_REPOSITORY = "ghcr.io/pagedock"
 DEFAULT_TAG = "0.1.0"
 ENV_PREFIX = "PAGEDOCK_OPERATOR_"
 
@@ -16,16 +21,14 @@ ENV_PREFIX = "PAGEDOCK_OPERATOR_"
 class OperatorSettings:
     namespaces: tuple[str, ...] = ()
     """Namespaces to watch (comma-separated); empty means the whole cluster."""
-    engine_image: str = dataclasses.field(
-        default=f"ghcr.io/pagedock/engine:{DEFAULT_TAG}",
-        metadata=option_meta(env="PAGEDOCK_ENGINE_IMAGE"),
+    image_repository: str = dataclasses.field(
+        default=DEFAULT_REPOSITORY, metadata=option_meta(env="PAGEDOCK_IMAGE_REPOSITORY")
     )
-    """Engine image for LLMDeployments that set no spec.image."""
-    router_image: str = dataclasses.field(
-        default=f"ghcr.io/pagedock/router:{DEFAULT_TAG}",
-        metadata=option_meta(env="PAGEDOCK_ROUTER_IMAGE"),
+    """Registry path of the pagedock images (engine-cpu, engine-cuda, router, operator)."""
+    image_tag: str = dataclasses.field(
+        default=DEFAULT_TAG, metadata=option_meta(env="PAGEDOCK_IMAGE_TAG")
     )
-    """Router image for LLMDeployments that set no spec.router.image."""
+    """Tag of the pagedock images."""
     log_level: str = "INFO"
     """DEBUG, INFO, WARNING or ERROR (any case)."""
     peering_name: str = dataclasses.field(
@@ -52,6 +55,10 @@ class OperatorSettings:
         """The settings the environment gives (os.environ when `environ` is None); OptionError
         (a ValueError naming the variable) when a value cannot be read."""
         return from_env(cls, ENV_PREFIX, environ)
+
+    def image(self, target: str) -> str:
+        """The default image of one Dockerfile target: engine-cpu, engine-cuda or router."""
+        return f"{self.image_repository.rstrip('/')}/{target}:{self.image_tag}"
 
     def with_overrides(self, **changes: object) -> "OperatorSettings":
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

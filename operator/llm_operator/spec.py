@@ -67,9 +67,11 @@ class ModelSpec(SpecModel):
     revision: str | None = None
     """The Hugging Face revision (branch, tag or commit) for hf:// sources (env HF_REVISION)."""
     cache_volume_claim: str | None = Field(None, pattern=rf"^{DNS_LABEL}$")
-    """A PersistentVolumeClaim for the download cache; an emptyDir of cacheSize when unset."""
+    """A PersistentVolumeClaim (ReadWriteMany for engines on several nodes) that one Job fills with
+    an hf:// model before the engines mount it read-only; unset, every pod downloads the model."""
     cache_size: Quantity = "20Gi"
-    """Size limit of the emptyDir cache (model downloads, Triton kernels)."""
+    """Size of each engine pod's emptyDir cache for an hf:// source without cacheVolumeClaim
+    (requested and limited as ephemeral-storage, with 1Gi for /tmp; 2Gi for other sources)."""
 
 
 class EngineSpec(SpecModel):

@@ -35,8 +35,8 @@ def cluster(kmock: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 @pytest.fixture()
 def operator_settings() -> OperatorSettings:
     return OperatorSettings(
-        engine_image="registry.test/engine:1",
-        router_image="registry.test/router:1",
+        image_repository="registry.test",
+        image_tag="1",
         resync_seconds=1.0,
         scrape_metrics=False,
         peering_name="",

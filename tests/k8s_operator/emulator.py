@@ -34,6 +34,13 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         kind="Pod", namespaced=True, subresources={"status"},
         verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
+    "batch/v1/jobs": kmock.ResourceInfo(
+        kind="Job", namespaced=True, subresources={"status"},
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
+    ),
+    "v1/persistentvolumeclaims": kmock.ResourceInfo(
+        kind="PersistentVolumeClaim", namespaced=True, verbs={"list", "watch", "get", "create"},
+    ),
 }  # fmt: skip
 _versions = itertools.count(1000)
 

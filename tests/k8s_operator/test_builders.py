@@ -130,17 +130,6 @@ def test_hf_revision_reaches_engine_and_router_in_the_model_argument() -> None:
     assert find(children, "ConfigMap", "chat-engine")["data"]["HF_REVISION"] == "main"
 
 
-def test_engine_and_router_download_into_the_cache_volume() -> None:
-    children = build_children(make_context(SPECS["gpu-everything"]))
-    for name in ("chat-engine", "chat-router"):
-        pod = find(children, "Deployment", name)["spec"]["template"]["spec"]
-        container = pod["containers"][0]
-        assert {"name": "HF_HOME", "value": "/cache/huggingface"} in container["env"]
-        assert {"name": "cache", "mountPath": "/cache"} in container["volumeMounts"]
-        cache = next(v for v in pod["volumes"] if v["name"] == "cache")
-        assert cache["persistentVolumeClaim"]["claimName"] == "hf-cache"
-
-
 def test_router_gets_the_hub_variables_of_spec_env_only() -> None:
     children = build_children(make_context(SPECS["gpu-everything"]))
     router = find(children, "Deployment", "chat-router")["spec"]["template"]["spec"]

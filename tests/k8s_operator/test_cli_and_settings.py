@@ -37,13 +37,17 @@ def test_run_arguments_parse_namespaces_or_all() -> None:
 def test_settings_come_from_the_environment() -> None:
     settings = OperatorSettings.from_env({
         "PAGEDOCK_OPERATOR_NAMESPACES": "a, b",
-        "PAGEDOCK_ENGINE_IMAGE": "e:1",
+        "PAGEDOCK_IMAGE_REPOSITORY": "registry.test/team/",
+        "PAGEDOCK_IMAGE_TAG": "1",
         "PAGEDOCK_OPERATOR_LOG_LEVEL": "debug",
         "PAGEDOCK_OPERATOR_SCRAPE_METRICS": "false",
         "PAGEDOCK_OPERATOR_RESYNC_SECONDS": "15",
     })  # fmt: skip
     assert settings.namespaces == ("a", "b")
-    assert (settings.engine_image, settings.log_level) == ("e:1", "DEBUG")
+    assert (settings.image("engine-cpu"), settings.log_level) == (
+        "registry.test/team/engine-cpu:1",
+        "DEBUG",
+    )
     assert (settings.scrape_metrics, settings.resync_seconds) == (False, 15.0)
     assert OperatorSettings.from_env({}) == OperatorSettings()
 

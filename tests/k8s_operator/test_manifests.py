@@ -105,10 +105,13 @@ def test_rbac_grants_what_the_api_server_checks(name: str) -> None:
     needed = [
         (kind.api_version.rpartition("/")[0], kind.plural, verb)
         for kind in KINDS.values()
+        if kind.kind != "PersistentVolumeClaim"  # read only: the user's model cache claim
         for verb in ("get", "create", "patch", "delete")
     ]
     needed += [
-        (g, p, v) for g, p in (("apps", "deployments"), ("", "services")) for v in ("list", "watch")
+        (g, p, v)
+        for g, p in (("apps", "deployments"), ("", "services"), ("batch", "jobs"))
+        for v in ("list", "watch")
     ]
     needed += [
         ("pagedock.dev", "llmdeployments", "list"),
@@ -118,6 +121,7 @@ def test_rbac_grants_what_the_api_server_checks(name: str) -> None:
         ("", "events", "create"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
+        ("", "persistentvolumeclaims", "get"),
     ]
     for role in roles:
         missing = [item for item in needed if not granted(role["rules"], *item)]

@@ -86,7 +86,7 @@ async def test_engine_pods_get_image_probes_gpus_and_hardening(
     await create_and_wait(cluster, api, **GPU_SPEC)
     pod = (live(cluster, DEPLOYMENTS, "chat-engine") or {})["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["image"] == "registry.test/engine:1"
+    assert container["image"] == "registry.test/engine-cuda:1"
     assert container["args"][:3] == ["serve", "--model", "smollm2-135m-instruct"]
     assert container["args"][container["args"].index("--dtype") + 1] == "bfloat16"
     assert "--tensor-parallel-size" not in container["args"]

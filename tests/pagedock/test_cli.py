@@ -14,11 +14,11 @@ from pagedock.cli import Command, main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_help_lists_the_three_commands(capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: pagedock <command>")
-    for command in ("serve", "route", "operator"):
+    for command in ("serve", "download", "route", "operator"):
         assert f"\n  {command} " in out
 
 
@@ -53,6 +53,7 @@ def test_commands_resolve_to_a_main_of_their_program() -> None:
     modules = {name: command.module for name, command in cli.COMMANDS.items()}
     assert modules == {
         "serve": "engine.server.cli",
+        "download": "engine.loader.download",
         "route": "router.cli",
         "operator": "llm_operator.cli",
     }

@@ -82,13 +82,16 @@ def test_operator_settings_refuse_a_junk_switch() -> None:
 
 def test_operator_settings_keep_the_chart_env_names() -> None:
     settings = OperatorSettings.from_env({
-        "PAGEDOCK_ENGINE_IMAGE": "e:2",
-        "PAGEDOCK_ROUTER_IMAGE": "r:2",
+        "PAGEDOCK_IMAGE_REPOSITORY": "r.test",
+        "PAGEDOCK_IMAGE_TAG": "2",
         "PAGEDOCK_OPERATOR_PEERING": "",
         "PAGEDOCK_OPERATOR_NAMESPACES": "a,b",
         "PAGEDOCK_OPERATOR_LIVENESS_PORT": "0",
     })  # fmt: skip
-    assert (settings.engine_image, settings.router_image) == ("e:2", "r:2")
+    assert (settings.image("engine-cuda"), settings.image("router")) == (
+        "r.test/engine-cuda:2",
+        "r.test/router:2",
+    )
     assert (settings.peering_name, settings.namespaces, settings.liveness_port) == ("", ("a", "b"), 0)  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""Pieces every workload builder shares: metadata, pod hardening, cache volumes, probes."""
+"""Pieces every workload builder shares: metadata, pod hardening, probes, Services."""
 
 from typing import Any
 
@@ -7,7 +7,6 @@ from llm_operator.names import child_labels, selector_labels
 
 Obj = dict[str, Any]
 RUN_AS_ID = 10001
-CACHE_MOUNT = "/cache"
 
 
 def metadata(ctx: BuildContext, name: str, component: str, **annotations: str) -> Obj:
@@ -22,12 +21,14 @@ def metadata(ctx: BuildContext, name: str, component: str, **annotations: str) -
 
 
 def pod_security_context() -> Obj:
-    """Non-root, RuntimeDefault seccomp; fsGroup so that mounted volumes are writable."""
+    """Non-root, RuntimeDefault seccomp; fsGroup so that mounted volumes are writable, changed
+    only when the volume's root differs (a large model claim is not walked on every start)."""
     return {
         "runAsNonRoot": True,
         "runAsUser": RUN_AS_ID,
         "runAsGroup": RUN_AS_ID,
         "fsGroup": RUN_AS_ID,
+        "fsGroupChangePolicy": "OnRootMismatch",
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 
@@ -40,33 +41,6 @@ def container_security_context() -> Obj:
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-
-
-def writable_volumes(ctx: BuildContext) -> list[Obj]:
-    """/tmp and the cache (downloads, Triton/torch kernels): the root filesystem is read-only."""
-    model = ctx.spec.model
-    cache: Obj
-    if model.cache_volume_claim:
-        cache = {"name": "cache", "persistentVolumeClaim": {"claimName": model.cache_volume_claim}}
-    else:
-        cache = {"name": "cache", "emptyDir": {"sizeLimit": model.cache_size}}
-    return [cache, {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]
-
-
-def writable_mounts() -> list[Obj]:
-    return [{"name": "cache", "mountPath": CACHE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}]
-
-
-def cache_env() -> list[Obj]:
-    """Point every library's cache into the writable cache volume."""
-    values = {
-        "HOME": "/tmp",
-        "HF_HOME": f"{CACHE_MOUNT}/huggingface",
-        "XDG_CACHE_HOME": CACHE_MOUNT,
-        "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
-        "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/torchinductor",
-    }
-    return [{"name": key, "value": value} for key, value in values.items()]
 
 
 def api_key_env(ctx: BuildContext, variable: str = "PAGEDOCK_API_KEY") -> list[Obj]:

@@ -14,6 +14,9 @@ class BuildContext:
     namespace: str
     spec: LLMDeploymentSpec
     settings: OperatorSettings
+    claim_shared: bool = False
+    """model.cacheVolumeClaim is ReadWriteMany or ReadOnlyMany (the reconciler reads the claim),
+    so router pods on any node may mount it beside the engines."""
 
     @property
     def model_source(self) -> ModelSource:
@@ -26,11 +29,13 @@ class BuildContext:
 
     @property
     def engine_image(self) -> str:
-        return self.spec.image or self.settings.engine_image
+        """spec.image, else the operator's engine-cuda image with GPUs and engine-cpu without."""
+        target = "engine-cuda" if self.spec.resources.gpus else "engine-cpu"
+        return self.spec.image or self.settings.image(target)
 
     @property
     def router_image(self) -> str:
-        return self.spec.router.image or self.settings.router_image
+        return self.spec.router.image or self.settings.image("router")
 
     @property
     def engine_service_host(self) -> str:

@@ -7,23 +7,27 @@ import math
 from llm_operator.builders.common import (
     Obj,
     api_key_env,
-    cache_env,
     container_security_context,
     http_probe,
     http_service,
     image_pull_secrets,
     metadata,
     pod_security_context,
-    writable_mounts,
-    writable_volumes,
 )
 from llm_operator.builders.context import BuildContext
 from llm_operator.builders.engine_args import engine_args
+from llm_operator.builders.model_cache import (
+    GPU_RESOURCE,
+    cache_env,
+    cache_mounts,
+    cache_volumes,
+    ephemeral_storage,
+    gpu_node_tolerations,
+)
 from llm_operator.names import CONFIG_HASH_ANNOTATION, ENGINE_PORT, engine_name, selector_labels
 
 COMPONENT = "engine"
 PRE_STOP_SLEEP_SECONDS = 5
-GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_REQUESTS = {"cpu": "1", "memory": "2Gi"}
 
 
@@ -105,7 +109,7 @@ def _pod_spec(ctx: BuildContext, config_map: Obj) -> Obj:
         "volumes": _volumes(ctx),
         "imagePullSecrets": image_pull_secrets(ctx),
         "nodeSelector": dict(spec.scheduling.node_selector),
-        "tolerations": _tolerations(ctx),
+        "tolerations": gpu_node_tolerations(ctx),
     }
     optional = {
         "affinity": spec.scheduling.affinity,
@@ -125,7 +129,7 @@ def _engine_container(ctx: BuildContext, config_map: Obj) -> Obj:
         "args": engine_args(ctx),
         "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
         "envFrom": [{"configMapRef": {"name": config_map["metadata"]["name"]}}],
-        "env": cache_env() + api_key_env(ctx) + list(ctx.spec.env),
+        "env": cache_env(ctx, COMPONENT) + api_key_env(ctx) + list(ctx.spec.env),
         "resources": _resources(ctx),
         "securityContext": container_security_context(),
         "volumeMounts": _volume_mounts(ctx),
@@ -144,19 +148,15 @@ def _engine_container(ctx: BuildContext, config_map: Obj) -> Obj:
 
 def _resources(ctx: BuildContext) -> Obj:
     resources = ctx.spec.resources
-    requests: Obj = {**DEFAULT_REQUESTS, **resources.requests}
-    limits: Obj = dict(resources.limits)
+    # NOTE: the emptyDirs count against the node's ephemeral storage; requested, the scheduler
+    # places the pod where the download fits instead of the kubelet evicting it half-way.
+    storage = {"ephemeral-storage": ephemeral_storage(ctx, COMPONENT)}
+    requests: Obj = {**DEFAULT_REQUESTS, **storage, **resources.requests}
+    limits: Obj = {**storage, **resources.limits}
     if resources.gpus:
         requests[GPU_RESOURCE] = resources.gpus
         limits[GPU_RESOURCE] = resources.gpus
-    return {"requests": requests, "limits": limits} if limits else {"requests": requests}
-
-
-def _tolerations(ctx: BuildContext) -> list[Obj]:
-    tolerations = list(ctx.spec.scheduling.tolerations)
-    if ctx.spec.resources.gpus:
-        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
-    return tolerations
+    return {"requests": requests, "limits": limits}
 
 
 def _volumes(ctx: BuildContext) -> list[Obj]:
@@ -164,9 +164,9 @@ def _volumes(ctx: BuildContext) -> list[Obj]:
         "name": "dshm",
         "emptyDir": {"medium": "Memory", "sizeLimit": ctx.spec.resources.shm_size},
     }
-    return [*writable_volumes(ctx), shm, *ctx.model_source.volumes()]
+    return [*cache_volumes(ctx, COMPONENT), shm, *ctx.model_source.volumes()]
 
 
 def _volume_mounts(ctx: BuildContext) -> list[Obj]:
     shm = {"name": "dshm", "mountPath": "/dev/shm"}
-    return [*writable_mounts(), shm, *ctx.model_source.volume_mounts()]
+    return [*cache_mounts(ctx, COMPONENT), shm, *ctx.model_source.volume_mounts()]

@@ -3,17 +3,15 @@
 from llm_operator.builders.common import (
     Obj,
     api_key_env,
-    cache_env,
     container_security_context,
     http_probe,
     http_service,
     image_pull_secrets,
     metadata,
     pod_security_context,
-    writable_mounts,
-    writable_volumes,
 )
 from llm_operator.builders.context import BuildContext
+from llm_operator.builders.model_cache import cache_env, cache_mounts, cache_volumes, hub_env
 from llm_operator.names import ROUTER_PORT, engine_name, router_name, selector_labels
 
 COMPONENT = "router"
@@ -48,7 +46,7 @@ def build_router_deployment(ctx: BuildContext) -> Obj:
         "terminationGracePeriodSeconds": ctx.spec.drain_timeout_seconds + 10,
         "containers": [_router_container(ctx)],
         "affinity": _spread_over_nodes(ctx),
-        "volumes": writable_volumes(ctx) + ctx.model_source.volumes(),
+        "volumes": cache_volumes(ctx, COMPONENT) + ctx.model_source.volumes(),
         "imagePullSecrets": image_pull_secrets(ctx),
     }
     return {
@@ -93,13 +91,13 @@ def _router_container(ctx: BuildContext) -> Obj:
         "imagePullPolicy": ctx.spec.image_pull_policy,
         "args": router_args(ctx),
         "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}],
-        "env": cache_env()
+        "env": cache_env(ctx, COMPONENT)
         + api_key_env(ctx)
         + api_key_env(ctx, "PAGEDOCK_REPLICA_API_KEY")
-        + _hub_env(ctx),
+        + hub_env(ctx),
         "resources": ctx.spec.router.resources or DEFAULT_RESOURCES,
         "securityContext": container_security_context(),
-        "volumeMounts": writable_mounts() + ctx.model_source.volume_mounts(),
+        "volumeMounts": cache_mounts(ctx, COMPONENT) + ctx.model_source.volume_mounts(),
         "startupProbe": http_probe("http", 5, 120, 3),
         "readinessProbe": http_probe("http", 5, 3, 3),
         "livenessProbe": http_probe("http", 20, 3, 5),
@@ -144,9 +142,3 @@ def build_router_role_binding(ctx: BuildContext) -> Obj:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ctx.namespace}],
     }
-
-
-def _hub_env(ctx: BuildContext) -> list[Obj]:
-    """The engine's HF_* variables (HF_TOKEN, HF_ENDPOINT, ...) from spec.env: the router fetches
-    an hf:// model's tokenizer the way the engines fetch the model (a gated repo needs the token)."""
-    return [var for var in ctx.spec.env if str(var.get("name", "")).startswith("HF_")]
