@@ -68,6 +68,10 @@ class RouterConfig:
     """Replicas tried per request before giving up (connect errors, failure before the first byte)."""
     connect_timeout_s: float = 2.0
     """Seconds to open a connection to a replica."""
+    stall_eject_s: float = 5.0
+    """Seconds a request may wait without a byte from a replica that has left the healthy set
+    (stopped, hung, partitioned) before it is taken from it: retried on another replica before
+    its first byte, ended with an error event after it (router/stall_watch.py)."""
     request_timeout_s: float = 600.0
     """Seconds a replica may take to answer (and between two streamed chunks)."""
     event_backoff_min_s: float = 0.05
@@ -110,7 +114,7 @@ class RouterConfig:
         _check(self.request_read_timeout_s > 0, f"request_read_timeout_s must be positive, got {self.request_read_timeout_s}")  # fmt: skip
         _check(self.max_attempts >= 1, f"max_attempts must be at least 1, got {self.max_attempts}")
         _check(self.block_size in BLOCK_SIZES, f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}")  # fmt: skip
-        for name in ("health_interval_s", "health_timeout_s", "connect_timeout_s", "request_timeout_s", "prefill_ms_per_token"):  # fmt: skip
+        for name in ("health_interval_s", "health_timeout_s", "connect_timeout_s", "request_timeout_s", "stall_eject_s", "prefill_ms_per_token"):  # fmt: skip
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
         _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")

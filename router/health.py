@@ -58,6 +58,7 @@ class HealthChecker:
         if not self.replica.healthy:
             logger.info("replica %s is healthy again", base)
         self.replica.healthy = True
+        self.replica.unhealthy_since = None
         self.replica.failures = 0
         return True
 

@@ -33,6 +33,7 @@ from router.dispatcher import Decision, Dispatcher
 from router.metrics import RouterMetrics
 from router.replica import Replica
 from router.replica_set import ReplicaSet
+from router.stall_watch import ReplicaStalled, StreamWatch, unless_stalled
 from router.upstream import UPSTREAM_ERRORS, make_session
 from router.upstream_errors import Verdict, classify_upstream
 
@@ -105,8 +106,12 @@ class Proxy:
         request_id = uuid.uuid4().hex
         cached_tokens = self.dispatcher.commit(decision, replica, request_id)
         self.metrics.observe_decision(replica.url, decision.reason, cached_tokens)
+        grace_s = self.dispatcher.config.stall_eject_s
         try:
-            upstream, content = await until_disconnect(request, self._exchange(request, headers, body, replica, stream))  # fmt: skip
+            upstream, content = await until_disconnect(request, unless_stalled(replica, self._exchange(request, headers, body, replica, stream), grace_s))  # fmt: skip
+        except ReplicaStalled as e:  # already out of the healthy set: try the next replica
+            replica.end(request_id)
+            raise AttemptFailed("stalled", mark_unhealthy=False) from e
         except BaseException:
             replica.end(request_id)
             raise
@@ -132,11 +137,14 @@ class Proxy:
         """Wait for the first chunk (a failure before it is retried), then pass chunks through."""
         chunks = upstream.content.iter_any()  # each chunk as it arrives, never waiting for more
         try:
-            first = await anext(chunks)
-        except (*UPSTREAM_ERRORS, StopAsyncIteration) as e:
+            first = await unless_stalled(
+                replica, anext(chunks), self.dispatcher.config.stall_eject_s
+            )
+        except (*UPSTREAM_ERRORS, StopAsyncIteration, ReplicaStalled) as e:
             replica.end(request_id)
             upstream.close()
-            raise AttemptFailed(type(e).__name__, mark_unhealthy=True) from e
+            stalled = isinstance(e, ReplicaStalled)
+            raise AttemptFailed("stalled" if stalled else type(e).__name__, mark_unhealthy=not stalled) from e  # fmt: skip
         replica.first_byte(request_id)
         media_type = upstream.headers.get("content-type", "text/event-stream")
         body = self._relay(first, chunks, upstream, replica, request_id)
@@ -145,16 +153,22 @@ class Proxy:
 
     async def _relay(self, first: bytes, chunks: AsyncIterator[bytes], upstream: aiohttp.ClientResponse, replica: Replica, request_id: str) -> AsyncIterator[bytes]:  # fmt: skip
         last = first
+        watch = StreamWatch(replica, self.dispatcher.config.stall_eject_s, upstream.close)
         try:
             yield first
             async for chunk in chunks:
+                watch.chunk()
                 last = chunk
                 yield chunk
-        except UPSTREAM_ERRORS as e:
-            logger.warning("stream from %s broke: %s", replica.url, type(e).__name__)
+            if watch.stalled:  # the closed connection may read as a clean end
+                raise ReplicaStalled(replica.url)
+        except (*UPSTREAM_ERRORS, ReplicaStalled) as e:
+            cause = "stalled" if watch.stalled else type(e).__name__
+            logger.warning("stream from %s broke: %s", replica.url, cause)
             self.metrics.observe_failure("mid_stream")
-            yield sse_error_event(f"the replica failed mid-stream ({type(e).__name__})", last)
+            yield sse_error_event(f"the replica failed mid-stream ({cause})", last)
         finally:
+            watch.stop()
             replica.end(request_id)
             upstream.close()  # a client that left closes the replica's connection: it aborts
 

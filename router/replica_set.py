@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 
 import httpx
@@ -53,11 +54,13 @@ class ReplicaSet:
         """Out of the candidate set at once, its cache view dropped until a fresh snapshot."""
         if replica.healthy:
             logger.warning("replica %s is unhealthy: %s", replica.url, why)
+            replica.unhealthy_since = time.monotonic()
         replica.healthy = False
-        self.index.drop(replica.url)
         subscriber = self._subscribers.get(replica.url)
         if subscriber is not None:
-            subscriber.resubscribe()
+            subscriber.resubscribe()  # which drops its cache view, in slices
+        else:
+            self.index.drop(replica.url)
 
     async def close(self) -> None:
         for url in list(self.replicas):

@@ -42,13 +42,17 @@ class ServerThread:
 class FakeReplica:
     """`mode` scripts the replica: ok | stream | break | slow | bad | unavailable (503 draining) |
     dead (503 engine_dead) | poison (500 engine_error: this request failed) | inf_load (answers ok,
-    reports +Inf and NaN load in /metrics) | locked (answers ok, refuses the KV events with 401)."""
+    reports +Inf and NaN load in /metrics) | locked (answers ok, refuses the KV events with 401) |
+    hang (never answers a completion). Setting `frozen` stops it as SIGSTOP would (health checks,
+    requests and streams all hang); setting `health_down` fails only its health checks (503)."""
 
     def __init__(self, mode: str = "ok") -> None:
         self.mode = mode
         self.calls = 0
         self.last_headers: dict[str, str] = {}
         self.stream_cancelled = threading.Event()
+        self.frozen = threading.Event()
+        self.health_down = threading.Event()
         self.app = self._build()
 
     def _build(self) -> FastAPI:
@@ -59,6 +63,8 @@ class FakeReplica:
         async def completions(request: Request) -> Response:
             self.calls += 1
             self.last_headers = dict(request.headers)
+            while self.mode == "hang" or self.frozen.is_set():
+                await asyncio.sleep(0.05)
             if self.mode == "bad":
                 return JSONResponse({"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}}, 400)  # fmt: skip
             if self.mode == "unavailable":
@@ -72,8 +78,12 @@ class FakeReplica:
             return StreamingResponse(self._events(), media_type="text/event-stream")
 
         @app.get("/health")
-        async def health() -> dict[str, str]:
-            return {"status": "ok"}
+        async def health() -> Response:
+            while self.frozen.is_set():
+                await asyncio.sleep(0.05)
+            if self.health_down.is_set():
+                return JSONResponse({"status": "draining"}, 503)
+            return JSONResponse({"status": "ok"})
 
         @app.get("/metrics")
         async def metrics() -> Response:
@@ -99,6 +109,8 @@ class FakeReplica:
             for i in range(1000 if self.mode == "slow" else 3):
                 yield f'data: {{"choices": [{{"index": 0, "text": "t{i}"}}]}}\n\n'
                 await asyncio.sleep(0.05)
+                while self.frozen.is_set():
+                    await asyncio.sleep(0.05)
             if self.mode == "break":
                 raise RuntimeError("the replica died mid-stream")
             yield "data: [DONE]\n\n"
