@@ -126,7 +126,10 @@ void decode_item(const float* q, const float* k_cache, const float* v_cache, con
 int head_slices(int num_seqs, int num_kv_heads, int group) {
   const int threads = omp_get_max_threads();
   const int wanted = (threads * kItemsPerThread + num_seqs - 1) / num_seqs;
-  const int min_for_state = (num_kv_heads * group + kMaxItemHeads - 1) / kMaxItemHeads;
+  // An even split into n slices gives some slice ceil(H / n) KV heads, so n must make that at
+  // most the KV heads whose G query heads fit the state (e.g. 25 KV heads x G 5: 3 slices).
+  const int kv_heads_per_state = kMaxItemHeads / group;
+  const int min_for_state = (num_kv_heads + kv_heads_per_state - 1) / kv_heads_per_state;
   return std::min(num_kv_heads, std::max({1, wanted, min_for_state}));
 }
 
@@ -186,21 +189,64 @@ bool paged_decode_supports(int64_t head_dim, int64_t group) {
   return dim_ok && group >= 1 && group <= 8;
 }
 
+namespace {
+
+// Every block a sequence reads must be a real block: a bad id or a length past its table would
+// read (and the caller would trust) memory that is not the cache, so refuse before any thread runs.
+void check_block_tables(const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                        int64_t num_blocks, int64_t block_size) {
+  const int64_t num_seqs = seq_lens.numel(), max_blocks = block_tables.size(1);
+  const int* tables = block_tables.data_ptr<int>();
+  const int* lens = seq_lens.data_ptr<int>();
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    TORCH_CHECK(lens[s] >= 0 && lens[s] <= max_blocks * block_size, "paged_decode: sequence ", s,
+                " has length ", lens[s], ", beyond its block table of ", max_blocks, " blocks");
+    const int64_t used = (lens[s] + block_size - 1) / block_size;
+    for (int64_t b = 0; b < used; ++b) {
+      const int id = tables[s * max_blocks + b];
+      TORCH_CHECK(id >= 0 && id < num_blocks, "paged_decode: sequence ", s, " reads block ", id,
+                  ", outside the cache's ", num_blocks, " blocks");
+    }
+  }
+}
+
+void check_shapes(const at::Tensor& query, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                  const at::Tensor& out) {
+  TORCH_CHECK(query.dim() == 3 && k_cache.dim() == 4 && block_tables.dim() == 2 &&
+                  seq_lens.dim() == 1,
+              "paged_decode: expected query [S, H, D], caches [N, B, Hkv, D], block_tables "
+              "[S, M] and seq_lens [S]");
+  TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && out.sizes() == query.sizes(),
+              "paged_decode: v_cache must match k_cache and out must match query");
+  TORCH_CHECK(k_cache.size(3) == query.size(2), "paged_decode: query and cache head_dim differ");
+  TORCH_CHECK(block_tables.size(0) == query.size(0) && seq_lens.size(0) == query.size(0),
+              "paged_decode: block_tables and seq_lens need one row per sequence");
+  TORCH_CHECK(k_cache.size(2) > 0 && query.size(1) % k_cache.size(2) == 0,
+              "paged_decode: ", query.size(1), " query heads are not a multiple of ",
+              k_cache.size(2), " KV heads");
+}
+
+}  // namespace
+
 void paged_decode(at::Tensor query, at::Tensor k_cache, at::Tensor v_cache,
                   at::Tensor block_tables, at::Tensor seq_lens, double scale,
                   at::Tensor out) {
-  TORCH_CHECK(query.dtype() == at::kFloat && k_cache.dtype() == at::kFloat,
+  TORCH_CHECK(query.dtype() == at::kFloat && k_cache.dtype() == at::kFloat &&
+                  v_cache.dtype() == at::kFloat && out.dtype() == at::kFloat,
               "paged_decode: float32 only");
   check_rows(query, "paged_decode query");
-  TORCH_CHECK(out.is_contiguous() && k_cache.is_contiguous() &&
-                  v_cache.is_contiguous() && block_tables.is_contiguous(),
+  TORCH_CHECK(out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous() &&
+                  block_tables.is_contiguous() && seq_lens.is_contiguous(),
               "paged_decode: tensors must be contiguous");
   TORCH_CHECK(block_tables.dtype() == at::kInt && seq_lens.dtype() == at::kInt,
               "paged_decode: block_tables and seq_lens must be int32");
+  check_shapes(query, k_cache, v_cache, block_tables, seq_lens, out);
   const int64_t head_dim = query.size(2);
   const int64_t group = query.size(1) / k_cache.size(2);
   TORCH_CHECK(paged_decode_supports(head_dim, group), "paged_decode: unsupported head_dim/group");
   TORCH_CHECK(k_cache.size(1) <= kMaxBlock, "paged_decode: block_size above 128");
+  check_block_tables(block_tables, seq_lens, k_cache.size(0), k_cache.size(1));
   DecodeFn fn = head_dim == 16   ? pick_group<16>(group)
                 : head_dim == 32 ? pick_group<32>(group)
                 : head_dim == 64 ? pick_group<64>(group)
