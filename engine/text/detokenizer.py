@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from engine.text.stop_strings import StopStringMatcher
+
 REPLACEMENT_CHAR = "\ufffd"
 # Prompt tokens decoded ahead of the first output token, so that its spacing comes out right.
 _NUM_PROMPT_CONTEXT_TOKENS = 5
@@ -28,69 +30,6 @@ _NUM_PROMPT_CONTEXT_TOKENS = 5
 
 class SupportsDecode(Protocol):
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
-
-
-class StopStringMatcher:
-    """Finds stop strings in streamed text; says what may be shown so far.
-
-    Semantics are those of a character-by-character scan, whatever the chunking: generation stops
-    at the first position where some stop string is complete (earliest end; on a tie, the
-    longest). The stop string itself is excluded unless `include_stop_str_in_output`.
-    """
-
-    def __init__(self, stop: Sequence[str], include_stop_str_in_output: bool = False) -> None:
-        self.stop = tuple(s for s in stop if s)
-        self.include_stop_str_in_output = include_stop_str_in_output
-        self.matched: str | None = None
-        self._held = ""  # text not yet emitted because it could begin a stop string
-
-    @property
-    def stopped(self) -> bool:
-        return self.matched is not None
-
-    def feed(self, delta: str) -> str:
-        """Add newly decoded text; return the part that may be emitted now."""
-        if self.stopped:
-            return ""
-        text = self._held + delta
-        found = find_stop_string(text, self.stop)
-        if found is not None:
-            start, self.matched = found
-            self._held = ""
-            end = start + len(self.matched) if self.include_stop_str_in_output else start
-            return text[:end]
-        keep = partial_stop_length(text, self.stop)
-        self._held = text[len(text) - keep :]
-        return text[: len(text) - keep]
-
-    def flush(self) -> str:
-        """At the end of generation: release text held back as a possible stop-string start."""
-        held, self._held = ("" if self.stopped else self._held), ""
-        return held
-
-
-def find_stop_string(text: str, stop: Sequence[str]) -> tuple[int, str] | None:
-    """(start index, stop string) of the stop string that completes first in `text`, or None."""
-    best: tuple[int, int, str] | None = None  # (end, -len, stop) orders by earliest end, longest
-    for s in stop:
-        start = text.find(s)
-        if start >= 0:
-            candidate = (start + len(s), -len(s), s)
-            best = candidate if best is None or candidate < best else best
-    if best is None:
-        return None
-    end, _, s = best
-    return end - len(s), s
-
-
-def partial_stop_length(text: str, stop: Sequence[str]) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
-    longest = min(len(text), max((len(s) - 1 for s in stop), default=0))
-    for length in range(longest, 0, -1):
-        tail = text[-length:]
-        if any(s.startswith(tail) for s in stop):
-            return length
-    return 0
 
 
 class IncrementalDetokenizer:

@@ -15,8 +15,6 @@ from tokenizers import Tokenizer as BackendTokenizer
 from engine.text.detokenizer import (
     IncrementalDetokenizer,
     StopStringMatcher,
-    find_stop_string,
-    partial_stop_length,
 )
 from engine.text.tokenizer import Tokenizer
 from tests.text.test_tokenizer import SAMPLES
@@ -148,12 +146,39 @@ def test_stop_string_can_be_kept_in_the_output() -> None:
 
 
 def test_first_completed_stop_string_wins() -> None:
-    assert find_stop_string("abcd", ["abcd", "bc"]) == (1, "bc")  # bc completes first
-    assert find_stop_string("xabc", ["abc", "bc"]) == (1, "abc")  # same end: the longer one
-    assert find_stop_string("abc", ["z"]) is None
-    assert partial_stop_length("the e", ["end", "xyz"]) == 1
-    assert partial_stop_length("the en", ["end"]) == 2
-    assert partial_stop_length("end", ["end"]) == 0  # a whole match is not a partial one
+    first = StopStringMatcher(["abcd", "bc"])
+    assert (first.feed("abcd"), first.matched) == ("a", "bc")  # bc completes first
+    tie = StopStringMatcher(["abc", "bc"])
+    assert (tie.feed("xabc"), tie.matched) == ("x", "abc")  # same end: the longer one
+    none = StopStringMatcher(["z"])
+    assert (none.feed("abc"), none.matched) == ("abc", None)
+
+
+def test_only_a_possible_start_of_a_stop_string_is_held() -> None:
+    assert StopStringMatcher(["end", "xyz"]).feed("the e") == "the "
+    assert StopStringMatcher(["end"]).feed("the en") == "the "
+    assert StopStringMatcher(["aab"]).feed("aaa") == "a"  # "aa" may still become "aab"
+
+
+def reference_scan(text: str, stops: list[str]) -> tuple[str, str | None]:
+    """What a character-by-character scan shows and stops on (the specification)."""
+    for end in range(1, len(text) + 1):
+        done = [s for s in stops if text[:end].endswith(s)]
+        if done:
+            longest = max(done, key=len)
+            return text[: end - len(longest)], longest
+    return text, None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet="ab", max_size=30),
+    stops=st.lists(st.text(alphabet="ab", min_size=1, max_size=6), min_size=1, max_size=4),
+)
+def test_matching_equals_a_character_by_character_scan(text: str, stops: list[str]) -> None:
+    matcher = StopStringMatcher(stops)
+    shown = matcher.feed(text) + matcher.flush()
+    assert (shown, matcher.matched) == reference_scan(text, stops)
 
 
 @settings(max_examples=200, deadline=None)
@@ -177,9 +202,7 @@ def test_stop_matching_does_not_depend_on_chunking(
         assert expected.startswith("".join(emitted))
     assert "".join(emitted) + chunked.flush() == expected
     assert chunked.matched == whole.matched
-    if whole.matched is not None:
-        start, _ = find_stop_string(text, stops) or (0, "")
-        assert expected == text[:start]
+    assert (expected, whole.matched) == reference_scan(text, stops)
 
 
 def test_stop_strings_are_not_matched_before_min_tokens(smollm2_tokenizer: Tokenizer) -> None:
