@@ -8,6 +8,8 @@ engine/protocol/errors.py and API-key guard as the engine's server.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -28,6 +30,10 @@ from router.context import RouterContext
 from router.dispatcher import Decision, NoReplicaError
 from router.prompt_hasher import PromptBlocks
 from router.root_path import RootPathMiddleware
+
+# Bodies up to this size are parsed and hashed on the event loop (tens of microseconds); larger
+# ones in the context's small prompt pool.
+INLINE_PARSE_BYTES = 16_384
 
 
 def build_app(ctx: RouterContext) -> FastAPI:
@@ -92,12 +98,25 @@ async def _generate(
 ) -> Response:
     arrival = time.perf_counter()
     body = await _read_body(request)
-    parsed = _parse(body, model)
-    blocks = _prompt_blocks(ctx, parsed)
+    if len(body) <= INLINE_PARSE_BYTES:
+        parsed, blocks = _parse_and_hash(ctx, body, model)
+    else:  # off the event loop: a long prompt must not hold up every other request's routing
+        work = functools.partial(_parse_and_hash, ctx, body, model)
+        parsed, blocks = await asyncio.get_running_loop().run_in_executor(ctx.prompt_pool, work)
     session_key = request.headers.get(ctx.config.session_header) or (parsed.user if parsed else None)  # fmt: skip
     decision = _decide(ctx, blocks, session_key)
     stream = bool(parsed and parsed.stream)
     return await ctx.proxy.forward(request, body, decision, stream, arrival)
+
+
+def _parse_and_hash(ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> tuple[ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None]:  # fmt: skip
+    """The request as the engine will read it and its prompt's blocks; a body over
+    --max-hash-bytes is routed by load alone (affinity for a huge prompt is not worth tokenizing
+    it twice; the engine answers if it is too long)."""
+    parsed = _parse(body, model)
+    if len(body) > ctx.config.max_hash_bytes:
+        return parsed, None
+    return parsed, _prompt_blocks(ctx, parsed)
 
 
 def _parse(body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> ChatCompletionRequest | CompletionRequest | None:  # fmt: skip

@@ -78,6 +78,9 @@ class RouterConfig:
     """First delay before resubscribing to a replica's KV event stream; doubles per failure."""
     event_backoff_max_s: float = 2.0
     """Longest delay between resubscription attempts."""
+    max_hash_bytes: int = 262_144
+    """Request bodies larger than this are routed by load alone, their prompt not tokenized:
+    cache affinity for a quarter megabyte of prompt is not worth holding up other requests."""
     max_snapshot_blocks: int = 1_048_576
     """Largest KV snapshot (in blocks) taken from one replica; a larger one turns prefix affinity
     off for that replica (shown as its kv_error), since holding it would cost the router memory."""

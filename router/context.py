@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
@@ -35,6 +36,8 @@ class RouterContext:
     replica_set: ReplicaSet = field(init=False)
     dispatcher: Dispatcher = field(init=False)
     proxy: Proxy = field(init=False)
+    prompt_pool: ThreadPoolExecutor = field(init=False)
+    """Parses and hashes large request bodies off the event loop (two threads: bounded work)."""
     _discovery_task: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
@@ -46,6 +49,7 @@ class RouterContext:
         self.replica_set = ReplicaSet(c, self.index, self.client, self.metrics)
         self.dispatcher = Dispatcher(c, self.replica_set, self.index, make_policy(c))
         self.proxy = Proxy(self.dispatcher, self.replica_set, self.metrics, c.replica_api_key)
+        self.prompt_pool = ThreadPoolExecutor(2, thread_name_prefix="pagedock-prompt")
 
     @classmethod
     def from_config(cls, config: RouterConfig) -> RouterContext:
@@ -63,3 +67,4 @@ class RouterContext:
         await self.replica_set.close()
         await self.client.aclose()
         await self.proxy.close()
+        self.prompt_pool.shutdown(wait=False, cancel_futures=True)
