@@ -1,0 +1,153 @@
+"""Chaos: live engines and a router under a steady good workload, while an attacker sends every
+class of bad request the fleet has met (poison values, a 7 MB prompt, 100k stop strings), holds
+200 idle sockets and runs a slowloris. Good requests must all succeed, their p99 latency stay
+within 2x the undisturbed run's (or +250 ms, the larger), and no /health may fail meanwhile."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tests.router.live import WORDS, Process, replica_process, router_process, wait_synced
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+GOOD_CLIENTS, GOOD_REQUESTS = 2, 20
+POISON = [
+    {"prompt": "hi", "stop_token_ids": [10**6], "min_tokens": 2},
+    {"prompt": "hi", "top_k": 2**63},
+    {"prompt": "hi", "n": 2, "seed": 2**64 - 1},
+    {"prompt": [2**31]},
+    {"prompt": "hi", "logprobs": 1000},
+    {"prompt": "hi", "stop": ["x"] * 100_000},
+    {"prompt": "a" * 7_000_000, "max_tokens": 1},
+]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Process, list[Process]]]:
+    from tests.tiny_model import make_tiny_llama_dir
+
+    model, logs = make_tiny_llama_dir(tmp_path_factory.mktemp("tiny")), tmp_path_factory.mktemp("logs")  # fmt: skip
+    replicas = [replica_process(model, logs, 128) for _ in range(2)]
+    router = router_process(model, logs, [r.url for r in replicas], "--request-read-timeout-s", "3")
+    try:
+        for p in replicas:
+            p.start()
+        for p in replicas:
+            p.wait_ready()
+        router.start().wait_ready(timeout_s=30)
+        wait_synced(router, [r.url for r in replicas])
+        yield router, replicas
+    finally:
+        for p in [router, *replicas]:
+            p.kill()
+
+
+def good_workload(router: Process, seed: int) -> list[float]:
+    """Fixed request counts; each must succeed; its latencies."""
+    rng = random.Random(seed)
+    prompts = [" ".join(rng.choices(WORDS, k=24)) for _ in range(GOOD_CLIENTS * GOOD_REQUESTS)]
+
+    def one(prompt: str) -> float:
+        start = time.perf_counter()
+        response = httpx.post(router.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 8}, timeout=60)  # fmt: skip
+        assert response.status_code == 200, response.text
+        return time.perf_counter() - start
+
+    with ThreadPoolExecutor(GOOD_CLIENTS) as pool:
+        return list(pool.map(one, prompts))
+
+
+def p99(latencies: list[float]) -> float:
+    return statistics.quantiles(latencies, n=100)[98]
+
+
+class Background:
+    """Threads that run `step` until stopped; what they saw, for the assertions."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.failures: list[str] = []
+
+    def run(self, step: Callable[[], None], copies: int = 1) -> None:
+        def loop() -> None:
+            while not self.stop.is_set():
+                try:
+                    step()
+                except Exception as e:  # an attacker's own error (reset, timeout) is expected
+                    if isinstance(e, AssertionError):
+                        self.failures.append(str(e))
+
+        for _ in range(copies):
+            self.threads.append(threading.Thread(target=loop, daemon=True))
+            self.threads[-1].start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(10)
+
+    def __enter__(self) -> Background:
+        return self
+
+
+def send_poison(router: Process, rng: random.Random) -> None:
+    body = rng.choice(POISON)
+    response = httpx.post(router.url + "/v1/completions", content=json.dumps(body), headers={"Content-Type": "application/json"}, timeout=30)  # fmt: skip
+    # Refused (4xx) or served (a wrapped seed is legal): never a server error.
+    assert response.status_code < 500, f"{str(body)[:80]} -> {response.status_code}"
+
+
+def hold_idle_sockets(router: Process, count: int) -> Callable[[], None]:
+    def step() -> None:
+        sockets = [socket.create_connection(("127.0.0.1", router.port)) for _ in range(count)]
+        time.sleep(4)  # past the read deadline: the router closes them; open them again
+        for s in sockets:
+            s.close()
+
+    return step
+
+
+def slowloris(router: Process) -> None:
+    with socket.create_connection(("127.0.0.1", router.port), timeout=10) as s:
+        for byte in b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n":
+            s.sendall(bytes([byte]))
+            time.sleep(0.5)
+
+
+def check_health(processes: list[Process]) -> Callable[[], None]:
+    def step() -> None:
+        for p in processes:
+            status = httpx.get(p.url + "/health", timeout=5).status_code
+            assert status == 200, f"{p.url}/health answered {status}"
+        time.sleep(0.25)
+
+    return step
+
+
+def test_good_requests_are_unharmed_by_an_attacker(fleet: tuple[Process, list[Process]]) -> None:
+    router, replicas = fleet
+    good_workload(router, seed=1)  # warm-up, shares no prompt with the measured runs
+    quiet = good_workload(router, seed=2)
+    with Background() as attacker, Background() as probes:
+        probes.run(check_health([router, *replicas]))
+        rng = random.Random(3)
+        attacker.run(lambda: send_poison(router, rng), copies=2)
+        attacker.run(hold_idle_sockets(router, 200))
+        attacker.run(lambda: slowloris(router), copies=20)
+        time.sleep(1)
+        attacked = good_workload(router, seed=4)
+    allowed = max(2 * p99(quiet), p99(quiet) + 0.25)
+    print(f"\ngood p99: quiet {p99(quiet) * 1e3:.0f} ms, attacked {p99(attacked) * 1e3:.0f} ms (allowed {allowed * 1e3:.0f} ms)")  # fmt: skip
+    assert attacker.failures == [] and probes.failures == []
+    assert p99(attacked) <= allowed
