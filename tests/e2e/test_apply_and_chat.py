@@ -1,0 +1,33 @@
+"""Scenario 1: `kubectl apply` the operator and the example LLMDeployment (SmolLM2-135M on CPU)
+-> Ready=True, and a chat through the router pod's IP answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.cluster import REPO, Cluster, chat, eventually
+from tests.e2e.rbac import assert_every_request_allowed
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio, pytest.mark.timeout(900)]
+EXAMPLE = REPO / "manifests" / "examples" / "llmdeployment.yaml"
+
+
+async def apply_example(cluster: Cluster) -> None:
+    await cluster.install_operator()
+    await cluster.apply_file(EXAMPLE)
+    await cluster.wait_ready("default", "smollm2", timeout=420)
+
+
+async def test_the_example_becomes_ready_and_answers_a_chat_through_the_router(
+    cluster: Cluster,
+) -> None:
+    await apply_example(cluster)
+    [router] = cluster.kubelet.pods("smollm2-router-")
+    reply = await chat(router.ip, 8080)
+    assert reply["choices"][0]["message"]["content"]
+    assert reply["model"] == "smollm2-135m-instruct"
+    status = cluster.llmd("default", "smollm2")["status"]
+    assert status["readyReplicas"] == 1
+    callers = {request.token for request in cluster.api.requests_log}
+    assert {"sa:pagedock-system:pagedock", "sa:default:smollm2-router"} <= callers
+    assert_every_request_allowed(cluster.api)
