@@ -23,6 +23,7 @@ from tests.e2e.runtime import ENGINE_IMAGE, OPERATOR_IMAGE, ROUTER_IMAGE, Runtim
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
 LLMD = "pagedock.dev/v1alpha1/llmdeployments"
+EXAMPLE = REPO / "manifests" / "examples" / "llmdeployment.yaml"
 ADMIN_TOKEN = "e2e:admin"
 OPERATOR_ACCOUNT = ("pagedock-system", "pagedock")
 # What a Helm user would set for an e2e install (values: image, engineImage, routerImage); one
@@ -68,6 +69,11 @@ class Cluster:
         """kubectl apply -f manifests/crd.yaml -f manifests/operator.yaml (images set)."""
         await self.apply_file(REPO / "manifests" / "crd.yaml")
         await self.apply_file(REPO / "manifests" / "operator.yaml", for_e2e)
+
+    async def apply_example(self, edit: Callable[[Obj], Obj] = lambda o: o) -> None:
+        """The operator, then manifests/examples/llmdeployment.yaml (edited)."""
+        await self.install_operator()
+        await self.apply_file(EXAMPLE, edit)
 
     async def scale(self, resource: str, namespace: str, name: str, replicas: int) -> None:
         """kubectl scale: a patch of the scale subresource."""
@@ -137,10 +143,13 @@ async def chat(ip: str, port: int, content: str = "Say hello.", max_tokens: int 
 
 
 async def get_json(ip: str, port: int, path: str) -> Any:
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://{ip}:{port}{path}", timeout=aiohttp.ClientTimeout(total=10)) as response:
-            assert response.status == 200, await response.text()
-            return await response.json()
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://{ip}:{port}{path}", timeout=timeout) as response,
+    ):
+        assert response.status == 200, await response.text()
+        return await response.json()
 
 
 @contextlib.asynccontextmanager

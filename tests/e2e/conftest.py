@@ -3,6 +3,7 @@ running cluster per scenario; everything made is removed at the end, pass or fai
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -39,10 +40,8 @@ def mount_points() -> Iterator[None]:
         path.mkdir(parents=True)
     yield
     for path in reversed(made):
-        try:
+        with contextlib.suppress(OSError):
             path.rmdir()
-        except OSError:
-            pass
 
 
 @pytest.fixture()

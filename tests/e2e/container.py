@@ -6,6 +6,7 @@ rendered as a `containerStatuses[]` entry; every change calls `on_change`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import os
 import signal
@@ -88,7 +89,9 @@ class ContainerRunner:
             self._pull_failures += 1
             await self._set_waiting("ErrImagePull", str(e))
             await self._sleep(self._backoff_s(self._pull_failures))
-            await self._set_waiting("ImagePullBackOff", f'Back-off pulling image "{self.spec["image"]}"')
+            await self._set_waiting(
+                "ImagePullBackOff", f'Back-off pulling image "{self.spec["image"]}"'
+            )
             await self._sleep(self._backoff_s(self._pull_failures))
             return None
         try:
@@ -126,7 +129,9 @@ class ContainerRunner:
 
     async def _back_off(self, reason: str, exit_code: int) -> None:
         delay_s = self._backoff_s(self.restart_count)
-        message = f"back-off {int(delay_s / self.time_scale)}s restarting failed container={self.name}"
+        message = (
+            f"back-off {int(delay_s / self.time_scale)}s restarting failed container={self.name}"
+        )
         await self._set_waiting(reason, f"{message} (exit code {exit_code})")
         await self._sleep(delay_s)
 
@@ -149,7 +154,9 @@ class ContainerRunner:
         by_kind = {probe.kind: probe for probe in found}
         host = self.pod_ip
         async with aiohttp.ClientSession() as http:
-            if "startup" in by_kind and not await self._until_healthy(http, host, by_kind["startup"]):
+            if "startup" in by_kind and not await self._until_healthy(
+                http, host, by_kind["startup"]
+            ):
                 return self.kill("startup probe failed")
             self.started = True
             if "readiness" not in by_kind:
@@ -195,10 +202,8 @@ class ContainerRunner:
         """Signal the container's process group (what a failed probe or `kill` does)."""
         del why
         if self.process is not None and self.process.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                pass
 
     async def stop(self, grace_s: float) -> None:
         """SIGTERM, then SIGKILL after `grace_s` (pod deletion)."""

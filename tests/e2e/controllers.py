@@ -81,7 +81,10 @@ def _service_account_exists(kubelet: Kubelet, deployment: Obj) -> bool:
     name = deployment["spec"]["template"]["spec"].get("serviceAccountName") or "default"
     if name == "default":
         return True
-    return kubelet.api.live("v1/serviceaccounts", deployment["metadata"]["namespace"], name) is not None
+    return (
+        kubelet.api.live("v1/serviceaccounts", deployment["metadata"]["namespace"], name)
+        is not None
+    )
 
 
 def _new_pod(deployment: Obj, pod_hash: str) -> Obj:
@@ -120,7 +123,9 @@ async def _write_status(kubelet: Kubelet, deployment: Obj, pods: list[Obj], num_
     }  # fmt: skip
     if deployment.get("status") != status:
         meta = deployment["metadata"]
-        await kubelet.client.patch(DEPLOYMENTS, meta["namespace"], meta["name"], {"status": status}, "status")
+        await kubelet.client.patch(
+            DEPLOYMENTS, meta["namespace"], meta["name"], {"status": status}, "status"
+        )
 
 
 async def sync_endpoint_slices(kubelet: Kubelet) -> None:
@@ -201,4 +206,6 @@ async def collect_garbage(kubelet: Kubelet) -> None:
         refs = [] if obj.deleted else obj.raw["metadata"].get("ownerReferences") or []
         if refs and not any(ref.get("uid") in live_uids for ref in refs):
             plural = f"{resource.version}/{resource.plural}"
-            await kubelet.client.delete(f"{resource.group}/{plural}" if resource.group else plural, namespace, name)
+            await kubelet.client.delete(
+                f"{resource.group}/{plural}" if resource.group else plural, namespace, name
+            )

@@ -10,6 +10,7 @@ level-based loop, woken early by pod status changes:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 from pathlib import Path
@@ -55,6 +56,7 @@ class Kubelet:
         self._wake = asyncio.Event()
         self._hosts: dict[str, list[str]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -64,7 +66,8 @@ class Kubelet:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         self.time_scale = min(self.time_scale, 0.05)  # no long grace periods at teardown
-        await asyncio.gather(*(r.stop() for r in self.runners.values()), return_exceptions=True)
+        stops = [*(r.stop() for r in self.runners.values()), *self._stopping]
+        await asyncio.gather(*stops, return_exceptions=True)
         self.runners.clear()
         await self.client.close()
 
@@ -83,10 +86,8 @@ class Kubelet:
             except Exception:
                 logger.exception("kubelet sync failed")
             self._wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), SYNC_PERIOD_S)
-            except TimeoutError:
-                pass
 
     async def sync(self) -> None:
         await controllers.sync_deployments(self)
@@ -102,8 +103,9 @@ class Kubelet:
                 self.runners[uid] = runner = PodRunner(pod, self)
                 runner.start()
         for uid in [uid for uid in self.runners if uid not in live]:
-            runner = self.runners.pop(uid)
-            asyncio.create_task(runner.stop())
+            task = asyncio.create_task(self.runners.pop(uid).stop())
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
 
     # ---- what pods get from the node ---------------------------------------------------------
 

@@ -11,8 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.e2e.container import ContainerRunner, now
-from tests.e2e.podspec import ContainerConfigError, ImageConfig, command_line, environment
-from tests.e2e.podspec import expand, run_as
+from tests.e2e.podspec import (
+    ContainerConfigError,
+    ImageConfig,
+    command_line,
+    environment,
+    expand,
+    run_as,
+)
 from tests.e2e.runtime import Launch, Mount
 
 if TYPE_CHECKING:
@@ -54,7 +60,9 @@ class PodRunner:
 
     async def stop(self) -> None:
         """preStop hooks, then SIGTERM and the grace period (both scaled), then cleanup."""
-        grace_s = self.pod["spec"].get("terminationGracePeriodSeconds", 30) * self.kubelet.time_scale
+        grace_s = (
+            self.pod["spec"].get("terminationGracePeriodSeconds", 30) * self.kubelet.time_scale
+        )
         for container in self.containers:
             sleep = ((container.spec.get("lifecycle") or {}).get("preStop") or {}).get("sleep")
             if sleep and container.process is not None:
@@ -88,7 +96,9 @@ class PodRunner:
         }
 
     async def _publish(self) -> None:
-        await self.kubelet.client.patch("v1/pods", self.namespace, self.name, {"status": self.status()}, "status")
+        await self.kubelet.client.patch(
+            "v1/pods", self.namespace, self.name, {"status": self.status()}, "status"
+        )
         self.kubelet.wake()
 
     def _container_id(self, container: str) -> str:

@@ -46,7 +46,7 @@ def command_line(container: Obj, image: ImageConfig) -> list[str]:
     """Kubernetes' rule: `command` replaces ENTRYPOINT (and drops CMD); `args` replace CMD."""
     if container.get("command"):
         return [*container["command"], *container.get("args", [])]
-    args = container["args"] if "args" in container else image.cmd
+    args = container.get("args", image.cmd)
     return [*image.entrypoint, *args]
 
 
@@ -94,7 +94,7 @@ def _env_value(pod: Obj, var: Obj, lookup: Lookup) -> str | None:
             obj = lookup(resource, ref["name"])
             value = None if obj is None else _data(obj).get(ref["key"])
             if value is None and not ref.get("optional"):
-                raise ContainerConfigError(f'couldn\'t find key {ref["key"]} in {ref["name"]}')
+                raise ContainerConfigError(f"couldn't find key {ref['key']} in {ref['name']}")
             return value
     raise ContainerConfigError(f"unsupported valueFrom: {source}")
 

@@ -66,13 +66,20 @@ def rules_of(subject: tuple[str, str], objects: Iterable[Obj]) -> list[tuple[str
     by_kind: dict[str, list[Obj]] = {}
     for obj in objects:
         by_kind.setdefault(obj.get("kind", ""), []).append(obj)
-    roles = {("Role", r["metadata"].get("namespace"), r["metadata"]["name"]): r for r in by_kind.get("Role", [])}
-    roles |= {("ClusterRole", None, r["metadata"]["name"]): r for r in by_kind.get("ClusterRole", [])}
+    roles = {
+        ("Role", r["metadata"].get("namespace"), r["metadata"]["name"]): r
+        for r in by_kind.get("Role", [])
+    }
+    roles |= {
+        ("ClusterRole", None, r["metadata"]["name"]): r for r in by_kind.get("ClusterRole", [])
+    }
     found: list[tuple[str | None, Obj]] = []
     for binding in by_kind.get("ClusterRoleBinding", []) + by_kind.get("RoleBinding", []):
         if not _binds(binding, subject):
             continue
-        namespace = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        namespace = (
+            binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        )
         ref = binding["roleRef"]
         role_namespace = namespace if ref["kind"] == "Role" else None
         role = roles.get((ref["kind"], role_namespace, ref["name"]))

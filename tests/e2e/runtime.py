@@ -109,7 +109,9 @@ def _mount_script(launch: Launch, setpriv: list[str]) -> str:
     return "\n".join(lines)
 
 
-async def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> asyncio.subprocess.Process:
+async def _spawn(
+    argv: list[str], env: dict[str, str], log_path: Path
+) -> asyncio.subprocess.Process:
     log = open(log_path, "ab")  # noqa: SIM115 - the child holds it; closed below
     try:
         return await asyncio.create_subprocess_exec(
@@ -128,7 +130,10 @@ def _image_etc(folder: Path) -> list[Mount]:
     group = Path("/etc/group").read_text() + "pagedock:x:10001:\n"
     (folder / "passwd").write_text(passwd)
     (folder / "group").write_text(group)
-    return [Mount(folder / "passwd", "/etc/passwd", True), Mount(folder / "group", "/etc/group", True)]
+    return [
+        Mount(folder / "passwd", "/etc/passwd", True),
+        Mount(folder / "group", "/etc/group", True),
+    ]
 
 
 class ProcessRuntime:
