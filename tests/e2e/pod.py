@@ -114,7 +114,8 @@ class PodRunner:
             folder = self.kubelet.service_account_folder(self.namespace, sa)
             mounts.append(Mount(folder, SA_MOUNT, read_only=True))
             env["KUBECONFIG"] = f"{SA_MOUNT}/kubeconfig"
-        mounts += self.kubelet.node_cache_mounts(env, mounts)
+        if self.kubelet.runtime.uses_node_cache:
+            mounts += self.kubelet.node_cache_mounts(env, mounts)
         return Launch(
             container_id=self._container_id(container["name"]),
             netns=self.netns,

@@ -61,6 +61,8 @@ class Launch:
 
 class Runtime(Protocol):
     name: str
+    uses_node_cache: bool
+    """Whether the pods need the node's model cache (the built images carry the model)."""
 
     def pull(self, image: str) -> ImageConfig: ...
 
@@ -138,6 +140,7 @@ def _image_etc(folder: Path) -> list[Mount]:
 
 class ProcessRuntime:
     name = "process"
+    uses_node_cache = True
 
     def __init__(self, etc: Path, images: dict[str, ImageConfig] | None = None) -> None:
         self.images = CHECKOUT_IMAGES if images is None else images
@@ -164,24 +167,19 @@ class ProcessRuntime:
 
 class BuildahRuntime:
     name = "buildah"
+    uses_node_cache = False
 
     def __init__(self) -> None:
         self.buildah = shutil.which("buildah") or "buildah"
         self.containers: set[str] = set()
 
     @staticmethod
-    def has_images(*images: str) -> bool:
+    def missing_images(*images: str) -> list[str]:
+        """The images `buildah` does not have (all of them without buildah)."""
         if shutil.which("buildah") is None:
-            return False
-        found = subprocess.run(
-            ["buildah", "inspect", "--type", "image", *images[:1]], capture_output=True
-        )
-        return found.returncode == 0 and all(BuildahRuntime._exists(i) for i in images)
-
-    @staticmethod
-    def _exists(image: str) -> bool:
-        done = subprocess.run(["buildah", "inspect", "--type", "image", image], capture_output=True)
-        return done.returncode == 0
+            return list(images)
+        inspect = ["buildah", "inspect", "--type", "image"]
+        return [i for i in images if subprocess.run([*inspect, i], capture_output=True).returncode]
 
     def pull(self, image: str) -> ImageConfig:
         done = subprocess.run(
