@@ -208,7 +208,7 @@ class BuildahRuntime:
             f"--volume={m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in launch.mounts
         ]
         envs = [f"--env={key}={value}" for key, value in launch.env.items()]
-        argv = [IP, "netns", "exec", launch.netns, self.buildah, "run", "--network=host",
+        argv = [IP, "netns", "exec", launch.netns, self.buildah, "run", "--isolation=chroot", "--network=host",
                 f"--user={launch.user[0]}:{launch.user[1]}", f"--workingdir={launch.workdir}",
                 *volumes, *envs, launch.container_id, "--", *launch.argv]  # fmt: skip
         return await _spawn(argv, dict(os.environ), launch.log_path)
