@@ -150,8 +150,8 @@ class Kubelet:
                 self._hosts[runner.uid] = lines
 
     def _service_lines(self, own_namespace: str) -> list[str]:
-        """Each Service's DNS names -> the IP of one of its ready pods (there are no ClusterIPs and
-        no kube-proxy: the name resolves to an endpoint, as a headless Service's does)."""
+        """Each Service's DNS names -> its ready pods' IPs: all of them for a headless Service (as
+        cluster DNS answers), one for the others (there are no ClusterIPs and no kube-proxy)."""
         lines = []
         for service in self.api.all_live(controllers.SERVICES):
             namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
@@ -160,7 +160,8 @@ class Kubelet:
                 continue
             names = [f"{name}.{namespace}.svc.cluster.local", f"{name}.{namespace}.svc"]
             names += [name] if namespace == own_namespace else []
-            lines.append(f"{ips[0]} {' '.join(names)}")
+            headless = service["spec"].get("clusterIP") == "None"
+            lines += [f"{ip} {' '.join(names)}" for ip in (ips if headless else ips[:1])]
         return lines
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_a_missing_config_map_is_a_config_error() -> None:
 
 
 def test_probe_ports_by_name_and_periods_scaled() -> None:
-    container = {
+    container: dict[str, Any] = {
         "name": "engine",
         "ports": [{"name": "http", "containerPort": 8000}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
