@@ -20,7 +20,7 @@ NODE_CACHE = Path("/var/tmp/pagedock-e2e-cache")
 # Probe periods, back-offs and grace periods run at this fraction of the spec's seconds.
 TIME_SCALE = 0.2
 # Mount points the pods' volumes need on the host root (made once, removed when empty).
-MOUNT_POINTS = (Path("/cache"), Path("/run/pagedock-e2e/serviceaccount"))
+MOUNT_POINTS = (Path("/cache"), Path("/run/pagedock-e2e"), Path("/run/pagedock-e2e/serviceaccount"))
 
 
 @pytest.fixture(scope="session")
