@@ -109,6 +109,7 @@ class PodRunner:
         lookup = self.kubelet.lookup(self.namespace)
         env = environment(pod, container, image, lookup)
         mounts = self._mounts(container)
+        security = container.get("securityContext") or {}
         if self._automount():
             sa = self.pod["spec"].get("serviceAccountName") or "default"
             folder = self.kubelet.service_account_folder(self.namespace, sa)
@@ -126,6 +127,7 @@ class PodRunner:
             user=run_as(self.pod, container, image),
             workdir=container.get("workingDir") or image.workdir,
             log_path=self.folder / f"{container['name']}.log",
+            read_only_root=bool(security.get("readOnlyRootFilesystem")),
         )
 
     def _automount(self) -> bool:

@@ -57,6 +57,8 @@ class Launch:
     user: tuple[int, int]
     workdir: str
     log_path: Path
+    read_only_root: bool = False
+    """securityContext.readOnlyRootFilesystem: only the volumes are writable."""
 
 
 class Runtime(Protocol):
@@ -106,6 +108,9 @@ def _mount_script(launch: Launch, setpriv: list[str]) -> str:
         lines.append(f"mount --bind {shlex.quote(str(mount.source))} {target}")
         if mount.read_only:
             lines.append(f"mount -o remount,bind,ro {target}")
+    if launch.read_only_root:
+        # NOTE: only the root mount turns read-only; the volumes are mounts of their own.
+        lines.append("mount -o remount,bind,ro /")
     lines.append(f"cd {shlex.quote(launch.workdir)}")
     lines.append(f'exec {" ".join(setpriv)} -- "$@"')
     return "\n".join(lines)

@@ -13,9 +13,13 @@ from tests.e2e.runtime import ROUTER_IMAGE
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio, pytest.mark.timeout(300)]
 
 
-def deployment(owner: dict[str, Any]) -> dict[str, Any]:
+def deployment(owner: dict[str, Any], **container: Any) -> dict[str, Any]:
     labels = {"app": "exits"}
-    container = {"name": "main", "image": ROUTER_IMAGE, "args": ["route", "--no-such-flag"]}
+    container = {
+        "name": "main",
+        "image": ROUTER_IMAGE,
+        "args": ["route", "--no-such-flag"],
+    } | container
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -29,9 +33,39 @@ def deployment(owner: dict[str, Any]) -> dict[str, Any]:
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+            "template": {"metadata": {"labels": labels}, "spec": {
+                "containers": [container], "volumes": [{"name": "tmp", "emptyDir": {}}],
+            }},
         },
     }  # fmt: skip
+
+
+def crash_looping(cluster: Cluster) -> dict[str, Any] | None:
+    for pod in cluster.pod_objects("default", "exits-"):
+        [status] = pod.get("status", {}).get("containerStatuses") or [{}]
+        if (status.get("state", {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+            return dict(status)
+    return None
+
+
+async def test_a_read_only_root_filesystem_leaves_only_the_volumes_writable(
+    cluster: Cluster,
+) -> None:
+    owner = await cluster.client.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "owner", "namespace": "default"},
+        }
+    )
+    script = "touch /tmp/volume || exit 3; touch /var/tmp/pagedock-e2e-root || exit 4"
+    await cluster.client.create(deployment(
+        owner, command=["sh", "-c", script], args=[],
+        volumeMounts=[{"name": "tmp", "mountPath": "/tmp"}],
+        securityContext={"readOnlyRootFilesystem": True, "runAsUser": 0},
+    ))  # fmt: skip
+    status = await eventually(lambda: crash_looping(cluster), 60, "CrashLoopBackOff")
+    assert status["lastState"]["terminated"]["exitCode"] == 4
 
 
 async def test_an_owner_deleted_takes_its_deployment_pods_and_processes(cluster: Cluster) -> None:
@@ -44,14 +78,7 @@ async def test_an_owner_deleted_takes_its_deployment_pods_and_processes(cluster:
     )
     await cluster.client.create(deployment(owner))
 
-    def crash_looping() -> dict[str, Any] | None:
-        for pod in cluster.pod_objects("default", "exits-"):
-            [status] = pod.get("status", {}).get("containerStatuses") or [{}]
-            if (status.get("state", {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff":
-                return dict(status)
-        return None
-
-    status = await eventually(crash_looping, 60, "CrashLoopBackOff")
+    status = await eventually(lambda: crash_looping(cluster), 60, "CrashLoopBackOff")
     assert status["lastState"]["terminated"]["exitCode"] == 2  # argparse: unknown flag
     assert "back-off" in status["state"]["waiting"]["message"]
 
