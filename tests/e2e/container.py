@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import logging
 import os
 import signal
+import subprocess
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,6 +21,7 @@ from tests.e2e.podspec import ContainerConfigError, ImageConfig, Probe, probes
 from tests.e2e.runtime import ImagePullError, Launch, Runtime
 
 Obj = dict[str, Any]
+logger = logging.getLogger("e2e.kubelet")
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
 
@@ -103,7 +106,12 @@ class ContainerRunner:
             return None
 
     async def _run_once(self, launch: Launch) -> int:
-        self.process = await self.runtime.start(launch)
+        try:
+            self.process = await self.runtime.start(launch)
+        except (OSError, subprocess.CalledProcessError) as e:
+            await self._set_waiting("RunContainerError", f"failed to start the container: {e}")
+            return 128
+
         started_at = now()
         self.state = {"running": {"startedAt": started_at}}
         self.started = False
@@ -200,7 +208,8 @@ class ContainerRunner:
 
     def kill(self, why: str = "", sig: int = signal.SIGKILL) -> None:
         """Signal the container's process group (what a failed probe or `kill` does)."""
-        del why
+        if why:
+            logger.info("killing container %s: %s", self.name, why)
         if self.process is not None and self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, sig)
