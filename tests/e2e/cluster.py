@@ -127,8 +127,11 @@ class Cluster:
         await self.client.close()
 
 
-async def eventually(check: Callable[[], Any], timeout: float, what: str = "") -> Any:
-    """Poll `check` (sync or async) until it returns something truthy."""
+async def eventually(
+    check: Callable[[], Any], timeout: float, what: str | Callable[[], str] = ""
+) -> Any:
+    """Poll `check` (sync or async) until it returns something truthy; `what` names it in the
+    failure (a callable: evaluated then, to show the state that was seen)."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
@@ -137,7 +140,9 @@ async def eventually(check: Callable[[], Any], timeout: float, what: str = "") -
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f}s: {what or check}")
+            raise AssertionError(
+                f"not within {timeout:.0f}s: {what() if callable(what) else what or check}"
+            )
         await asyncio.sleep(0.2)
 
 

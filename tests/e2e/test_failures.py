@@ -27,6 +27,10 @@ def engine_waiting(cluster: Cluster, reason: str) -> dict[str, Any] | None:
     return None
 
 
+def engine_ready(cluster: Cluster) -> dict[str, Any]:
+    return cluster.condition("default", "smollm2", "EngineReady")
+
+
 def with_spec(**spec: Any) -> Any:
     def edit(obj: dict[str, Any]) -> dict[str, Any]:
         if obj["kind"] == "LLMDeployment":
@@ -50,7 +54,9 @@ async def test_an_image_that_cannot_be_pulled_is_named_by_the_engine_condition(
             condition.get("status") == "False" and condition.get("reason") in ENGINE_STATE_REASONS
         )
 
-    await eventually(named, 60, "EngineReady=False naming the image pull")
+    await eventually(
+        named, 60, lambda: f"EngineReady naming the image pull; seen {engine_ready(cluster)}"
+    )
     assert cluster.condition("default", "smollm2", "Ready")["status"] == "False"
 
 
@@ -70,7 +76,9 @@ async def test_an_engine_that_exits_is_crash_looping_with_its_exit_code(
         condition = cluster.condition("default", "smollm2", "EngineReady")
         return condition if condition.get("reason") == "CrashLoopBackOff" else None
 
-    condition = await eventually(named, 60, "EngineReady=False, CrashLoopBackOff")
+    condition = await eventually(
+        named, 60, lambda: f"EngineReady=False, CrashLoopBackOff; seen {engine_ready(cluster)}"
+    )
     assert condition["status"] == "False"
     assert "2" in condition["message"]
 
@@ -85,7 +93,11 @@ async def test_deleting_with_the_operator_stopped_does_not_hang_and_collects_the
 
     await cluster.client.delete(LLMD, "default", "smollm2")
 
-    await eventually(lambda: not cluster.llmd("default", "smollm2"), 30, "the LLMDeployment gone")
+    await eventually(
+        lambda: not cluster.llmd("default", "smollm2"),
+        30,
+        lambda: f"the LLMDeployment gone; seen {cluster.llmd('default', 'smollm2')['metadata']}",
+    )
     await eventually(
         lambda: (
             not cluster.api.all_live("apps/v1/deployments", "default")
