@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint demo bench serve clean
+.PHONY: test e2e lint demo bench serve clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The whole path on one machine (docs/e2e.md): kmock as the API server, the operator, engine and
+# router as processes in network namespaces. Needs root; a few minutes.
+e2e: $(STAMP)
+	$(BIN)/python -m pytest -q -m e2e tests/e2e --durations=0
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,167 @@
+"""The API server of the e2e cluster: the operator tests' kmock emulator (uid, resourceVersion,
+generation) plus what the e2e needs from a real one: every resource the operator, the router and
+the kubelet stand-in touch, label selectors on list and watch, and a log of who asked for what
+(the bearer token names the caller) for the RBAC check."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp.web
+import kmock
+
+from tests.e2e.client import resource_of
+from tests.e2e.labels import matches_selector
+from tests.k8s_operator.emulator import RESOURCES as OPERATOR_RESOURCES
+from tests.k8s_operator.emulator import Emulator, _stamp_new
+
+ALL_VERBS = {"list", "watch", "get", "patch", "create", "delete", "update"}
+
+
+def _resource(kind: str, namespaced: bool = True, *subresources: str) -> kmock.ResourceInfo:
+    return kmock.ResourceInfo(
+        kind=kind, namespaced=namespaced, verbs=ALL_VERBS, subresources=set(subresources)
+    )
+
+
+RESOURCES: dict[str, kmock.ResourceInfo] = {
+    **OPERATOR_RESOURCES,
+    "v1/namespaces": _resource("Namespace", False),
+    "v1/events": _resource("Event"),
+    "v1/pods": _resource("Pod", True, "status", "log"),
+    "v1/configmaps": _resource("ConfigMap"),
+    "v1/secrets": _resource("Secret"),
+    "v1/serviceaccounts": _resource("ServiceAccount"),
+    "discovery.k8s.io/v1/endpointslices": _resource("EndpointSlice"),
+    "networking.k8s.io/v1/networkpolicies": _resource("NetworkPolicy"),
+    "networking.k8s.io/v1/ingresses": _resource("Ingress", True, "status"),
+    "policy/v1/poddisruptionbudgets": _resource("PodDisruptionBudget", True, "status"),
+    "autoscaling/v2/horizontalpodautoscalers": _resource("HorizontalPodAutoscaler"),
+    "batch/v1/jobs": _resource("Job", True, "status"),
+    "rbac.authorization.k8s.io/v1/roles": _resource("Role"),
+    "rbac.authorization.k8s.io/v1/rolebindings": _resource("RoleBinding"),
+    "rbac.authorization.k8s.io/v1/clusterroles": _resource("ClusterRole", False),
+    "rbac.authorization.k8s.io/v1/clusterrolebindings": _resource("ClusterRoleBinding", False),
+    "apiextensions.k8s.io/v1/customresourcedefinitions": _resource(
+        "CustomResourceDefinition", False
+    ),
+    "kopf.dev/v1/kopfpeerings": _resource("KopfPeering"),
+    "kopf.dev/v1/clusterkopfpeerings": _resource("ClusterKopfPeering", False),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiRequest:
+    """One request as the RBAC check sees it."""
+
+    token: str
+    method: str
+    group: str
+    resource: str
+    subresource: str | None
+    namespace: str | None
+    name: str | None
+    watch: bool
+    blocking_owners: tuple[tuple[str, str], ...] = ()
+    """(group, resource) of each ownerReference with blockOwnerDeletion in the body."""
+    granted_rules: tuple[dict[str, Any], ...] = ()
+    """The rules of a Role or ClusterRole the request writes (RBAC escalation prevention)."""
+
+    @property
+    def verb(self) -> str:
+        """The RBAC verb: GET is get, list or watch; PATCH patch; PUT update; POST create."""
+        if self.method == "GET":
+            return "watch" if self.watch else ("get" if self.name else "list")
+        if self.method == "DELETE":
+            return "delete" if self.name else "deletecollection"
+        return {"POST": "create", "PUT": "update", "PATCH": "patch"}[self.method]
+
+    def __str__(self) -> str:
+        where = f"ns={self.namespace}" if self.namespace else "cluster"
+        what = self.resource + (f"/{self.subresource}" if self.subresource else "")
+        return f"{self.verb} {self.group or 'core'}/{what} {self.name or ''} ({where})"
+
+
+class ClusterApi(Emulator):
+    """kmock's emulator as the e2e's API server; `requests_log` holds every resource request."""
+
+    requests_log: list[ApiRequest]
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.requests_log = []
+        for resource, info in RESOURCES.items():
+            self.resources[resource] = info
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        # NOTE: the API server takes `watch=1` and `watch=True` (kubernetes_asyncio sends the
+        # latter); kmock knows only `watch=true`.
+        if raw_request.query.get("watch", "").lower() in ("1", "true"):
+            raw_request = raw_request.clone(rel_url=raw_request.rel_url.update_query(watch="true"))
+        return await super().__call__(raw_request)
+
+    async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
+        # NOTE: discovery (`/apis/apps/v1`) parses as a resource without a plural; RBAC lets every
+        # authenticated client read it (system:discovery), so it is not logged.
+        if request.resource is not None and request.resource.plural:
+            self.requests_log.append(_describe(request))
+        return await super()._handle(request)
+
+    async def _serve_list(self, request: Any) -> Any:
+        listed: dict[str, Any] = await super()._serve_list(request)  # type: ignore[assignment]
+        selector = request.params.get("labelSelector", "")
+        listed["items"] = [item for item in listed["items"] if _selected(item, selector)]
+        return listed
+
+    async def _serve_watch(self, request: Any) -> AsyncIterator[Any]:
+        selector = request.params.get("labelSelector", "")
+        async for event in super()._serve_watch(request):
+            if not isinstance(event, dict) or _selected(event.get("object", {}), selector):
+                yield event
+
+    def add_namespace(self, name: str) -> None:
+        """NOTE: kmock's path parser cannot route `/api/v1/namespaces` writes: stored directly."""
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        _stamp_new(namespace)
+        self.objects["v1/namespaces", None, name] = namespace
+
+    def live(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The stored object, or None when absent or deleted."""
+        try:
+            obj = self.objects[resource, namespace, name]
+        except KeyError:
+            return None
+        return None if obj.deleted else obj.raw
+
+    def all_live(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        return [
+            obj.raw
+            for (res, ns, _), obj in list(self.objects.items())
+            if res == resource and not obj.deleted and (namespace is None or ns == namespace)
+        ]
+
+
+def _selected(obj: dict[str, Any], selector: str) -> bool:
+    return matches_selector(obj.get("metadata", {}).get("labels") or {}, selector)
+
+
+def _describe(request: Any) -> ApiRequest:
+    authorization = request.headers.get("Authorization", "")
+    body = request.data if isinstance(request.data, dict) else {}
+    refs = (body.get("metadata") or {}).get("ownerReferences") or []
+    owners = [resource_of(ref).split("/") for ref in refs if ref.get("blockOwnerDeletion")]
+    rules = body.get("rules") if request.resource.plural in ("roles", "clusterroles") else None
+    return ApiRequest(
+        token=authorization.removeprefix("Bearer ").strip(),
+        method=str(request.method.value if hasattr(request.method, "value") else request.method),
+        group=request.resource.group or "",
+        resource=request.resource.plural or "",
+        subresource=request.subresource,
+        namespace=request.namespace,
+        name=request.name,
+        watch=request.params.get("watch") == "true",
+        blocking_owners=tuple((o[0] if len(o) == 3 else "", o[-1]) for o in owners),
+        granted_rules=tuple(rules or ()),
+    )
