@@ -18,7 +18,7 @@ from tests.e2e.apiserver import ClusterApi
 from tests.e2e.client import KubeClient
 from tests.e2e.kubelet import Kubelet
 from tests.e2e.netns import PodNetwork
-from tests.e2e.runtime import ENGINE_IMAGE, OPERATOR_IMAGE, ROUTER_IMAGE, Runtime
+from tests.e2e.runtime import Runtime
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -26,19 +26,22 @@ LLMD = "pagedock.dev/v1alpha1/llmdeployments"
 EXAMPLE = REPO / "manifests" / "examples" / "llmdeployment.yaml"
 ADMIN_TOKEN = "e2e:admin"
 OPERATOR_ACCOUNT = ("pagedock-system", "pagedock")
-# What a Helm user would set for an e2e install (values: image, engineImage, routerImage): every
-# `ghcr.io/pagedock/<name>:<tag>` becomes the local build `localhost/pagedock/<name>:dev`, the
-# CUDA engine the CPU one; one operator replica (it still elects itself through the peering
-# object); a short resync.
-LOCAL_IMAGES = {"engine": ENGINE_IMAGE, "router": ROUTER_IMAGE, "operator": OPERATOR_IMAGE}
-OPERATOR_ENV = {"PAGEDOCK_OPERATOR_RESYNC_SECONDS": "5"}
+# What a Helm user would set for an e2e install (`--set image.repository=localhost/pagedock
+# --set image.tag=dev`): every `ghcr.io/pagedock/<name>:<tag>` becomes the local build
+# `localhost/pagedock/<name>:dev`; one operator replica (it still elects itself through the
+# peering object); a short resync.
+OPERATOR_ENV = {
+    "PAGEDOCK_OPERATOR_RESYNC_SECONDS": "5",
+    "PAGEDOCK_IMAGE_REPOSITORY": "localhost/pagedock",
+    "PAGEDOCK_IMAGE_TAG": "dev",
+}
 
 
 def local_image(image: str) -> str:
     if not image.startswith("ghcr.io/pagedock/"):
         return image
     name = image.removeprefix("ghcr.io/pagedock/").split(":")[0]
-    return LOCAL_IMAGES.get(name, f"localhost/pagedock/{name}:dev")
+    return f"localhost/pagedock/{name}:dev"
 
 
 def load_documents(path: Path) -> list[Obj]:
@@ -53,8 +56,6 @@ def for_e2e(obj: Obj) -> Obj:
     container = obj["spec"]["template"]["spec"]["containers"][0]
     container["image"] = local_image(container["image"])
     for var in container.get("env", []):
-        if var["name"].endswith("_IMAGE"):
-            var["value"] = local_image(var["value"])
         var["value"] = OPERATOR_ENV.get(var["name"], var.get("value"))
     return obj
 
