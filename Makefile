@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test e2e lint demo bench serve clean
+.PHONY: test e2e lint demo bench serve images images-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,6 +42,15 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/offline_throughput.py
 	$(BIN)/python benchmarks/online_throughput.py --skip-offline --concurrency 32 --also-concurrency 16 \
 		--json benchmarks/results/online_smollm2-135m-instruct.json
+
+# Container images with buildah, no Docker engine needed (images/build.sh; run as root): engine-cpu,
+# router and operator as localhost/pagedock/<target>:dev. images-check runs the engine and router
+# images as the pods do, with no network, and asks them for a chat completion.
+images:
+	images/build.sh
+
+images-check:
+	images/check.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

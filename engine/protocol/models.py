@@ -25,3 +25,6 @@ class ModelList(OpenAIModel):
 
 class VersionResponse(OpenAIModel):
     version: str
+    cpu_kernels: str | None = None
+    """Which CPU kernels the engine runs: `prebuilt x86-64-v4` (or `-v3`, baseline `x86-64`),
+    `jit -march=native`, `torch` (none), or `not loaded` (not asked for, as on GPUs)."""

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from engine.kernels.cpu_kernels import cpu_kernel_path
 from engine.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -122,7 +123,7 @@ def open_routes(ctx: ServerContext) -> APIRouter:
 
     @router.get("/version", response_model=VersionResponse)
     async def version_route() -> VersionResponse:
-        return VersionResponse(version=_version())
+        return VersionResponse(version=_version(), cpu_kernels=cpu_kernel_path())
 
     return router
 

