@@ -12,8 +12,10 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch that this machine (and CI) has; an unpinned torch pulls a CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[engine,router,operator,dev]'
-	# Compile the C++ CPU kernels now (~30 s, once per machine), not on the first serve or test.
-	$(BIN)/python -c 'from engine.kernels.cpu_kernels import load_cpu_kernels; load_cpu_kernels()'
+	# Compile the C++ CPU kernels now (~30 s, once per machine), not on the first serve or test;
+	# with a compiler here, a failed build stops make (the torch fallback is for machines without).
+	$(BIN)/python -c 'import shutil, sys; from engine.kernels.cpu_kernels import load_cpu_kernels; \
+		sys.exit("C++ CPU kernels failed to build" if load_cpu_kernels() is None and shutil.which("c++") else 0)'
 	touch $(STAMP)
 
 test: $(STAMP)
