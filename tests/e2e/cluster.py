@@ -3,10 +3,8 @@ with kubectl (apply, scale, delete) and sees (conditions, pods), plus a chat thr
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import aiohttp
 import kmock
 import yaml
 
+from tests import eventually as polling
 from tests.e2e.apiserver import ClusterApi
 from tests.e2e.client import KubeClient
 from tests.e2e.kubelet import Kubelet
@@ -128,23 +127,8 @@ class Cluster:
         await self.client.close()
 
 
-async def eventually(
-    check: Callable[[], Any], timeout: float, what: str | Callable[[], str] = ""
-) -> Any:
-    """Poll `check` (sync or async) until it returns something truthy; `what` names it in the
-    failure (a callable: evaluated then, to show the state that was seen)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"not within {timeout:.0f}s: {what() if callable(what) else what or check}"
-            )
-        await asyncio.sleep(0.2)
+async def eventually(check: Callable[[], Any], timeout: float, what: str | Callable[[], str] = "") -> Any:  # fmt: skip
+    return await polling.eventually(check, timeout, what, interval=0.2)
 
 
 async def chat(ip: str, port: int, content: str = "Say hello.", max_tokens: int = 8) -> Obj:

@@ -1,8 +1,7 @@
 """Fixtures: a stateful Kubernetes emulator (kmock) and the operator running against it."""
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -66,17 +65,3 @@ async def operator(
 async def api(cluster: Emulator) -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(base_url=str(cluster.url)) as session:
         yield session
-
-
-async def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll `check` until it returns something truthy (awaiting it if it is a coroutine)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.05)

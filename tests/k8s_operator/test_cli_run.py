@@ -14,7 +14,7 @@ import kmock
 import pytest
 import pytest_asyncio
 
-from tests.k8s_operator.conftest import eventually
+from tests.eventually import eventually
 from tests.k8s_operator.emulator import Emulator
 from tests.k8s_operator.helpers import LLMD_COLLECTION, live, make_llmd, send
 

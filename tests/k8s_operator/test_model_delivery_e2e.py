@@ -7,7 +7,7 @@ import aiohttp
 import pytest
 from kopf.testing import KopfRunner
 
-from tests.k8s_operator.conftest import eventually
+from tests.eventually import eventually
 from tests.k8s_operator.emulator import Emulator
 from tests.k8s_operator.helpers import (
     LLMD,

@@ -8,7 +8,7 @@ from kopf.testing import KopfRunner
 from llm_operator.handlers import make_registry
 from llm_operator.settings import OperatorSettings
 
-from tests.k8s_operator.conftest import eventually
+from tests.eventually import eventually
 from tests.k8s_operator.emulator import Emulator
 from tests.k8s_operator.helpers import (
     LLMD,

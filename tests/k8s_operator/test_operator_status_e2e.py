@@ -11,7 +11,7 @@ import pytest
 from kopf.testing import KopfRunner
 from llm_operator.settings import OperatorSettings
 
-from tests.k8s_operator.conftest import eventually
+from tests.eventually import eventually
 from tests.k8s_operator.emulator import Emulator
 from tests.k8s_operator.helpers import LLMD, LLMD_COLLECTION, condition, live, make_llmd, send
 from tests.k8s_operator.pods import BAD_IMAGE, image_pull_backoff

@@ -15,21 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.hub_stand_in import HubStandIn
-from tests.tiny_model import make_tiny_llama_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_ID = "acme/tiny-llama"
 MODEL = f"hf://{REPO_ID}@v1"
 DEAD_ENDPOINT = "http://127.0.0.1:9"  # the discard port: nothing answers there
-
-
-@pytest.fixture(scope="module")
-def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The repo as the Hub holds it: the tiny llama, plus files pagedock does not read."""
-    repo = make_tiny_llama_dir(tmp_path_factory.mktemp("hub") / "tiny-llama")
-    (repo / "README.md").write_text("# tiny llama\n")
-    (repo / "pytorch_model.bin").write_bytes(b"pickled weights")
-    return repo
 
 
 def run(args: list[str], hf_home: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -23,18 +23,8 @@ from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundEr
 from engine.errors import ModelLoadError
 from engine.loader.hub import HfSource, parse_hf_uri
 from engine.loader.registry import resolve_model
-from tests.tiny_model import make_tiny_llama_dir
 
 REPO_URI = "hf://acme/tiny-llama"
-
-
-@pytest.fixture(scope="module")
-def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny llama repo as the hub holds it, with files pagedock must not download beside it."""
-    repo = make_tiny_llama_dir(tmp_path_factory.mktemp("hub") / "tiny-llama")
-    (repo / "README.md").write_text("# tiny llama\n")
-    (repo / "pytorch_model.bin").write_bytes(b"pickled weights")
-    return repo
 
 
 @pytest.fixture(scope="module")

@@ -8,27 +8,23 @@ from llm_operator.names import engine_name, router_name, selector_labels
 
 def build_engine_pdb(ctx: BuildContext) -> Obj:
     """Voluntary evictions (node drains) take at most one engine at a time."""
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": metadata(ctx, engine_name(ctx.name), "engine"),
-        "spec": {
-            "maxUnavailable": 1,
-            "selector": {"matchLabels": selector_labels(ctx.name, "engine")},
-        },
-    }
+    return _one_at_a_time(ctx, engine_name(ctx.name), "engine")
 
 
 def build_router_pdb(ctx: BuildContext) -> Obj:
     """With 2+ router replicas, a node drain keeps one serving (built only then: with one
     replica, `maxUnavailable: 1` would allow it anyway, and `0` would block drains)."""
+    return _one_at_a_time(ctx, router_name(ctx.name), "router")
+
+
+def _one_at_a_time(ctx: BuildContext, name: str, component: str) -> Obj:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": metadata(ctx, router_name(ctx.name), "router"),
+        "metadata": metadata(ctx, name, component),
         "spec": {
             "maxUnavailable": 1,
-            "selector": {"matchLabels": selector_labels(ctx.name, "router")},
+            "selector": {"matchLabels": selector_labels(ctx.name, component)},
         },
     }
 
