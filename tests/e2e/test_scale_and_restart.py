@@ -40,7 +40,11 @@ async def test_scaling_to_two_replicas_adds_an_engine_that_joins_the_router(
         timeout=60,
         what="status.readyReplicas == 2",
     )
-    assert cluster.condition("default", "smollm2", "Ready")["status"] == "True"
+    await eventually(
+        lambda: cluster.condition("default", "smollm2", "Ready").get("status") == "True",
+        timeout=60,
+        what=lambda: f"Ready=True, saw {cluster.condition('default', 'smollm2', 'Ready')}",
+    )
     [router] = cluster.kubelet.pods("smollm2-router-")
     for prompt in ("One.", "Two, and a longer question to spread the load.", "Three?"):
         assert (await chat(router.ip, 8080, prompt))["choices"]
