@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test e2e lint demo bench serve images images-check clean
+.PHONY: test e2e lint demo bench serve images images-check e2e-images clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -53,6 +53,10 @@ images:
 
 images-check:
 	images/check.sh
+
+# The e2e scenario whose pods run from the images just built (skipped by `make e2e` without them).
+e2e-images: images $(STAMP)
+	$(BIN)/python -m pytest -q -m e2e tests/e2e/test_built_images.py --durations=0
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
