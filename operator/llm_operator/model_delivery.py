@@ -108,16 +108,28 @@ async def delete_download_jobs(kube: KubeClient, body: Mapping[str, Any], keep: 
             await kube.delete(JOB.object_path(namespace, meta["name"]))
 
 
-async def _claim_access_modes(kube: KubeClient, ctx: BuildContext) -> list[str] | None:
-    """The claim's spec.accessModes; None when it is missing or may not be read (no RBAC)."""
-    path = CLAIM.object_path(ctx.namespace, ctx.spec.model.cache_volume_claim or "")
+async def model_claim_shared(kube: KubeClient, ctx: BuildContext) -> bool:
+    """Whether a `pvc://` model source's claim may be mounted on many nodes (the router's too)."""
+    claim = ctx.model_source.claim_name
+    if claim is None:
+        return False
+    modes = await _claim_access_modes(kube, ctx, claim)
+    return bool(SHARED_ACCESS_MODES.intersection(modes or ()))
+
+
+async def _claim_access_modes(
+    kube: KubeClient, ctx: BuildContext, claim: str | None = None
+) -> list[str] | None:
+    """The claim's spec.accessModes (model.cacheVolumeClaim unless `claim` names another); None
+    when it is missing or may not be read (no RBAC)."""
+    path = CLAIM.object_path(ctx.namespace, claim or ctx.spec.model.cache_volume_claim or "")
     try:
-        claim = await kube.get(path)
+        live = await kube.get(path)
     except KubeError as error:
         if error.status != 403:
             raise
         return None
-    return None if claim is None else list(claim.get("spec", {}).get("accessModes", []))
+    return None if live is None else list(live.get("spec", {}).get("accessModes", []))
 
 
 async def _create_job(kube: KubeClient, body: Mapping[str, Any], ctx: BuildContext) -> Obj:

@@ -23,6 +23,7 @@ from llm_operator.model_delivery import (
     ModelDelivery,
     deliver_model,
     held_back,
+    model_claim_shared,
     with_delivery,
 )
 from llm_operator.names import (
@@ -102,7 +103,8 @@ class Reconciler:
                 return
             ctx = BuildContext(meta["name"], meta["namespace"], spec, self.settings)
             delivery = await deliver_model(self.kube, body, ctx, functools.partial(emit, body))
-            ctx = dataclasses.replace(ctx, claim_shared=delivery.claim_shared)
+            shared = await model_claim_shared(self.kube, ctx)
+            ctx = dataclasses.replace(ctx, claim_shared=delivery.claim_shared, model_claim_shared=shared)  # fmt: skip
             refusals: list[str] = []
             live = await self._apply_children(body, ctx, held_back(ctx, delivery), refusals)
             await self._prune(body, ctx)

@@ -107,6 +107,19 @@ def test_pvc_source_mounts_the_claim_read_only() -> None:
     assert not [c for c in children if c["metadata"]["name"] == "chat-router"]
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_router_mounts_a_pvc_models_claim_only_when_it_is_shared(shared: bool) -> None:
+    spec = LLMDeploymentSpec.model_validate({"model": {"source": "pvc://weights/llama/8b"}})
+    ctx = BuildContext("chat", "team-a", spec, OperatorSettings(), model_claim_shared=shared)
+    pod = find(build_children(ctx), "Deployment", "chat-router")["spec"]["template"]["spec"]
+    mounts = [m["name"] for m in pod["containers"][0]["volumeMounts"]]
+    assert ("model" in mounts) is shared  # a ReadWriteOnce claim would pin routers to its node
+    assert ("model" in [v["name"] for v in pod["volumes"]]) is shared
+    args = pod["containers"][0]["args"]
+    # Without the files the router balances by load (no tokenizer), rather than not starting.
+    assert ("--model" in args) is shared
+
+
 @pytest.mark.parametrize(
     ("source", "model_arg", "served_name"),
     [

@@ -17,6 +17,9 @@ class BuildContext:
     claim_shared: bool = False
     """model.cacheVolumeClaim is ReadWriteMany or ReadOnlyMany (the reconciler reads the claim),
     so router pods on any node may mount it beside the engines."""
+    model_claim_shared: bool = False
+    """The claim of a `pvc://` model source is ReadWriteMany or ReadOnlyMany, so the router may
+    mount it for the tokenizer; otherwise it routes by load alone (never mounting a RWO claim)."""
 
     @property
     def model_source(self) -> ModelSource:

@@ -1,5 +1,7 @@
 """The router: Deployment, Service, and an account that may watch the engine EndpointSlices."""
 
+import dataclasses
+
 from llm_operator.builders.common import (
     Obj,
     api_key_env,
@@ -12,19 +14,34 @@ from llm_operator.builders.common import (
 )
 from llm_operator.builders.context import BuildContext
 from llm_operator.builders.model_cache import cache_env, cache_mounts, cache_volumes, hub_env
+from llm_operator.builders.model_source import ModelSource
 from llm_operator.names import ROUTER_PORT, engine_name, router_name, selector_labels
 
 COMPONENT = "router"
 DEFAULT_RESOURCES: Obj = {"requests": {"cpu": "250m", "memory": "512Mi"}}
 
 
+def reads_model_claim(ctx: BuildContext) -> bool:
+    """Whether router pods may mount a `pvc://` model's claim (never a ReadWriteOnce one: pods on
+    other nodes could not start)."""
+    return ctx.model_source.claim_name is not None and ctx.model_claim_shared
+
+
+def _model_claim(ctx: BuildContext) -> ModelSource:
+    """The model source whose volumes the router mounts: none for a claim it may not share."""
+    source = ctx.model_source
+    return source if reads_model_claim(ctx) else dataclasses.replace(source, claim_name=None)
+
+
 def router_args(ctx: BuildContext) -> list[str]:
+    # Without the model's files (a pvc:// claim it may not mount) the router balances by load.
+    tokenizer = ctx.model_source.claim_name is None or reads_model_claim(ctx)
     args = [
         "route",
         "--discovery", "k8s",
         "--service", engine_name(ctx.name),
         "--namespace", ctx.namespace,
-        "--model", ctx.model_source.model_arg,
+        *(["--model", ctx.model_source.model_arg] if tokenizer else []),
         "--policy", ctx.spec.router.policy,
         "--block-size", str(ctx.spec.engine.block_size),
         "--host", "0.0.0.0",
@@ -46,7 +63,7 @@ def build_router_deployment(ctx: BuildContext) -> Obj:
         "terminationGracePeriodSeconds": ctx.spec.drain_timeout_seconds + 10,
         "containers": [_router_container(ctx)],
         "affinity": _spread_over_nodes(ctx),
-        "volumes": cache_volumes(ctx, COMPONENT) + ctx.model_source.volumes(),
+        "volumes": cache_volumes(ctx, COMPONENT) + _model_claim(ctx).volumes(),
         "imagePullSecrets": image_pull_secrets(ctx),
     }
     return {
@@ -97,7 +114,7 @@ def _router_container(ctx: BuildContext) -> Obj:
         + hub_env(ctx),
         "resources": ctx.spec.router.resources or DEFAULT_RESOURCES,
         "securityContext": container_security_context(),
-        "volumeMounts": cache_mounts(ctx, COMPONENT) + ctx.model_source.volume_mounts(),
+        "volumeMounts": cache_mounts(ctx, COMPONENT) + _model_claim(ctx).volume_mounts(),
         "startupProbe": http_probe("http", 5, 120, 3),
         "readinessProbe": http_probe("http", 5, 3, 3),
         "livenessProbe": http_probe("http", 20, 3, 5),
