@@ -1,0 +1,32 @@
+"""The connection cap, live: beyond --max-connections open connections the router answers 503 at
+once (uvicorn's limit), and serves again as soon as connections close."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.router.live import free_port, router_process, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_connections_over_the_cap_get_a_503_until_others_close(tmp_path: Path) -> None:
+    router = router_process(tmp_path, tmp_path, [f"http://127.0.0.1:{free_port()}"], "--max-connections", "3")  # fmt: skip
+    router.args.remove("--model")  # no tokenizer needed: the cap is in front of everything
+    router.args.remove(str(tmp_path))
+    router.start()
+    try:
+        # /health is 503 without a healthy replica; wait until it answers at all.
+        router.health_path = "/metrics"
+        router.wait_ready(timeout_s=30)
+        idle = [socket.create_connection(("127.0.0.1", router.port)) for _ in range(5)]
+        assert httpx.get(router.url + "/metrics", timeout=5).status_code == 503
+        for s in idle:
+            s.close()
+        wait_until(lambda: httpx.get(router.url + "/metrics", timeout=5).status_code == 200, timeout_s=5)  # fmt: skip
+    finally:
+        router.kill()
