@@ -113,8 +113,10 @@ async def test_an_abort_ends_the_stream_and_frees_the_blocks(engine: AsyncEngine
     async for batch in stream.batches():
         outputs += batch
         if len(outputs) == 1:
-            assert await num_free_blocks(engine) < NUM_KV_BLOCKS
+            # At once, with no round trip to the engine thread first: a tiny model's 200 tokens
+            # take only a few hundred steps, which a loaded machine can run before the next await.
             engine.abort("doomed")
+            assert engine.stats.num_free_kv_blocks < NUM_KV_BLOCKS  # as of the last step
     assert outputs[-1].finished
     assert {c.finish_reason for c in outputs[-1].outputs} == {"abort"}
     assert await num_free_blocks(engine) == NUM_KV_BLOCKS
