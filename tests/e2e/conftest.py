@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest_asyncio
 from tests.e2e.cluster import Cluster, running_cluster
 from tests.e2e.kubelet import prepare_node_cache
 from tests.e2e.netns import PodNetwork, can_make_namespaces
-from tests.e2e.runtime import ProcessRuntime, Runtime
+from tests.e2e.runtime import CHECKOUT, REPO, ProcessRuntime, Runtime
 
 NODE_CACHE = Path("/var/tmp/pagedock-e2e-cache")
 # Probe periods, back-offs and grace periods run at this fraction of the spec's seconds.
@@ -54,8 +55,24 @@ def network() -> Iterator[PodNetwork]:
         network.close()
 
 
+@pytest.fixture(scope="session")
+def exposed_checkout() -> Iterator[None]:
+    """This checkout bind-mounted at CHECKOUT for the session (see runtime.py)."""
+    reason = can_make_namespaces()
+    if reason:
+        pytest.skip(f"e2e {reason}")
+    CHECKOUT.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(REPO), str(CHECKOUT)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "--lazy", str(CHECKOUT)], check=False)
+        with contextlib.suppress(OSError):
+            CHECKOUT.rmdir()
+
+
 @pytest.fixture()
-def runtime(tmp_path: Path) -> Runtime:
+def runtime(tmp_path: Path, exposed_checkout: None) -> Runtime:
     return ProcessRuntime(tmp_path / "etc")
 
 

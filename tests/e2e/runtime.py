@@ -27,6 +27,17 @@ from tests.e2e.podspec import ImageConfig
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+# NOTE: pods mount volumes over /tmp, /cache and more, which would hide a checkout (and its venv)
+# living there, as a CI clone under /tmp does; the session bind-mounts the checkout here, a path
+# no pod mounts over, and the checkout images run from it (conftest.py's `exposed_checkout`).
+CHECKOUT = Path("/var/tmp/pagedock-e2e-checkout")
+
+
+def _in_checkout(path: Path) -> Path:
+    """`path` as the pods see it: under CHECKOUT when it is inside this checkout."""
+    return CHECKOUT / path.relative_to(REPO) if path.is_relative_to(REPO) else path
+
+
 ENGINE_IMAGE = "localhost/pagedock/engine-cpu:dev"
 ROUTER_IMAGE = "localhost/pagedock/router:dev"
 OPERATOR_IMAGE = "localhost/pagedock/operator:dev"
@@ -75,16 +86,19 @@ class Runtime(Protocol):
 
 def _checkout_image(cmd: list[str], **env: str) -> ImageConfig:
     """A Dockerfile target of this repository, run from this checkout."""
+    venv_bin = _in_checkout(VENV_BIN)
     image_env = {
-        "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
-        # NOTE: the venv's editable install points at the main checkout; the worktree wins.
-        "PYTHONPATH": f"{REPO}:{REPO / 'operator'}",
+        # The venv's editable install and its scripts' shebangs name the checkout's own path,
+        # which a pod may not see: the interpreter runs `-m pagedock` from CHECKOUT instead.
+        "PYTHONPATH": f"{CHECKOUT}:{CHECKOUT / 'operator'}",
         **env,
     }
-    return ImageConfig([str(VENV_BIN / "pagedock")], cmd, image_env, NONROOT, "/tmp")
+    entrypoint = [str(venv_bin / Path(sys.executable).name), "-m", "pagedock"]
+    return ImageConfig(entrypoint, cmd, image_env, NONROOT, "/tmp")
 
 
 CHECKOUT_IMAGES: dict[str, ImageConfig] = {
