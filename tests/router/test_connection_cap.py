@@ -9,19 +9,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.router.live import free_port, router_process, wait_until
+from tests.router.live import Process, free_port, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def test_connections_over_the_cap_get_a_503_until_others_close(tmp_path: Path) -> None:
-    router = router_process(tmp_path, tmp_path, [f"http://127.0.0.1:{free_port()}"], "--max-connections", "3")  # fmt: skip
-    router.args.remove("--model")  # no tokenizer needed: the cap is in front of everything
-    router.args.remove(str(tmp_path))
-    router.start()
+    dead_replica = f"http://127.0.0.1:{free_port()}"
+    args = ["route", "--port", str(free_port()), "--replica", dead_replica, "--max-connections", "3", "--log-level", "warning"]  # fmt: skip
+    # /health is 503 without a healthy replica: readiness is /metrics answering at all.
+    router = Process(args, tmp_path / "router.log", health_path="/metrics").start()
     try:
-        # /health is 503 without a healthy replica; wait until it answers at all.
-        router.health_path = "/metrics"
         router.wait_ready(timeout_s=30)
         idle = [socket.create_connection(("127.0.0.1", router.port)) for _ in range(5)]
         assert httpx.get(router.url + "/metrics", timeout=5).status_code == 503
