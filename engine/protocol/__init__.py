@@ -50,6 +50,7 @@ from engine.protocol.openai import (
     MAX_TOP_LOGPROBS,
     SEED_MAX,
     SEED_MIN,
+    Continuation,
     ErrorInfo,
     ErrorResponse,
     OpenAIModel,
@@ -61,6 +62,7 @@ from engine.protocol.openai import (
     UsageInfo,
     now_s,
     random_id,
+    response_exclusions,
 )
 from engine.protocol.tokenize import (
     DetokenizeRequest,
@@ -88,6 +90,7 @@ __all__ = [
     "CompletionRequest",
     "CompletionResponse",
     "ContentPart",
+    "Continuation",
     "Conversation",
     "DeltaMessage",
     "DetokenizeRequest",
@@ -115,5 +118,6 @@ __all__ = [
     "VersionResponse",
     "now_s",
     "random_id",
+    "response_exclusions",
     "template_messages",
 ]

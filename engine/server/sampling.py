@@ -36,3 +36,15 @@ def to_sampling_params(
         skip_special_tokens=request.skip_special_tokens,
         include_stop_str_in_output=request.include_stop_str_in_output,
     )
+
+
+def continuation_token_ids(request: SamplingFields, num_prompts: int) -> list[int] | None:
+    """A continuation's tokens generated before (docs/router.md, in-flight failover), or None.
+    It resumes one streamed completion."""
+    if request.continuation is None:
+        return None
+    if not request.stream:
+        raise InvalidRequestError("a continuation resumes a stream: set stream to true", "continuation")  # fmt: skip
+    if request.n != 1 or num_prompts != 1:
+        raise InvalidRequestError("a continuation resumes one completion: one prompt, n = 1", "continuation")  # fmt: skip
+    return request.continuation.token_ids
