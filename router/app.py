@@ -30,6 +30,7 @@ from router.context import RouterContext
 from router.dispatcher import Decision, NoReplicaError
 from router.prompt_hasher import PromptBlocks
 from router.root_path import RootPathMiddleware
+from router.stream_resume import ResumePlan, resume_plan
 
 # Bodies up to this size are parsed and hashed on the event loop (tens of microseconds); larger
 # ones in the context's small prompt pool.
@@ -99,24 +100,25 @@ async def _generate(
     arrival = time.perf_counter()
     body = await _read_body(request)
     if len(body) <= INLINE_PARSE_BYTES:
-        parsed, blocks = _parse_and_hash(ctx, body, model)
+        parsed, blocks, plan = _parse_and_hash(ctx, body, model)
     else:  # off the event loop: a long prompt must not hold up every other request's routing
         work = functools.partial(_parse_and_hash, ctx, body, model)
-        parsed, blocks = await asyncio.get_running_loop().run_in_executor(ctx.prompt_pool, work)
+        parsed, blocks, plan = await asyncio.get_running_loop().run_in_executor(ctx.prompt_pool, work)  # fmt: skip
     session_key = request.headers.get(ctx.config.session_header) or (parsed.user if parsed else None)  # fmt: skip
     decision = _decide(ctx, blocks, session_key)
     stream = bool(parsed and parsed.stream)
-    return await ctx.proxy.forward(request, body, decision, stream, arrival)
+    return await ctx.proxy.forward(request, body, decision, stream, arrival, plan)
 
 
-def _parse_and_hash(ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> tuple[ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None]:  # fmt: skip
-    """The request as the engine will read it and its prompt's blocks; a body over
-    --max-hash-bytes is routed by load alone (affinity for a huge prompt is not worth tokenizing
-    it twice; the engine answers if it is too long)."""
+def _parse_and_hash(ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> tuple[ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None, ResumePlan | None]:  # fmt: skip
+    """The request as the engine will read it, its prompt's blocks and, for a stream the router
+    can resume mid-way, its plan; a body over --max-hash-bytes is routed by load alone (affinity
+    for a huge prompt is not worth tokenizing it twice; the engine answers if it is too long)."""
     parsed = _parse(body, model)
+    plan = resume_plan(parsed, body) if ctx.config.max_stream_resumes else None
     if len(body) > ctx.config.max_hash_bytes:
-        return parsed, None
-    return parsed, _prompt_blocks(ctx, parsed)
+        return parsed, None, plan
+    return parsed, _prompt_blocks(ctx, parsed), plan
 
 
 def _parse(body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> ChatCompletionRequest | CompletionRequest | None:  # fmt: skip

@@ -72,6 +72,10 @@ class RouterConfig:
     """Seconds a request may wait without a byte from a replica that has left the healthy set
     (stopped, hung, partitioned) before it is taken from it: retried on another replica before
     its first byte, ended with an error event after it (router/stall_watch.py)."""
+    max_stream_resumes: int = 2
+    """Times one stream whose replica fails after its first byte (dies, hangs, cuts the
+    connection) is resumed on another replica as a continuation, in the same client stream
+    (docs/router.md); 0 = end such a stream with an error event."""
     request_timeout_s: float = 600.0
     """Seconds a replica may take to answer (and between two streamed chunks)."""
     event_backoff_min_s: float = 0.05
@@ -116,6 +120,7 @@ class RouterConfig:
         _check(self.keep_alive_timeout_s > 0, f"keep_alive_timeout_s must be positive, got {self.keep_alive_timeout_s}")  # fmt: skip
         _check(self.request_read_timeout_s > 0, f"request_read_timeout_s must be positive, got {self.request_read_timeout_s}")  # fmt: skip
         _check(self.max_attempts >= 1, f"max_attempts must be at least 1, got {self.max_attempts}")
+        _check(self.max_stream_resumes >= 0, f"max_stream_resumes must be 0 or more, got {self.max_stream_resumes}")  # fmt: skip
         _check(self.block_size in BLOCK_SIZES, f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}")  # fmt: skip
         for name in ("health_interval_s", "health_timeout_s", "connect_timeout_s", "request_timeout_s", "stall_eject_s", "prefill_ms_per_token"):  # fmt: skip
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")

@@ -46,6 +46,7 @@ from engine.protocol.kv_events import (
 )
 from engine.protocol.models import ModelCard, ModelList, VersionResponse
 from engine.protocol.openai import (
+    CONTINUATION_HEADER,
     MAX_N,
     MAX_TOP_LOGPROBS,
     SEED_MAX,
@@ -72,6 +73,7 @@ from engine.protocol.tokenize import (
 )
 
 __all__ = [
+    "CONTINUATION_HEADER",
     "MAX_N",
     "MAX_TOP_LOGPROBS",
     "SEED_MAX",

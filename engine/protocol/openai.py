@@ -66,6 +66,12 @@ class StreamOptions(OpenAIModel):
     include_usage: bool = False
 
 
+CONTINUATION_HEADER = "x-pagedock-continuation"
+"""The response header of a stream that resumed a continuation (its value: the prior token count).
+A replica that does not send it (another engine, which ignores the field) would restart the answer,
+so the router does not resume a stream on it."""
+
+
 class Continuation(OpenAIModel):
     """pagedock's extension: resume a stream after tokens generated before, elsewhere (the
     router's in-flight failover, docs/router.md). The tokens count as output, not prompt, and

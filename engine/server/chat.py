@@ -26,7 +26,11 @@ from engine.server.generation import ChoiceDelta, Generation
 from engine.server.guards import check_model
 from engine.server.logprobs import chat_logprobs
 from engine.server.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
-from engine.server.sampling import continuation_token_ids, to_sampling_params
+from engine.server.sampling import (
+    continuation_headers,
+    continuation_token_ids,
+    to_sampling_params,
+)
 from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
 from engine.text.prompt_renderer import render_chat
 
@@ -47,7 +51,7 @@ async def create_chat_completion(
         ctx, raw_request, [prompt], params, body.priority, arrival_time, prior
     )
     if body.stream:
-        return sse_response(_stream(ctx, body, gen))
+        return sse_response(_stream(ctx, body, gen), continuation_headers(prior))
     try:
         choices = await gen.collect()
     finally:

@@ -23,7 +23,11 @@ from engine.server.generation import ChoiceDelta, Generation
 from engine.server.guards import check_model
 from engine.server.logprobs import completion_logprobs
 from engine.server.prompt_work import check_prompt_chars, in_prompt_pool, prompt_chars
-from engine.server.sampling import continuation_token_ids, to_sampling_params
+from engine.server.sampling import (
+    continuation_headers,
+    continuation_token_ids,
+    to_sampling_params,
+)
 from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
 from engine.text.detokenizer import IncrementalDetokenizer
 from engine.text.prompt_renderer import completion_prompts
@@ -42,7 +46,7 @@ async def create_completion(
         ctx, raw_request, prompts, params, body.priority, arrival_time, prior
     )
     if body.stream:
-        return sse_response(_stream(ctx, body, gen))
+        return sse_response(_stream(ctx, body, gen), continuation_headers(prior))
     try:
         choices = await gen.collect()
     finally:
