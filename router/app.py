@@ -40,9 +40,19 @@ def build_app(ctx: RouterContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await ctx.start()
+        picker = None
         try:
+            if ctx.config.picker_port is not None:
+                # grpc is loaded only in endpoint-picker mode (docs/gateway-api.md).
+                from router.picker_server import start_picker
+
+                picker = await start_picker(ctx)
             yield
         finally:
+            if picker is not None:
+                from router.picker_server import stop_picker
+
+                await stop_picker(picker)
             await ctx.stop()
 
     app = FastAPI(title="pagedock router", version="1", lifespan=lifespan, **docs_urls(ctx.config.api_key))  # fmt: skip
@@ -98,15 +108,20 @@ async def _generate(
 ) -> Response:
     arrival = time.perf_counter()
     body = await _read_body(request)
-    if len(body) <= INLINE_PARSE_BYTES:
-        parsed, blocks = _parse_and_hash(ctx, body, model)
-    else:  # off the event loop: a long prompt must not hold up every other request's routing
-        work = functools.partial(_parse_and_hash, ctx, body, model)
-        parsed, blocks = await asyncio.get_running_loop().run_in_executor(ctx.prompt_pool, work)
+    parsed, blocks = await parse_and_hash(ctx, body, model)
     session_key = request.headers.get(ctx.config.session_header) or (parsed.user if parsed else None)  # fmt: skip
     decision = _decide(ctx, blocks, session_key)
     stream = bool(parsed and parsed.stream)
     return await ctx.proxy.forward(request, body, decision, stream, arrival)
+
+
+async def parse_and_hash(ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> tuple[ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None]:  # fmt: skip
+    """The parsed request and its prompt's blocks (the endpoint picker's too); a large body is
+    parsed off the event loop: a long prompt must not hold up every other request's routing."""
+    if len(body) <= INLINE_PARSE_BYTES:
+        return _parse_and_hash(ctx, body, model)
+    work = functools.partial(_parse_and_hash, ctx, body, model)
+    return await asyncio.get_running_loop().run_in_executor(ctx.prompt_pool, work)
 
 
 def _parse_and_hash(ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> tuple[ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None]:  # fmt: skip
