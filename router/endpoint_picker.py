@@ -189,21 +189,28 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
         config = self.ctx.config
         primary = decision.replicas[0]
         if config.picker_shed_ttft_ms > 0:
-            num_prompt_tokens = decision.blocks.num_prompt_tokens if decision.blocks else 0
-            ttft_ms = estimated_ttft_ms(decision.candidates[primary.url], RouteRequest(num_prompt_tokens), config)  # fmt: skip
-            if ttft_ms > config.picker_shed_ttft_ms:
-                raise Refusal(429, f"every eligible replica is saturated (estimated time to first token {ttft_ms:.0f} ms > {config.picker_shed_ttft_ms:g} ms)", "shed")  # fmt: skip
+            self._shed_if_saturated(decision)
         cached_tokens = self.ctx.dispatcher.commit(decision, primary, stream.request_id)
         self.ctx.metrics.observe_decision(primary.url, decision.reason, cached_tokens)
         stream.pick = Pick(decision, primary)
         endpoints = [endpoint_of(r.url) for r in decision.replicas[: config.max_attempts]]
         return ext_proc.destination(endpoints)
 
+    def _shed_if_saturated(self, decision: Decision) -> None:
+        """429 when even the fastest eligible replica's estimated time to first token is over
+        --picker-shed-ttft-ms (whichever the policy ranked first)."""
+        config = self.ctx.config
+        request = RouteRequest(decision.blocks.num_prompt_tokens if decision.blocks else 0)
+        ttft_ms = min(estimated_ttft_ms(c, request, config) for c in decision.candidates.values())
+        if ttft_ms > config.picker_shed_ttft_ms:
+            raise Refusal(429, f"every eligible replica is saturated (estimated time to first token {ttft_ms:.0f} ms > {config.picker_shed_ttft_ms:g} ms)", "shed")  # fmt: skip
+
     async def _decide(self, stream: RequestStream, body: bytes) -> Decision:
         if stream.subset is not None and not stream.subset:
             raise Refusal(503, "the data plane's endpoint subset is empty", "no_eligible_endpoint")
+        # NOTE: by suffix: the picker sees the path before the route's rewrite (/llm/v1/...).
         path = stream.headers.get(":path", "").split("?", 1)[0].rstrip("/")
-        model = BODY_MODELS.get(path)
+        model = next((m for suffix, m in BODY_MODELS.items() if path.endswith(suffix)), None)
         parsed, blocks = await parse_and_hash(self.ctx, body, model) if model and body else (None, None)  # fmt: skip
         session_key = stream.headers.get(self.ctx.config.session_header) or (parsed.user if parsed else None)  # fmt: skip
         among = subset_filter(stream.subset) if stream.subset is not None else None

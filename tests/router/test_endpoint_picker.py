@@ -148,6 +148,12 @@ async def test_full_duplex_headers_wait_for_the_body_then_name_the_cached_replic
     assert body_back[-1].request_body.response.body_mutation.streamed_response.end_of_stream
 
 
+async def test_a_prefixed_path_before_the_routes_rewrite_is_still_hashed(picker: Picker) -> None:
+    cache_prompt_on(picker, C, 4)
+    responses = await picker.exchange(headers("/llm/v1/completions"), *body_frames(completion()))
+    assert destination_header(responses[0]).startswith(C + ",")
+
+
 async def test_without_a_protocol_config_the_picker_speaks_full_duplex(picker: Picker) -> None:
     cache_prompt_on(picker, C, 4)
     responses = await picker.exchange(headers(), *body_frames(completion()))
@@ -163,6 +169,17 @@ async def test_a_large_body_comes_back_in_pieces_in_order(picker: Picker) -> Non
     assert all(len(p.body) <= BODY_CHUNK_BYTES for p in pieces)
     assert b"".join(p.body for p in pieces) == body
     assert [p.end_of_stream for p in pieces] == [False, False, False, True]
+
+
+async def test_trailers_end_a_full_duplex_body_too(picker: Picker) -> None:
+    cache_prompt_on(picker, B, 4)
+    body = pb.ProcessingRequest(request_body=pb.HttpBody(body=completion(), end_of_stream=False))
+    trailers = pb.ProcessingRequest(request_trailers=pb.HttpTrailers())
+    responses = await picker.exchange(headers(), body, trailers)
+    assert [r.WhichOneof("response") for r in responses] == ["request_headers", "request_body", "request_trailers"]  # fmt: skip
+    assert destination_header(responses[0]).startswith(B + ",")
+    streamed = responses[1].request_body.response.body_mutation.streamed_response
+    assert (streamed.body, streamed.end_of_stream) == (completion(), False)  # the trailers end it
 
 
 async def test_buffered_mode_continues_the_headers_and_answers_the_body_with_the_destination(picker: Picker) -> None:  # fmt: skip
