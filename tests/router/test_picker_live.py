@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -21,7 +23,7 @@ from router.discovery.static import StaticDiscovery
 from router.prompt_hasher import PromptHasher
 from tests.router.factories import make_config
 from tests.router.fake_replica import FakeReplica, ServerThread
-from tests.router.live import free_port, wait_until
+from tests.router.live import Process, free_port, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,3 +60,23 @@ def test_the_picker_serves_beside_the_http_api_from_the_same_replicas(router: tu
 def test_the_picker_is_off_unless_its_port_is_given() -> None:
     assert build_parser().parse_args([]).picker_port is None
     assert build_parser().parse_args(["--picker-port", "9002"]).picker_port == 9002
+
+
+def test_pagedock_route_serves_the_picker_and_a_sigterm_stops_both(tmp_path: Path) -> None:
+    picker_port = free_port()
+    with ServerThread(FakeReplica().app) as replica:
+        args = ["route", "--model", "", "--port", str(free_port()), "--picker-port", str(picker_port), "--replica", replica.url]  # fmt: skip
+        router = Process(args, tmp_path / "router.log").start()
+        try:
+            router.wait_ready(timeout_s=60)
+            with grpc.insecure_channel(f"127.0.0.1:{picker_port}") as channel:
+                health = health_pb2_grpc.HealthStub(channel)
+                answer = health.Check(health_pb2.HealthCheckRequest(service="liveness"), timeout=10)
+                assert answer.status == health_pb2.HealthCheckResponse.SERVING
+            assert router.proc is not None
+            router.proc.send_signal(signal.SIGTERM)
+            # uvicorn shuts down, then re-raises the SIGTERM it handled: -15 after a clean stop.
+            assert router.proc.wait(timeout=30) in (0, -signal.SIGTERM)
+            assert "Application shutdown complete" in router.log.read_text()
+        finally:
+            router.kill()
