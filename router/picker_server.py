@@ -20,6 +20,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engine.errors import ConfigError
+from pagedock.limits import MAX_BODY_BYTES
 from router.context import RouterContext
 from router.endpoint_picker import EndpointPicker
 
@@ -69,7 +70,10 @@ class PickerHealth(health_pb2_grpc.HealthServicer):
 async def start_picker(ctx: RouterContext) -> grpc.aio.Server:
     """Serve the endpoint picker on --host:--picker-port (started, so the port is bound)."""
     assert ctx.config.picker_port is not None
-    server = grpc.aio.server()
+    # NOTE: a buffered body arrives as one message: allow the router's whole body limit (gRPC's
+    # default is 4 MiB) plus room for the headers around it.
+    limit = MAX_BODY_BYTES + 1024 * 1024
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit)])
     ext_proc_grpc.add_ExternalProcessorServicer_to_server(EndpointPicker(ctx), server)
     health_pb2_grpc.add_HealthServicer_to_server(PickerHealth(ctx), server)
     host = ctx.config.host

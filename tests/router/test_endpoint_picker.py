@@ -191,6 +191,12 @@ async def test_buffered_mode_continues_the_headers_and_answers_the_body_with_the
     assert destination_metadata(responses[1]) == destination_header(responses[1])
 
 
+async def test_a_buffered_body_over_grpcs_default_message_size_is_taken(picker: Picker) -> None:
+    body = completion("z" * (5 * 1024 * 1024))  # gRPC's default limit is 4 MiB a message
+    responses = await picker.exchange(headers(mode=ProcessingMode.BUFFERED), *body_frames(body, 1))  # fmt: skip
+    assert len(destination_header(responses[1]).split(",")) == 3
+
+
 async def test_a_request_without_a_body_is_picked_from_its_headers(picker: Picker) -> None:
     responses = await picker.exchange(headers("/v1/models", end_of_stream=True))
     assert len(responses) == 1
