@@ -106,6 +106,12 @@ class RouterConfig:
     """... and by more than this factor."""
     kv_usage_threshold: float = 0.95
     """Replicas whose KV cache is fuller than this are chosen only when every replica is."""
+    picker_port: int | None = None
+    """Endpoint-picker mode: serve Envoy's ext_proc protocol over gRPC on this port (the Gateway
+    API Inference Extension's endpoint picker, docs/gateway-api.md); unset = off."""
+    picker_shed_ttft_ms: float = 0.0
+    """Endpoint picker: answer 429 when even the best eligible replica's estimated time to first
+    token (the cost model's) exceeds this many ms; 0 = never shed."""
 
     def __post_init__(self) -> None:
         self.replicas = [normalize_url(u) for u in self.replicas]
@@ -126,6 +132,9 @@ class RouterConfig:
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
         _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")
+        _check(self.picker_port is None or 1 <= self.picker_port <= 65535, f"picker_port must be in 1..65535, got {self.picker_port}")  # fmt: skip
+        _check(self.picker_port is None or self.picker_port != self.port, f"picker_port must differ from port ({self.port})")  # fmt: skip
+        _check(self.picker_shed_ttft_ms >= 0, f"picker_shed_ttft_ms must be 0 (never shed) or more, got {self.picker_shed_ttft_ms}")  # fmt: skip
         # A router that adds the replicas' key for every client would open key-protected engines
         # to keyless clients.
         _check(self.replica_api_key is None or self.api_key is not None, "--replica-api-key needs --api-key: without it, clients without a key would reach key-protected replicas")  # fmt: skip
