@@ -172,6 +172,11 @@ class LLMEngine:
         max_tokens = self._check_length(len(token_ids), params)
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
+        if params.structured_outputs is not None:
+            # NOTE: until the sampler enforces it, a constraint must fail loudly, never be ignored.
+            raise InvalidRequestError(
+                "structured outputs are not enforced by this engine yet", "structured_outputs"
+            )
         timing = RequestTiming(time.monotonic() if arrival_time is None else arrival_time)
 
         def make(child_id: str, sampling: SamplingParams) -> Request:
