@@ -237,6 +237,9 @@ class Scheduler:
     def _append_token(self, request: Request, sampled: SampledToken) -> EngineCoreOutput:
         request.append_output_token(sampled.token_id)
         status = self._check_stop(request, sampled.token_id)
+        if sampled.ends_grammar and status is None:
+            # The grammar is complete: nothing may follow (even with ignore_eos or min_tokens).
+            status = RequestStatus.FINISHED_STOPPED
         if status is not None:
             self._finish_running(request, status)
         return EngineCoreOutput(
