@@ -327,6 +327,13 @@ class LLMEngine:
         """What the running requests hold in the KV cache now (benchmarks sample it per step)."""
         return self.scheduler.kv_occupancy()
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix block (an AllBlocksCleared event tells the router). Refuses,
+        returning False, while any request holds KV blocks: running requests are never touched."""
+        reset = self.scheduler.reset_prefix_cache()
+        self.kv_events.publish(self.scheduler.take_kv_events())
+        return reset
+
     def kv_snapshot(self) -> KVSnapshot:
         """Every cached block hash and the seq of the last event batch it includes."""
         # NOTE: events recorded since the last step (none today; aborts only free blocks) are

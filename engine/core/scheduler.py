@@ -82,6 +82,10 @@ class Scheduler:
     def cached_block_hashes(self) -> list[BlockHash]:
         return self.kv_cache_manager.cached_block_hashes()
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block hash; False (nothing done) while any request holds blocks."""
+        return self.kv_cache_manager.pool.reset_prefix_cache()
+
     def make_stats(self) -> SchedulerStats:
         kv = self.kv_cache_manager
         return SchedulerStats(

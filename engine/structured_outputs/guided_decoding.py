@@ -38,6 +38,13 @@ class GuidedDecoding:
         """Start compiling (any thread); the future's error is an InvalidRequestError."""
         return self._compiler().submit(params)
 
+    @property
+    def timeout_s(self) -> float:
+        return self._compiler().timeout_s
+
+    def timeout_error(self, params: StructuredOutputsParams) -> InvalidRequestError:
+        return self._compiler().timeout_error(params)
+
     def compiled(self, params: StructuredOutputsParams | None, compiled: Any) -> Any:
         """The request's compiled grammar: `compiled` when the caller compiled it already (off
         the engine thread), else compiled now on the pool and waited for, with the compiler's
