@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.load_generator import run_load
 from benchmarks.machine import machine_info
