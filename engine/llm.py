@@ -63,6 +63,10 @@ class LLM:
     def stats(self) -> SchedulerStats:
         return self.engine.stats()
 
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel worker processes now (otherwise: at interpreter exit)."""
+        self.engine.shutdown()
+
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         finished: dict[str, RequestOutput] = {}
         bar = _progress_bar(len(request_ids)) if use_tqdm else None

@@ -1,0 +1,78 @@
+"""The tensor-parallel process group: the model's collectives, counted.
+
+gloo on the CPU, NCCL on CUDA. Every collective has a timeout (COLLECTIVE_TIMEOUT_S): a rank that
+stops answering fails its peers' collectives instead of hanging them. A rank that exits closes
+its sockets, and gloo fails the peers' collectives at once.
+
+The counters (`num_all_reduces`, `all_reduce_bytes`, `num_gathers`, `gather_bytes`) are plain
+ints bumped per eager call; a replayed CUDA graph runs its collectives without Python, so
+decode steps served from graphs are not counted.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+# How long a collective (and the rendezvous) waits for the slowest rank before failing.
+COLLECTIVE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class CollectiveCounts:
+    """Collectives this rank ran since the engine started (the benchmark's per-step figure)."""
+
+    num_all_reduces: int = 0
+    all_reduce_bytes: int = 0
+    num_gathers: int = 0
+    gather_bytes: int = 0
+
+
+class TPGroup:
+    """This process's rank in the tensor-parallel group."""
+
+    def __init__(self, rank: int, world_size: int, port: int, device: torch.device) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+        self.counts = CollectiveCounts()
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+        )
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum `x` over the ranks, in place (every rank gets the sum)."""
+        self.counts.num_all_reduces += 1
+        self.counts.all_reduce_bytes += x.numel() * x.element_size()
+        dist.all_reduce(x)
+        return x
+
+    def gather_vocab(self, local_logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """[rows, vocab_per_rank] on each rank -> [rows, vocab_size] on rank 0; other ranks get
+        an empty tensor (only rank 0 samples)."""
+        x = local_logits.contiguous()
+        self.counts.num_gathers += 1
+        self.counts.gather_bytes += x.numel() * x.element_size() * (self.world_size - 1)
+        parts = [torch.empty_like(x) for _ in range(self.world_size)] if self.rank == 0 else None
+        dist.gather(x, parts, dst=0)
+        if parts is None:
+            return x[:, :0]
+        return torch.cat(parts, dim=-1)[:, :vocab_size]
+
+    def min_over_ranks(self, value: int) -> int:
+        """The smallest `value` any rank holds (the KV pool size every rank can afford)."""
+        t = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return int(t.item())
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
