@@ -81,7 +81,11 @@ class TPExecutor:
             self.workers.append(process)
             self.conns.append(ours)
         threading.Thread(target=self._watch, name="pagedock-tp-watchdog", daemon=True).start()
-        self.group = TPGroup(0, self.world_size, self.port, rank_device(device.type, 0))
+        try:
+            self.group = TPGroup(0, self.world_size, self.port, rank_device(device.type, 0))
+        except BaseException:
+            self.close()
+            raise
 
     def wait_ready(self) -> None:
         """Until every worker has built its shard (their start-up collectives are done by now)."""
@@ -115,10 +119,9 @@ class TPExecutor:
         return self._error(f"a step failed ({type(cause).__name__}: {cause})")
 
     def close(self) -> None:
-        """Stop the workers (clean stop, then terminate, then kill) and leave the group."""
+        """Stop the workers: a clean stop, then terminate, then kill."""
         self._closing = True
         self._finalizer()
-        self.group.close()
 
     def _error(self, what: str) -> TensorParallelError:
         reason = self._lost or f"tensor-parallel group broken: {what}"

@@ -32,27 +32,28 @@ class CollectiveCounts:
 
 
 class TPGroup:
-    """This process's rank in the tensor-parallel group."""
+    """This process's rank in the tensor-parallel group.
+
+    NOTE: the group is a process group object of its own (a TCPStore and a gloo or NCCL group
+    on it), not torch.distributed's global default group, so that one process can hold several
+    engines one after another (tests) and nothing else in the process sees the group."""
 
     def __init__(self, rank: int, world_size: int, port: int, device: torch.device) -> None:
         self.rank = rank
         self.world_size = world_size
         self.device = device
         self.counts = CollectiveCounts()
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+        timeout = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+        self._store = dist.TCPStore(
+            "127.0.0.1", port, world_size, is_master=rank == 0, timeout=timeout
         )
+        self._group = _make_group(self._store, rank, world_size, device, timeout)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum `x` over the ranks, in place (every rank gets the sum)."""
         self.counts.num_all_reduces += 1
         self.counts.all_reduce_bytes += x.numel() * x.element_size()
-        dist.all_reduce(x)
+        self._group.allreduce([x]).wait()
         return x
 
     def gather_vocab(self, local_logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -61,18 +62,36 @@ class TPGroup:
         x = local_logits.contiguous()
         self.counts.num_gathers += 1
         self.counts.gather_bytes += x.numel() * x.element_size() * (self.world_size - 1)
-        parts = [torch.empty_like(x) for _ in range(self.world_size)] if self.rank == 0 else None
-        dist.gather(x, parts, dst=0)
-        if parts is None:
+        options = dist.GatherOptions()
+        options.rootRank = 0
+        if self.rank != 0:
+            self._group.gather([], [x], options).wait()
             return x[:, :0]
+        parts = [torch.empty_like(x) for _ in range(self.world_size)]
+        self._group.gather([parts], [x], options).wait()
         return torch.cat(parts, dim=-1)[:, :vocab_size]
 
     def min_over_ranks(self, value: int) -> int:
         """The smallest `value` any rank holds (the KV pool size every rank can afford)."""
         t = torch.tensor([value], dtype=torch.int64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        options = dist.AllreduceOptions()
+        options.reduceOp = dist.ReduceOp.MIN
+        self._group.allreduce([t], options).wait()
         return int(t.item())
 
-    def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+
+def _make_group(
+    store: dist.Store,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+    timeout: datetime.timedelta,
+) -> dist.ProcessGroup:
+    if device.type == "cuda":
+        nccl_options = dist.ProcessGroupNCCL.Options()
+        nccl_options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, world_size, nccl_options)
+    gloo_options = dist.ProcessGroupGloo._Options()
+    gloo_options._timeout = timeout
+    gloo_options._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+    return dist.ProcessGroupGloo(store, rank, world_size, gloo_options)
