@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -74,9 +75,7 @@ class TPGroup:
     def min_over_ranks(self, value: int) -> int:
         """The smallest `value` any rank holds (the KV pool size every rank can afford)."""
         t = torch.tensor([value], dtype=torch.int64, device=self.device)
-        options = dist.AllreduceOptions()
-        options.reduceOp = dist.ReduceOp.MIN
-        self._group.allreduce([t], options).wait()
+        self._group.allreduce([t], dist.ReduceOp.MIN).wait()
         return int(t.item())
 
 
@@ -86,12 +85,13 @@ def _make_group(
     world_size: int,
     device: torch.device,
     timeout: datetime.timedelta,
-) -> dist.ProcessGroup:
+) -> Any:
+    """A gloo or NCCL backend object (their Python types share no useful base)."""
     if device.type == "cuda":
         nccl_options = dist.ProcessGroupNCCL.Options()
         nccl_options._timeout = timeout
         return dist.ProcessGroupNCCL(store, rank, world_size, nccl_options)
-    gloo_options = dist.ProcessGroupGloo._Options()
+    gloo_options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
     gloo_options._timeout = timeout
     gloo_options._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
     return dist.ProcessGroupGloo(store, rank, world_size, gloo_options)
