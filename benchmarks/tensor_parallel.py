@@ -1,12 +1,13 @@
-"""Tensor parallelism on this machine's CPU: TP=2 (gloo, two processes) against TP=1, interleaved
-(1 2 1 2 ...), with the collectives each step costs.
+"""Tensor parallelism on this machine's CPU: TP=2 (gloo, two processes) against TP=1, interleaved,
+with the collectives each step costs.
 
     python -m benchmarks.tensor_parallel [--repeats 3] [--json benchmarks/results/tensor_parallel.json]
 
 The model is a random-weight llama of SmolLM2-135M's width and depth but with 8 query / 2 KV
 heads (SmolLM2's 9 heads do not split over 2 ranks): tokens/s depend on shapes, not on weights.
-Each run is a fresh process (torch's thread count is per process: TP=1 takes every core, each
-TP=2 rank half of them). A warm-up of its own runs first; load time is not counted.
+Each run is a fresh process (torch's thread count is per process). Three configurations, in turn:
+TP=1 with every core (the engine's default), TP=1 with one thread, and TP=2, whose ranks take
+cores / 2 threads each (one here). A warm-up of its own runs first; load time is not counted.
 
 On a 2-core CPU machine TP=2 is expected to be slower than TP=1: the two ranks split the same
 cores, and each step adds 2 all-reduces per layer, one for the embedding and a logits gather. The
@@ -41,14 +42,17 @@ MODEL_SHAPE = dict(
 )
 NUM_REQUESTS, PROMPT_LEN, MAX_TOKENS = 16, 64, 32
 
-# One run, in its own process: argv = model dir, tensor_parallel_size.
+# (name, tensor_parallel_size, num_threads per rank: 0 = the engine's default).
+CONFIGS = (("tp1", 1, 0), ("tp1-1thread", 1, 1), ("tp2", 2, 0))
+# One run, in its own process: argv = model dir, tensor_parallel_size, num_threads, workload.
 _RUN = """
 import json, random, sys, time
 from engine import LLM, SamplingParams
 
-model, tp = sys.argv[1], int(sys.argv[2])
-n, prompt_len, max_tokens = (int(a) for a in sys.argv[3:6])
-llm = LLM(model, tensor_parallel_size=tp, dtype="float32", max_model_len=512, kv_cache_memory="512MiB")
+model, tp, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) or None
+n, prompt_len, max_tokens = (int(a) for a in sys.argv[4:7])
+llm = LLM(model, tensor_parallel_size=tp, num_threads=threads, dtype="float32", max_model_len=512,
+          kv_cache_memory="512MiB")
 rng = random.Random(0)
 warm = [[rng.randrange(3, 49000) for _ in range(prompt_len)] for _ in range(2)]
 prompts = [[rng.randrange(3, 49000) for _ in range(prompt_len)] for _ in range(n)]
@@ -62,7 +66,7 @@ after = llm.engine.tp_stats()
 generated = sum(len(o.token_ids) for o in outs)
 delta = {k: after[k] - before.get(k, 0) for k in after if k != "tensor_parallel_size"}
 llm.shutdown()
-print(json.dumps({"tp": tp, "elapsed_s": elapsed, "generated_tokens": generated,
+print(json.dumps({"tp": tp, "num_threads": threads, "elapsed_s": elapsed, "generated_tokens": generated,
                   "generated_tok_s": generated / elapsed, "collectives": delta}))
 """
 
@@ -74,8 +78,8 @@ def make_model(directory: Path) -> Path:
     return make_tiny_llama_dir(directory, initializer_range=0.02, **MODEL_SHAPE)
 
 
-def run_once(model: Path, tp: int) -> dict[str, Any]:
-    args = [str(model), str(tp), str(NUM_REQUESTS), str(PROMPT_LEN), str(MAX_TOKENS)]
+def run_once(model: Path, tp: int, threads: int) -> dict[str, Any]:
+    args = [str(model), str(tp), str(threads), str(NUM_REQUESTS), str(PROMPT_LEN), str(MAX_TOKENS)]
     done = subprocess.run(
         [sys.executable, "-c", _RUN, *args], cwd=ROOT, capture_output=True, text=True, check=False
     )
@@ -96,14 +100,15 @@ def per_step(collectives: dict[str, int]) -> dict[str, float]:
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    by_tp: dict[int, list[float]] = {}
+    by_config: dict[str, list[float]] = {}
     for run in runs:
-        by_tp.setdefault(run["tp"], []).append(run["generated_tok_s"])
-    medians = {tp: statistics.median(v) for tp, v in by_tp.items()}
+        by_config.setdefault(run["config"], []).append(run["generated_tok_s"])
+    medians = {name: statistics.median(v) for name, v in by_config.items()}
     tp2 = next(r for r in runs if r["tp"] == 2)
     return {
-        "median_generated_tok_s": {f"tp{tp}": m for tp, m in medians.items()},
-        "tp2_over_tp1": medians[2] / medians[1],
+        "median_generated_tok_s": medians,
+        "tp2_over_tp1": medians["tp2"] / medians["tp1"],
+        "tp2_over_tp1_1thread": medians["tp2"] / medians["tp1-1thread"],
         "tp2_steps": tp2["collectives"]["num_steps"],
         "tp2_per_step": per_step(tp2["collectives"]),
     }
@@ -118,8 +123,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = make_model(Path(tmp) / "llama-576x30-8h2kv")
         for repeat in range(args.repeats):
-            for tp in (1, 2):
-                run = {**run_once(model, tp), "repeat": repeat}
+            for name, tp, threads in CONFIGS:
+                run = {"config": name, **run_once(model, tp, threads), "repeat": repeat}
                 print(json.dumps(run), flush=True)
                 runs.append(run)
     result = {
@@ -135,9 +140,11 @@ def main() -> None:
             "prompt_tokens": PROMPT_LEN,
             "max_tokens": MAX_TOKENS,
             "repeats": args.repeats,
-            "engine": "LLM() defaults but max_model_len 512 and kv_cache_memory 512MiB (per rank); "
-            "threads: all cores at TP=1, "
-            "cores / 2 per rank at TP=2",
+            "engine": "LLM() defaults but max_model_len 512 and kv_cache_memory 512MiB (per rank)",
+            "configs": [
+                {"name": n, "tensor_parallel_size": t, "num_threads": h or "default"}
+                for n, t, h in CONFIGS
+            ],
         },
         "summary": summarize(runs),
         "runs": runs,

@@ -33,7 +33,7 @@ from engine.core.scheduler_output import ScheduledRequest
 from engine.distributed.step_codec import encode_step
 from engine.distributed.tp_group import COLLECTIVE_TIMEOUT_S, TPGroup
 from engine.distributed.tp_worker import RankSpec, rank_device, run_worker
-from engine.errors import TensorParallelError
+from engine.errors import ConfigError, TensorParallelError
 
 logger = logging.getLogger("pagedock.tp")
 # How long a stopping worker may take before it is terminated, then killed.
@@ -60,6 +60,7 @@ class TPExecutor:
         device: torch.device,
     ) -> None:
         self.world_size = config.tensor_parallel_size
+        _check_devices(device, self.world_size)
         self.port = config.tensor_parallel_port or _free_port()
         self.traffic = StepTraffic()
         self._lost: str | None = None
@@ -157,6 +158,15 @@ def _stop(workers: list[BaseProcess], conns: list[Connection]) -> None:
         if process.is_alive():
             process.kill()
             process.join()
+
+
+def _check_devices(device: torch.device, world_size: int) -> None:
+    """One GPU per rank: ConfigError when fewer are visible."""
+    if device.type == "cuda" and torch.cuda.device_count() < world_size:
+        raise ConfigError(
+            f"tensor_parallel_size {world_size} needs {world_size} GPUs (one per rank); "
+            f"{torch.cuda.device_count()} visible"
+        )
 
 
 def _free_port() -> int:
