@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import json as _json
+from dataclasses import dataclass, field, fields
+from typing import Any, NoReturn
 
 from engine.errors import InvalidRequestError
 from pagedock.limits import (
+    MAX_CHOICES,
     MAX_INT32,
     MAX_LOGPROBS,
     MAX_N,
     MAX_STOP_STRING_CHARS,
     MAX_STOP_STRINGS,
+    MAX_STRUCTURED_OUTPUT_CHARS,
     MAX_TOKEN_ID_LIST,
     SEED_MAX,
     SEED_MIN,
@@ -30,6 +34,97 @@ class RequestOutputKind(enum.Enum):
     """Every output: only what this step added; the outputs concatenate to the whole."""
     FINAL_ONLY = 2
     """One output, when the request finishes, with the whole completion."""
+
+
+@dataclass
+class StructuredOutputsParams:
+    """A constraint the sampler enforces on the generated text (vLLM's names). Exactly one of
+    `json`, `regex`, `choice`, `grammar`, `json_object` is set; docs/structured-outputs.md."""
+
+    json: dict[str, Any] | str | None = None
+    """A JSON schema (a dict, or its JSON text): the output is a JSON value it validates."""
+    regex: str | None = None
+    """A regular expression the whole output matches."""
+    choice: list[str] | None = None
+    """The output is exactly one of these strings."""
+    grammar: str | None = None
+    """A context-free grammar in EBNF (GBNF / Lark-like, as the grammar library reads it)."""
+    json_object: bool = False
+    """The output is any JSON object (OpenAI's response_format json_object)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.json, str):
+            self.json = _parse_schema_text(self.json)
+        set_fields = [f.name for f in fields(self) if _is_set(getattr(self, f.name))]
+        if len(set_fields) != 1:
+            names = "json, regex, choice, grammar, json_object"
+            given = ", ".join(set_fields) or "none"
+            _fail(f"structured outputs take exactly one of {names}; got {given}", _PARAM)
+        self._validate_values()
+
+    def _validate_values(self) -> None:
+        if self.json is not None and not isinstance(self.json, dict):
+            _fail("structured_outputs.json must be a JSON schema object", _PARAM)
+        if self.choice is not None:
+            if not self.choice or len(self.choice) > MAX_CHOICES:
+                _fail(f"structured_outputs.choice takes 1 to {MAX_CHOICES} strings", _PARAM)
+            if not all(isinstance(c, str) and c for c in self.choice):
+                _fail("structured_outputs.choice entries must be non-empty strings", _PARAM)
+        for name in ("regex", "grammar"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                _fail(f"structured_outputs.{name} must be a non-empty string", _PARAM)
+        try:
+            size = self.size_chars
+        except (TypeError, ValueError) as e:  # a dict schema holding something JSON can't hold
+            _fail(f"structured_outputs.json is not JSON-serialisable: {e}", _PARAM)
+        if size > MAX_STRUCTURED_OUTPUT_CHARS:
+            _fail(
+                f"the structured-outputs constraint has {size} characters; at most "
+                f"{MAX_STRUCTURED_OUTPUT_CHARS} are accepted",
+                _PARAM,
+            )
+
+    @property
+    def kind(self) -> str:
+        """Which constraint is set: json, regex, choice, grammar or json_object."""
+        return next(f.name for f in fields(self) if _is_set(getattr(self, f.name)))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(kind, canonical text): equal constraints have equal keys (the compile cache's key)."""
+        kind = self.kind
+        if kind == "json":
+            return kind, _json.dumps(self.json, sort_keys=True, separators=(",", ":"))
+        if kind == "choice":
+            return kind, _json.dumps(self.choice)
+        if kind == "json_object":
+            return kind, ""
+        return kind, str(getattr(self, kind))
+
+    @property
+    def size_chars(self) -> int:
+        return len(self.key[1])
+
+
+_PARAM = "structured_outputs"
+
+
+def _is_set(value: object) -> bool:
+    return value is not None and value is not False
+
+
+def _parse_schema_text(text: str) -> Any:
+    if len(text) > MAX_STRUCTURED_OUTPUT_CHARS:
+        _fail(
+            f"the JSON schema has {len(text)} characters; at most "
+            f"{MAX_STRUCTURED_OUTPUT_CHARS} are accepted",
+            _PARAM,
+        )
+    try:
+        return _json.loads(text)
+    except _json.JSONDecodeError as e:
+        _fail(f"structured_outputs.json is not valid JSON: {e}", _PARAM)
 
 
 @dataclass
@@ -73,6 +168,8 @@ class SamplingParams:
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
     """What each output carries. `LLM.generate` uses FINAL_ONLY, the HTTP server DELTA; the
     default is for callers of `LLMEngine.step()` that want a snapshot per step."""
+    structured_outputs: StructuredOutputsParams | None = None
+    """Constrain the output to a JSON schema, regex, choice or grammar (guided decoding)."""
 
     def __post_init__(self) -> None:
         self._validate()
@@ -86,6 +183,9 @@ class SamplingParams:
         self._validate_distribution()
         self._validate_penalties()
         self._validate_lists()
+        so = self.structured_outputs
+        if so is not None and not isinstance(so, StructuredOutputsParams):
+            _fail("structured_outputs must be a StructuredOutputsParams", _PARAM)
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             _fail(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}", "logprobs")
         if not 1 <= self.n <= MAX_N:
@@ -161,5 +261,5 @@ class SamplingParams:
         )
 
 
-def _fail(message: str, param: str) -> None:
+def _fail(message: str, param: str) -> NoReturn:
     raise InvalidRequestError(message, param=param)

@@ -50,3 +50,10 @@ MAX_STOP_STRING_CHARS: Final = 1024
 """Characters per stop string."""
 MAX_TOKEN_ID_LIST: Final = 1024
 """Entries in a per-request token-id list (stop_token_ids): each becomes a per-step ban."""
+MAX_CONTINUATION_TOKENS: Final = 1_048_576
+"""Token ids a continuation may carry (the engine checks them against its context length)."""
+MAX_STRUCTURED_OUTPUT_CHARS: Final = 64 * 1024
+"""Characters of one structured-outputs constraint (a JSON schema as JSON text, a regex, a grammar,
+or all choices together): compiling it costs time and memory that grow with its size."""
+MAX_CHOICES: Final = 1024
+"""Entries of a structured-outputs `choice` list."""

@@ -21,7 +21,7 @@ import os
 import socket
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -118,6 +118,11 @@ class TPExecutor:
     def failure(self, cause: BaseException) -> TensorParallelError:
         """The error that kills the engine when a step failed mid-collective."""
         return self._error(f"a step failed ({type(cause).__name__}: {cause})")
+
+    def stats(self) -> dict[str, int]:
+        """Rank 0's collectives and what it sent its workers, since start."""
+        counts = {**asdict(self.group.counts), **asdict(self.traffic)}
+        return {"tensor_parallel_size": self.world_size, **counts}
 
     def close(self) -> None:
         """Stop the workers: a clean stop, then terminate, then kill."""

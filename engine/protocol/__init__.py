@@ -27,7 +27,6 @@ from engine.protocol.chat import (
     ContentPart,
     Conversation,
     DeltaMessage,
-    ResponseFormat,
     TopLogprob,
     template_messages,
 )
@@ -46,21 +45,27 @@ from engine.protocol.kv_events import (
 )
 from engine.protocol.models import ModelCard, ModelList, VersionResponse
 from engine.protocol.openai import (
+    CONTINUATION_HEADER,
     MAX_N,
     MAX_TOP_LOGPROBS,
     SEED_MAX,
     SEED_MIN,
+    Continuation,
     ErrorInfo,
     ErrorResponse,
+    JsonSchemaFormat,
     OpenAIModel,
     Penalty,
     PromptTokensDetails,
+    ResponseFormat,
     SamplingFields,
     Seed,
     StreamOptions,
+    StructuredOutputsFields,
     UsageInfo,
     now_s,
     random_id,
+    response_exclusions,
 )
 from engine.protocol.tokenize import (
     DetokenizeRequest,
@@ -70,6 +75,7 @@ from engine.protocol.tokenize import (
 )
 
 __all__ = [
+    "CONTINUATION_HEADER",
     "MAX_N",
     "MAX_TOP_LOGPROBS",
     "SEED_MAX",
@@ -88,12 +94,14 @@ __all__ = [
     "CompletionRequest",
     "CompletionResponse",
     "ContentPart",
+    "Continuation",
     "Conversation",
     "DeltaMessage",
     "DetokenizeRequest",
     "DetokenizeResponse",
     "ErrorInfo",
     "ErrorResponse",
+    "JsonSchemaFormat",
     "KVBatchMessage",
     "KVEventWire",
     "KVHeartbeatMessage",
@@ -108,6 +116,7 @@ __all__ = [
     "SamplingFields",
     "Seed",
     "StreamOptions",
+    "StructuredOutputsFields",
     "TokenizeRequest",
     "TokenizeResponse",
     "TopLogprob",
@@ -115,5 +124,6 @@ __all__ = [
     "VersionResponse",
     "now_s",
     "random_id",
+    "response_exclusions",
     "template_messages",
 ]

@@ -70,17 +70,12 @@ class Conversation(OpenAIModel):
         return template_messages(self.messages)
 
 
-class ResponseFormat(OpenAIModel):
-    type: str
-
-
 class ChatCompletionRequest(SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Annotated[int, Field(ge=1, le=MAX_INT32)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1, le=MAX_INT32)] | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
-    response_format: ResponseFormat | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -100,8 +95,6 @@ class ChatCompletionRequest(SamplingFields):
             "tool_choice": self.tool_choice not in (None, "none", "auto"),
             "functions": bool(self.functions),
             "function_call": self.function_call not in (None, "none", "auto"),
-            "response_format": self.response_format is not None
-            and self.response_format.type != "text",
             "audio": self.audio is not None,
             "modalities": self.modalities is not None and self.modalities != ["text"],
             "prediction": self.prediction is not None,
@@ -147,6 +140,7 @@ class ChatChoice(OpenAIModel):
     logprobs: ChatChoiceLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
 
 
 class ChatCompletionResponse(OpenAIModel):
@@ -157,6 +151,7 @@ class ChatCompletionResponse(OpenAIModel):
     system_fingerprint: str | None = None
     choices: list[ChatChoice]
     usage: UsageInfo
+    prompt_token_ids: list[int] | None = None
 
 
 class DeltaMessage(OpenAIModel):
@@ -170,6 +165,7 @@ class ChatChunkChoice(OpenAIModel):
     logprobs: ChatChoiceLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
 
 
 class ChatCompletionChunk(OpenAIModel):
@@ -180,3 +176,4 @@ class ChatCompletionChunk(OpenAIModel):
     system_fingerprint: str | None = None
     choices: list[ChatChunkChoice]
     usage: UsageInfo | None = None
+    prompt_token_ids: list[int] | None = None
