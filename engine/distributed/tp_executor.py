@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import signal
 import socket
 import threading
 import weakref
@@ -139,10 +140,10 @@ class TPExecutor:
         if self._closing:
             return
         rank, process = sentinels[ready[0]]  # type: ignore[index]
-        process.join(1.0)
+        assert process.pid is not None
         self._lost = (
-            f"tensor-parallel rank {rank} (pid {process.pid}) exited with code "
-            f"{process.exitcode}; the engine cannot run any more steps"
+            f"tensor-parallel rank {rank} (pid {process.pid}) exited ({_exit_status(process.pid)}); "
+            "the engine cannot run any more steps"
         )
         logger.error("%s", self._lost)
 
@@ -163,6 +164,22 @@ def _stop(workers: list[BaseProcess], conns: list[Connection]) -> None:
         if process.is_alive():
             process.kill()
             process.join()
+
+
+def _exit_status(pid: int) -> str:
+    """How a worker ended, read without reaping it.
+
+    NOTE: WNOWAIT leaves the child to `_stop`'s join: two threads reaping the same child race, and
+    the loser sees it as still running."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:
+        return "status unknown"
+    if info is None:
+        return "status unknown"
+    if info.si_code == os.CLD_EXITED:
+        return f"code {info.si_status}"
+    return f"killed by {signal.Signals(info.si_status).name}"
 
 
 def _check_devices(device: torch.device, world_size: int) -> None:

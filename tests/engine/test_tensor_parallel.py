@@ -143,6 +143,31 @@ def test_a_dead_rank_fails_the_engine_loudly_and_shutdown_leaves_no_process(
     assert wait_gone(pids, 10) == []
 
 
+def test_a_rank_killed_mid_step_fails_the_step_at_once_not_after_a_timeout(
+    tiny_model_dir: Path,
+) -> None:
+    """The worker dies after receiving step 3, while rank 0 is in the step's collectives."""
+    llm = LLM(str(tiny_model_dir), tensor_parallel_size=2, dtype="float32", max_model_len=64)
+    [pid] = worker_pids(llm)
+    runner, steps = llm.engine.runner, []
+    send_step = runner.send_step
+    assert send_step is not None
+
+    def send_then_kill(batch: Any) -> None:
+        send_step(batch)
+        steps.append(len(batch))
+        if len(steps) == 3:
+            os.kill(pid, signal.SIGKILL)
+
+    runner.send_step = send_then_kill
+    started = time.monotonic()
+    with pytest.raises(TensorParallelError, match="tensor-parallel"):
+        llm.generate(make_prompts(2, 5, 10), GREEDY, use_tqdm=False)
+    assert time.monotonic() - started < 60  # the collective timeout is 120 s
+    llm.shutdown()
+    assert wait_gone([pid], 10) == []
+
+
 _KILLED_PARENT = """
 import sys
 from engine import LLM
