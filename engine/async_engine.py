@@ -145,6 +145,11 @@ class AsyncEngine:
         return self._dead is None and self._running and not done
 
     @property
+    def loop_error(self) -> BaseException | None:
+        """What killed the engine loop (None while it runs, or after a clean stop)."""
+        return self._engine_loop.error
+
+    @property
     def seconds_since_progress(self) -> float:
         """Seconds since the engine loop last went round; it goes round at least every idle poll,
         so a large value means one step (or one call) has not returned."""

@@ -30,13 +30,18 @@ class EngineConfig:
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)."""
     tensor_parallel_size: int = 1
-    """GPUs one engine shards the model over; must be 1 (tensor parallelism is not implemented)."""
+    """Ranks (processes, one GPU each on CUDA) one engine shards the model over; rank 0 is the
+    engine's own process."""
+    tensor_parallel_port: int | None = None
+    """TCP port on 127.0.0.1 where the ranks meet (torch.distributed rendezvous); None = a free
+    one. Set it when a firewall or a fixed port plan needs to know it."""
     block_size: int = DEFAULT_BLOCK_SIZE
     """Tokens per KV block: 8, 16, 32, 64 or 128."""
     num_kv_blocks: int | None = None
     """KV blocks in the pool; None sizes the pool from kv_cache_memory."""
     kv_cache_memory: int | str | None = None
-    """Bytes for the KV cache (int or '2GiB'); None = 2 GiB on CPU, 90 % of free memory on GPU."""
+    """Bytes for the KV cache (int or '2GiB'), per tensor-parallel rank; None = 2 GiB on CPU, 90 %
+    of free memory on GPU."""
     max_num_seqs: int = 256
     """Sequences running at once."""
     max_num_batched_tokens: int = 2048
@@ -81,9 +86,12 @@ class EngineConfig:
             f"device must be auto, cpu or cuda, got {self.device!r}",
         )
         _check(
-            self.tensor_parallel_size == 1,
-            "tensor parallelism is not implemented in this pagedock version; "
-            f"tensor_parallel_size must be 1, got {self.tensor_parallel_size}",
+            self.tensor_parallel_size >= 1,
+            f"tensor_parallel_size must be at least 1, got {self.tensor_parallel_size}",
+        )
+        _check(
+            self.tensor_parallel_port is None or 1 <= self.tensor_parallel_port <= 65535,
+            f"tensor_parallel_port must be in 1..65535, got {self.tensor_parallel_port}",
         )
         _check(
             self.block_size in BLOCK_SIZES,

@@ -113,6 +113,8 @@ class EngineLoop:
         # kernel, a stuck device — shows as this growing old. A float store is atomic, no lock.
         self.heartbeat = time.monotonic()
         self._kv_seq = engine.kv_events.last_seq
+        # What killed the loop, if something did (read once `done` is set).
+        self.error: BaseException | None = None
 
     def run(self, callbacks: LoopCallbacks) -> None:
         """The engine thread, until a `stop` command or death; starts and stops the worker."""
@@ -123,6 +125,7 @@ class EngineLoop:
             self._loop(worker, callbacks)
         except BaseException as e:  # the loop must report its death, whatever killed it
             logger.exception("the engine loop died")
+            self.error = e
             callbacks.post(callbacks.on_dead, e)
         finally:
             worker.stop()
@@ -133,6 +136,7 @@ class EngineLoop:
             self.heartbeat = time.monotonic()
             if worker.error is not None:
                 raise worker.error
+            self.engine.check_workers()  # a dead tensor-parallel rank ends the loop, idle or not
             commands = self._take_commands()
             stop = any(c.kind == "stop" for c in commands)
             work = self._apply((c for c in commands if c.kind != "stop"), callbacks)

@@ -35,3 +35,8 @@ class ModelLoadError(PagedockError, RuntimeError):
 
 class EngineDeadError(PagedockError, RuntimeError):
     """The engine loop stopped and can serve no more requests."""
+
+
+class TensorParallelError(EngineDeadError):
+    """A tensor-parallel rank died or stopped answering: no step can run any more, so the engine
+    is dead (the server's /health answers 503 and `pagedock serve` exits non-zero)."""

@@ -71,6 +71,10 @@ class LLM:
         any request holds KV blocks; between `generate` calls none does, so it resets."""
         return self.engine.reset_prefix_cache()
 
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel worker processes now (otherwise: at interpreter exit)."""
+        self.engine.shutdown()
+
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         finished: dict[str, RequestOutput] = {}
         bar = _progress_bar(len(request_ids)) if use_tqdm else None

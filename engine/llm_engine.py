@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from engine.attention.backend import get_attention_backend
-from engine.config import DEFAULT_CPU_KV_CACHE_MEMORY, EngineConfig
+from engine.config import EngineConfig
 from engine.continuation import check_continuation
 from engine.core.block_hash import root_hash
 from engine.core.kv_events import KVEventLog, KVSnapshot
@@ -21,16 +19,18 @@ from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
 from engine.device import pick_device, pick_dtype
+from engine.distributed.tp_executor import TPExecutor
+from engine.distributed.tp_worker import threads_per_rank
 from engine.errors import ConfigError, InvalidRequestError, PromptTooLongError
-from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
-from engine.loader.model_loader import load_model, read_model_config
+from engine.loader.model_loader import read_model_config
 from engine.loader.registry import resolve_model
+from engine.models.tp_layout import check_tp_layout
 from engine.output_processor import NewRequest, OutputProcessor
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.structured_outputs.guided_decoding import GuidedDecoding
 from engine.text.tokenizer import load_tokenizer
-from engine.worker.model_runner import ModelRunner, kv_cache_bytes_per_block
+from engine.worker.rank_builder import build_runner
 
 logger = logging.getLogger("pagedock.engine")
 
@@ -46,50 +46,50 @@ class LLMEngine:
         self.device = pick_device(config.device)
         self.dtype = pick_dtype(config.dtype, self.device)
         if self.device.type == "cpu":
-            torch.set_num_threads(config.num_threads or len(os.sched_getaffinity(0)))
+            torch.set_num_threads(threads_per_rank(config))
         self.model_path, self.served_model_name = _resolve_model(config)
         self.model_config = read_model_config(self.model_path)
         self.max_model_len = self._pick_max_model_len()
         self._check_batching_limits()
-        set_cpu_kernels_enabled(config.cpu_kernels)  # before the backend and layers ask for them
-        backend = get_attention_backend(self.device, config.attention_backend)
-        self.model = load_model(
-            self.model_path,
-            self.model_config,
-            self.dtype,
-            self.device,
-            backend,
-            self.max_model_len,
-            onednn=config.onednn,
-            weight_cache=config.weight_cache,
-        )
-        self.num_kv_blocks = self._pick_num_kv_blocks()
+        check_tp_layout(self.model_config, config.tensor_parallel_size)
+        self.tp_executor: TPExecutor | None = None
+        if config.tensor_parallel_size > 1:
+            self.tp_executor = TPExecutor(
+                config, self.model_path, self.max_model_len, self.dtype, self.device
+            )
+        try:
+            self._build_model()
+        except BaseException:
+            self.shutdown()  # no worker outlives a failed start
+            raise
         self.tokenizer = load_tokenizer(self.model_path)
         self.eos_token_ids = self._eos_token_ids()
         self.root_hash = root_hash(f"{self.model_config.name}:{self.dtype}")
         self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
-        self.runner = ModelRunner(
-            self.model,
-            self.model_config,
-            backend,
-            self.num_kv_blocks,
-            config.block_size,
-            self.dtype,
-            self.device,
-            seed=config.seed,
-        )
-        if self.device.type == "cuda" and not config.enforce_eager:
-            from engine.worker.cuda_graph_runner import CudaCapture
-
-            self.runner.capture_decode_graphs(
-                config.max_num_seqs, self.max_model_len, CudaCapture()
-            )
         self.guided = GuidedDecoding(
             self.tokenizer, self.model_config.vocab_size, self.eos_token_ids
         )
         self.output_processor = OutputProcessor(self.tokenizer)
         self.parallel = ParallelSampling()
         self.kv_events = KVEventLog()
+
+    def _build_model(self) -> None:
+        """Rank 0's model, KV cache and runner (each worker rank builds the same, in step)."""
+        tp = self.tp_executor
+        self.runner = build_runner(
+            self.config,
+            self.model_path,
+            self.model_config,
+            self.max_model_len,
+            self.dtype,
+            self.device,
+            tp=None if tp is None else tp.group,
+            send_step=None if tp is None else tp.send_step,
+        )
+        self.model = self.runner.model
+        self.num_kv_blocks = self.runner.num_kv_blocks
+        if tp is not None:
+            tp.wait_ready()
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -114,30 +114,6 @@ class LLMEngine:
                 f"must be at least max_model_len ({self.max_model_len}), or a long prompt could "
                 "never be scheduled; raise it, lower max_model_len, or enable chunked prefill"
             )
-
-    def _pick_num_kv_blocks(self) -> int:
-        bs = self.config.block_size
-        num_blocks = self.config.num_kv_blocks
-        if num_blocks is None:
-            budget = self.config.kv_cache_memory or DEFAULT_CPU_KV_CACHE_MEMORY
-            if self.config.kv_cache_memory is None and self.device.type == "cuda":
-                free, _ = torch.cuda.mem_get_info(self.device)
-                budget = int(free * 0.9)
-            assert isinstance(budget, int)
-            per_block = kv_cache_bytes_per_block(self.model_config, bs, self.dtype)
-            num_blocks = budget // per_block
-            # No point holding more than max_num_seqs full-length sequences.
-            num_blocks = min(
-                num_blocks, self.config.max_num_seqs * -(-self.max_model_len // bs) + 1
-            )
-        needed = -(-self.max_model_len // bs)
-        if num_blocks < needed:
-            raise ConfigError(
-                f"the KV cache holds {num_blocks} blocks of {bs} tokens ({num_blocks * bs} tokens), "
-                f"fewer than one sequence of max_model_len {self.max_model_len} needs ({needed} "
-                "blocks); lower max_model_len or give the cache more memory"
-            )
-        return num_blocks
 
     def _eos_token_ids(self) -> list[int]:
         ids = set(self.model_config.eos_token_ids)
@@ -310,6 +286,8 @@ class LLMEngine:
         try:
             return self.runner.execute(scheduler_output)
         except Exception as e:
+            if self.tp_executor is not None:  # the ranks are out of step: nothing can run now
+                raise self.tp_executor.failure(e) from e
             logger.exception(
                 "step failed; failing its %d requests", len(scheduler_output.scheduled)
             )
@@ -317,6 +295,24 @@ class LLMEngine:
             return ModelRunnerOutput(
                 {}, {s.request_id: message for s in scheduler_output.scheduled}
             )
+
+    # ---- tensor parallelism ------------------------------------------------------------------
+
+    def check_workers(self) -> None:
+        """TensorParallelError once a tensor-parallel rank has died (the engine loop asks between
+        steps, so an idle engine notices too); nothing to check without tensor parallelism."""
+        if self.tp_executor is not None:
+            self.tp_executor.check()
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel worker processes (also done at interpreter exit)."""
+        if self.tp_executor is not None:
+            self.tp_executor.close()
+            self.tp_executor = None
+
+    def tp_stats(self) -> dict[str, int]:
+        """Rank 0's collectives and step traffic since start (zeros without tensor parallelism)."""
+        return {"tensor_parallel_size": 1} if self.tp_executor is None else self.tp_executor.stats()
 
     # ---- what callers may know ---------------------------------------------------------------
 

@@ -6,9 +6,10 @@ import json
 import resource
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +18,13 @@ from engine.errors import ModelLoadError
 from engine.layers.cpu_linear import pack_linears
 from engine.models.llama import LlamaForCausalLM
 from engine.models.model_config import ModelConfig
+from engine.models.tp_layout import SKIP, Narrow
+
+if TYPE_CHECKING:
+    from engine.distributed.tp_group import TPGroup
+
+# Which slice of a checkpoint tensor this rank loads (TPLayout.narrow_for).
+NarrowFor = Callable[[str], "Narrow | str | None"]
 
 
 def read_model_config(path: Path) -> ModelConfig:
@@ -28,16 +36,27 @@ def read_model_config(path: Path) -> ModelConfig:
 
 
 def iter_weights(
-    path: Path, dtype: torch.dtype, weight_cache: bool = True
+    path: Path, dtype: torch.dtype, weight_cache: bool = True, narrow_for: NarrowFor | None = None
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, tensor) pairs of a GGUF file (through the weight cache when `weight_cache`) or
-    of an HF directory's safetensors."""
-    if path.suffix == ".gguf":
-        from engine.loader.gguf_loader import iter_gguf_weights
+    of an HF directory's safetensors; with `narrow_for`, each tensor cut to this rank's slice.
 
-        yield from iter_gguf_weights(path, dtype, weight_cache=weight_cache)
-    else:
-        yield from iter_safetensors_weights(path, dtype)
+    NOTE: safetensors are read slice by slice from the memory map, so a rank reads only its
+    bytes; a GGUF tensor is dequantized (or read from the weight cache) whole, one tensor at a
+    time, then cut: a quantized block format does not split along a row-parallel weight's
+    columns."""
+    if path.suffix != ".gguf":
+        yield from iter_safetensors_weights(path, dtype, narrow_for)
+        return
+    from engine.loader.gguf_loader import iter_gguf_weights
+
+    for name, tensor in iter_gguf_weights(path, dtype, weight_cache=weight_cache):
+        cut = None if narrow_for is None else narrow_for(name)
+        if cut == SKIP:
+            continue
+        if isinstance(cut, Narrow):
+            tensor = tensor.narrow(cut.dim, cut.start, cut.end - cut.start).contiguous()
+        yield name, tensor
 
 
 def safetensors_files(path: Path) -> list[Path]:
@@ -56,15 +75,25 @@ def safetensors_files(path: Path) -> list[Path]:
     return files
 
 
-def iter_safetensors_weights(path: Path, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-    """Tensors one at a time from memory-mapped shards (never the whole checkpoint in RAM)."""
+def iter_safetensors_weights(
+    path: Path, dtype: torch.dtype, narrow_for: NarrowFor | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Tensors one at a time from memory-mapped shards (never the whole checkpoint in RAM); with
+    `narrow_for`, only this rank's slice of each is read."""
     from safetensors import SafetensorError, safe_open
 
     for file in safetensors_files(path):
         try:
             with safe_open(str(file), framework="pt") as shard:
                 for name in shard.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                    yield name, shard.get_tensor(name).to(dtype)
+                    cut = None if narrow_for is None else narrow_for(name)
+                    if cut == SKIP:
+                        continue
+                    if isinstance(cut, Narrow):
+                        index = (slice(None),) * cut.dim + (slice(cut.start, cut.end),)
+                        yield name, shard.get_slice(name)[index].to(dtype)
+                    else:
+                        yield name, shard.get_tensor(name).to(dtype)
         except (SafetensorError, OSError) as e:
             raise ModelLoadError(f"{file}: cannot read safetensors ({e})") from e
 
@@ -89,26 +118,30 @@ def load_model(
     *,
     onednn: bool = True,
     weight_cache: bool = True,
+    tp: TPGroup | None = None,
 ) -> LlamaForCausalLM:
     """Build the model without initialising weights (meta device), then fill it from the file.
     `onednn` packs CPU float32 linears for oneDNN; `weight_cache` reads and writes a GGUF's
-    dequantized weights in the pagedock cache (EngineConfig's fields of those names)."""
+    dequantized weights in the pagedock cache (EngineConfig's fields of those names). With `tp`,
+    this rank's shard only."""
     started = time.perf_counter()
     with _default_dtype(dtype), torch.device("meta"):
-        model = LlamaForCausalLM(config, max_positions, backend)
+        model = LlamaForCausalLM(config, max_positions, backend, tp)
     model.to_empty(device=device)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     model.rotary.build_tables(device)
-    model.load_weights(iter_weights(path, dtype, weight_cache))
+    narrow_for = None if tp is None else model.layout.narrow_for
+    model.load_weights(iter_weights(path, dtype, weight_cache, narrow_for))
     model.eval()
     num_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if device.type == "cpu":
         pack_linears(model, enabled=onednn)
     # ru_maxrss is in KiB on Linux: the process's peak resident size so far.
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rank = "" if tp is None else f" (rank {tp.rank} of {tp.world_size})"
     print(
-        f"pagedock: loaded {path.name} in {time.perf_counter() - started:.1f}s "
+        f"pagedock: loaded {path.name}{rank} in {time.perf_counter() - started:.1f}s "
         f"({num_bytes / 1e6:.0f} MB of weights, {dtype}; peak RSS {peak_rss_mb:.0f} MB)",
         file=sys.stderr,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -18,16 +19,25 @@ from engine.errors import ModelLoadError
 from engine.layers.activation import silu_and_mul
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding, apply_rotary
+from engine.layers.vocab_parallel import VocabParallelEmbedding
 from engine.models.model_config import ModelConfig
+from engine.models.tp_layout import TPLayout
+
+if TYPE_CHECKING:
+    from engine.distributed.tp_group import TPGroup
 
 CosSin = tuple[torch.Tensor, torch.Tensor]
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+    """This rank's heads (all of them without tensor parallelism): QKV column-parallel, o_proj
+    row-parallel with one all-reduce."""
+
+    def __init__(self, layout: TPLayout, backend: AttentionBackend, tp: TPGroup | None) -> None:
         super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
+        config = layout.config
+        self.num_heads = layout.num_heads
+        self.num_kv_heads = layout.num_kv_heads
         self.head_dim = config.head_dim
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
@@ -35,8 +45,10 @@ class LlamaAttention(nn.Module):
         self.qkv_proj = nn.Linear(
             config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias
         )
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.attention_bias)
+        o_bias = config.attention_bias and layout.holds_row_parallel_bias
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=o_bias)
         self.backend = backend
+        self.tp = tp
 
     def forward(
         self,
@@ -52,31 +64,37 @@ class LlamaAttention(nn.Module):
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(q, k, cos_sin)
         out = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
-        return self.o_proj(out.reshape(num_tokens, self.q_size))
+        out = self.o_proj(out.reshape(num_tokens, self.q_size))
+        return out if self.tp is None else self.tp.all_reduce(out)
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    """gate/up column-parallel, down_proj row-parallel with one all-reduce."""
+
+    def __init__(self, layout: TPLayout, tp: TPGroup | None) -> None:
         super().__init__()
-        self.intermediate_size = config.intermediate_size
+        config = layout.config
+        self.intermediate_size = layout.intermediate_size
         self.gate_up_proj = nn.Linear(
-            config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias
+            config.hidden_size, 2 * self.intermediate_size, bias=config.mlp_bias
         )
-        self.down_proj = nn.Linear(
-            config.intermediate_size, config.hidden_size, bias=config.mlp_bias
-        )
+        down_bias = config.mlp_bias and layout.holds_row_parallel_bias
+        self.down_proj = nn.Linear(self.intermediate_size, config.hidden_size, bias=down_bias)
+        self.tp = tp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+        out = self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+        return out if self.tp is None else self.tp.all_reduce(out)
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+    def __init__(self, layout: TPLayout, backend: AttentionBackend, tp: TPGroup | None) -> None:
         super().__init__()
+        config = layout.config
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = LlamaAttention(config, backend)
+        self.self_attn = LlamaAttention(layout, backend, tp)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = LlamaMLP(config)
+        self.mlp = LlamaMLP(layout, tp)
 
     def forward(
         self,
@@ -99,17 +117,34 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, config: ModelConfig, max_positions: int, backend: AttentionBackend) -> None:
+    """The whole model, or with `tp` this rank's shard of it (engine/models/tp_layout.py)."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        max_positions: int,
+        backend: AttentionBackend,
+        tp: TPGroup | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.tp = tp
+        self.layout = TPLayout(config) if tp is None else TPLayout(config, tp.rank, tp.world_size)
+        layout = self.layout
+        self.embed_tokens: nn.Embedding | VocabParallelEmbedding = (
+            nn.Embedding(config.vocab_size, config.hidden_size)
+            if tp is None
+            else VocabParallelEmbedding(
+                layout.vocab_start, layout.vocab_per_rank, config.hidden_size, tp
+            )
+        )
         # Shared by every layer (one table, not thirty).
         self.rotary = RotaryEmbedding(config, max_positions)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, backend) for _ in range(config.num_hidden_layers)
+            LlamaDecoderLayer(layout, backend, tp) for _ in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.hidden_size, layout.vocab_per_rank, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
 
@@ -129,7 +164,10 @@ class LlamaForCausalLM(nn.Module):
         assert residual is not None
         # The last add and norm only at the rows that sample (indexing copies them).
         hidden, _ = self.norm.add_and_norm(hidden[sample_indices], residual[sample_indices])
-        return self.lm_head(hidden).float()
+        logits = self.lm_head(hidden)
+        if self.tp is not None:  # rank 0 gets the whole vocabulary, the others nothing
+            logits = self.tp.gather_vocab(logits, self.config.vocab_size)
+        return logits.float()
 
     # ---- weights -------------------------------------------------------------------------
 
@@ -158,6 +196,9 @@ class LlamaForCausalLM(nn.Module):
     ) -> None:
         rows = self._shard_rows(name, shard)
         target = param.data if rows is None else param.data[rows[0] : rows[1]]
+        if name in _VOCAB_PARALLEL and target.shape[0] > tensor.shape[0]:
+            target[tensor.shape[0] :].zero_()  # the last rank's padding rows
+            target = target[: tensor.shape[0]]
         if target.shape != tensor.shape:
             raise ModelLoadError(
                 f"weight {hf_name!r} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}"
@@ -167,11 +208,11 @@ class LlamaForCausalLM(nn.Module):
     def _shard_rows(self, name: str, shard: str | None) -> tuple[int, int] | None:
         if shard is None:
             return None
-        cfg = self.config
+        layout, head_dim = self.layout, self.config.head_dim
         q, kv, inter = (
-            cfg.num_attention_heads * cfg.head_dim,
-            cfg.num_key_value_heads * cfg.head_dim,
-            cfg.intermediate_size,
+            layout.num_heads * head_dim,
+            layout.num_kv_heads * head_dim,
+            layout.intermediate_size,
         )
         offsets = {
             "q": (0, q),
@@ -196,6 +237,7 @@ class LlamaForCausalLM(nn.Module):
         return expected
 
 
+_VOCAB_PARALLEL = ("embed_tokens.weight", "lm_head.weight")
 _FUSED = {
     "q_proj": ("qkv_proj", "q"),
     "k_proj": ("qkv_proj", "k"),

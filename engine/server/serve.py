@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
+from engine.errors import TensorParallelError
 from engine.llm_engine import LLMEngine
 from engine.protocol.http_limits import limited_protocol
 from engine.server.app import build_app
@@ -74,8 +75,15 @@ def run_server(config: EngineConfig, options: ServerOptions) -> int:
     http.start()
     # Returns once the app's shutdown stopped the engine loop (or at once if it never started).
     ctx.engine.run_on_this_thread(keep_waiting=http.is_alive)
+    lost_rank = isinstance(ctx.engine.loop_error, TensorParallelError)
+    if lost_rank:
+        # NOTE: a lost rank does not come back: end the process (a non-zero exit, so its
+        # supervisor restarts it) rather than answer 503 for ever. /health is 503 meanwhile.
+        logger.error("a tensor-parallel rank is gone; exiting: %s", ctx.engine.loop_error)
+        server.should_exit = True
     http.join()
-    return 0 if server.started else 1
+    engine.shutdown()
+    return 0 if server.started and not lost_rank else 1
 
 
 def build_uvicorn_config(app: FastAPI, options: ServerOptions) -> uvicorn.Config:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 
@@ -30,13 +31,20 @@ class ModelRunner:
         dtype: torch.dtype,
         device: torch.device,
         seed: int = 0,
+        send_step: Callable[[list[ScheduledRequest]], None] | None = None,
     ) -> None:
         self.model = model
         self.config = config
         self.backend = backend
         self.block_size = block_size
         self.device = device
-        self.kv_caches = allocate_kv_caches(config, num_kv_blocks, block_size, dtype, device)
+        self.num_kv_blocks = num_kv_blocks
+        # This rank's KV heads only: every rank's cache has the same blocks, fewer heads.
+        self.kv_caches = allocate_kv_caches(
+            config, num_kv_blocks, block_size, dtype, device, model.layout.num_kv_heads
+        )
+        # Tensor parallelism: hands each step's batch to the other ranks before rank 0 runs it.
+        self.send_step = send_step
         self.sampler = Sampler(torch.Generator(device="cpu").manual_seed(seed))
         # Per-request generators for requests with their own seed; dropped when they finish.
         self.generators: dict[str, torch.Generator] = {}
@@ -66,21 +74,27 @@ class ModelRunner:
         if output.is_empty:
             return ModelRunnerOutput({})
         batch = order_decodes_first(output.scheduled)
-        if self.graphs is not None and is_graphable(batch, self.graphs.max_size):
-            logits, sampling = self.graphs.run(batch), batch
-        else:
-            inputs = build_model_inputs(batch, self.block_size, self.device)
-            logits = self.model(
-                inputs.input_ids,
-                inputs.positions,
-                self.kv_caches,
-                inputs.meta,
-                inputs.sample_indices,
-            )
-            sampling = inputs.sample_requests
+        if self.send_step is not None:
+            self.send_step(batch)
+        logits, sampling = self.forward(batch)
         if not sampling:
             return ModelRunnerOutput({})
         return self._sample(logits.cpu(), sampling)
+
+    def forward(self, batch: list[ScheduledRequest]) -> tuple[torch.Tensor, list[ScheduledRequest]]:
+        """The step's logits (rows of the requests that sample, in the returned order). Every
+        tensor-parallel rank runs this on the same batch; only rank 0's logits hold anything."""
+        if self.graphs is not None and is_graphable(batch, self.graphs.max_size):
+            return self.graphs.run(batch), batch
+        inputs = build_model_inputs(batch, self.block_size, self.device)
+        logits = self.model(
+            inputs.input_ids,
+            inputs.positions,
+            self.kv_caches,
+            inputs.meta,
+            inputs.sample_indices,
+        )
+        return logits, inputs.sample_requests
 
     def _sample(self, logits: torch.Tensor, sampling: list[ScheduledRequest]) -> ModelRunnerOutput:
         """Sample the step's rows in one batch; if that fails, each row alone (`_sample_each`)."""
@@ -170,14 +184,23 @@ class ModelRunner:
             row.exponential_(generator=gen)
 
 
-def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+def kv_cache_bytes_per_block(
+    config: ModelConfig, block_size: int, dtype: torch.dtype, num_kv_heads: int | None = None
+) -> int:
+    """One block's bytes over every layer, for `num_kv_heads` (default: all of the model's)."""
     element = torch.empty((), dtype=dtype).element_size()
-    per_layer = 2 * block_size * config.num_key_value_heads * config.head_dim * element
+    heads = config.num_key_value_heads if num_kv_heads is None else num_kv_heads
+    per_layer = 2 * block_size * heads * config.head_dim * element
     return per_layer * config.num_hidden_layers
 
 
 def allocate_kv_caches(
-    config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device
+    config: ModelConfig,
+    num_blocks: int,
+    block_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    num_kv_heads: int | None = None,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """One [num_blocks, block_size, num_kv_heads, head_dim] K and V tensor per layer."""
     shape = (
@@ -185,7 +208,7 @@ def allocate_kv_caches(
         2,
         num_blocks,
         block_size,
-        config.num_key_value_heads,
+        config.num_key_value_heads if num_kv_heads is None else num_kv_heads,
         config.head_dim,
     )
     storage = torch.zeros(shape, dtype=dtype, device=device)

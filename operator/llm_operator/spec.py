@@ -101,7 +101,8 @@ class EngineSpec(SpecModel):
     enable_chunked_prefill: bool = True
     """Split long prompts into chunks that share a step with decodes."""
     tensor_parallel_size: int = Field(1, ge=1)
-    """GPUs one engine shards the model over; must divide resources.gpus; only 1 works for now."""
+    """Ranks one engine shards the model over (one GPU each): resources.gpus must equal it when
+    GPUs are requested; on CPU the ranks share the pod's cores."""
     dtype: Dtype = "auto"
     """Weight and activation dtype."""
     kv_cache_memory: Quantity | None = None
@@ -133,7 +134,8 @@ class ResourcesSpec(SpecModel):
     limits: dict[str, Quantity] = Field(default_factory=dict)
     """Extra resource limits of the engine container."""
     shm_size: Quantity = "1Gi"
-    """Size of the in-memory /dev/shm volume (torch workers and NCCL use it)."""
+    """In-memory /dev/shm per engine rank (NCCL's buffers between the ranks' GPUs live there);
+    the volume holds engine.tensorParallelSize times this."""
 
 
 class RouterSpec(SpecModel):
@@ -225,8 +227,8 @@ class SchedulingSpec(SpecModel):
 class LLMDeploymentSpec(SpecModel):
     model_config = cel_rules(
         (
-            "self.resources.gpus == 0 || self.resources.gpus % self.engine.tensorParallelSize == 0",
-            "engine.tensorParallelSize must divide resources.gpus",
+            "self.resources.gpus == 0 || self.resources.gpus == self.engine.tensorParallelSize",
+            "resources.gpus must equal engine.tensorParallelSize (one GPU per rank)",
         ),
         (
             "!self.ingress.enabled || self.ingress.path == '/' || self.router.enabled",
@@ -275,11 +277,12 @@ class LLMDeploymentSpec(SpecModel):
     """Extra annotations of the engine pods."""
 
     @model_validator(mode="after")
-    def _gpus_shard_evenly(self) -> "LLMDeploymentSpec":
+    def _one_gpu_per_rank(self) -> "LLMDeploymentSpec":
         gpus, tp_size = self.resources.gpus, self.engine.tensor_parallel_size
-        if gpus and gpus % tp_size:
+        if gpus and gpus != tp_size:
             raise ValueError(
-                f"engine.tensorParallelSize ({tp_size}) must divide resources.gpus ({gpus})"
+                f"resources.gpus ({gpus}) must equal engine.tensorParallelSize ({tp_size}): "
+                "one GPU per rank"
             )
         return self
 
@@ -294,18 +297,4 @@ class LLMDeploymentSpec(SpecModel):
     def _gateway_needs_the_router(self) -> "LLMDeploymentSpec":
         if self.gateway is not None and not self.router.enabled:
             raise ValueError("gateway needs the router (it is the endpoint picker)")
-        return self
-
-    @model_validator(mode="after")
-    def _tensor_parallelism_is_not_implemented(self) -> "LLMDeploymentSpec":
-        # NOTE: not a CEL rule or a schema maximum, so the CRD keeps its shape for when the engine
-        # gains tensor parallelism; until then its pods would crash-loop on the flag.
-        tp_size = self.engine.tensor_parallel_size
-        if tp_size > 1:
-            raise ValueError(
-                f"engine.tensorParallelSize is {tp_size}, but tensor parallelism is not "
-                "implemented in this pagedock version; set engine.tensorParallelSize to 1 and "
-                "serve a model that fits one GPU (e.g. an 8B model in bfloat16 on one 80 GB GPU) "
-                "with resources.gpus: 1"
-            )
         return self

@@ -9,14 +9,11 @@ from engine.errors import ConfigError, InvalidRequestError
 from engine.server.cli import build_parser
 from pagedock.cli import main
 
-TP_NOT_IMPLEMENTED = (
-    "tensor parallelism is not implemented in this pagedock version; tensor_parallel_size must be 1"
+# The built-in SmolLM2 has 9 attention heads and 3 KV heads.
+TP_DOES_NOT_FIT = (
+    "tensor_parallel_size 2 does not fit this model: num_attention_heads (9) is not divisible by "
+    "it; num_key_value_heads (3) neither divides it nor is divisible by it"
 )
-
-
-def test_tensor_parallel_size_above_one_is_refused() -> None:
-    with pytest.raises(ConfigError, match=TP_NOT_IMPLEMENTED):
-        EngineConfig(tensor_parallel_size=2)
 
 
 def test_a_bad_setting_is_a_config_error_not_a_bad_request() -> None:
@@ -37,9 +34,9 @@ def test_tensor_parallel_size_flag_defaults_to_one() -> None:
 
 @pytest.mark.parametrize(
     ("argv", "env"),
-    [(["serve", "--tensor-parallel-size", "2"], None), (["serve"], "4")],
+    [(["serve", "--tensor-parallel-size", "2"], None), (["serve"], "2")],
 )
-def test_serve_with_tensor_parallelism_is_a_clean_cli_error(
+def test_serve_with_a_tensor_parallel_size_the_model_cannot_split_is_a_clean_cli_error(
     argv: list[str],
     env: str | None,
     capsys: pytest.CaptureFixture[str],
@@ -49,5 +46,5 @@ def test_serve_with_tensor_parallelism_is_a_clean_cli_error(
         monkeypatch.setenv("PAGEDOCK_TENSOR_PARALLEL_SIZE", env)
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"pagedock serve: error: {TP_NOT_IMPLEMENTED}")
+    assert err.startswith(f"pagedock serve: error: {TP_DOES_NOT_FIT}")
     assert "Traceback" not in err

@@ -32,6 +32,7 @@ SPECS: dict[str, dict[str, Any]] = {
         },
     },
     "pvc-no-router": {"model": {"source": "pvc://weights/llama/8b"}, "router": {"enabled": False}},
+    "gpu-tensor-parallel": {"resources": {"gpus": 2, "shmSize": "4Gi"}, "engine": {"tensorParallelSize": 2}},
     "gateway": {"gateway": {"failureMode": "FailOpen", "shedTtftMs": 500, "httpRoute": {
         "parentRefs": [{"name": "inference-gw", "namespace": "gw", "sectionName": "http"}],
         "hostnames": ["llm.example.com"], "path": "/llm", "requestTimeout": "600s"},
@@ -70,6 +71,29 @@ def test_gpu_engine_requests_gpus_and_tolerates_gpu_nodes() -> None:
     ]
     shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
     assert shm["emptyDir"]["medium"] == "Memory"
+
+
+def test_a_tensor_parallel_engine_gets_a_gpu_and_shm_per_rank_and_its_rendezvous_env() -> None:
+    children = build_children(make_context(SPECS["gpu-tensor-parallel"]))
+    pod = find(children, "Deployment", "chat-engine")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    args = container["args"]
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PAGEDOCK_TENSOR_PARALLEL_PORT"] == "29500"
+    assert env["NCCL_SOCKET_IFNAME"] == "lo"
+
+
+def test_one_rank_keeps_its_shm_size_as_written_and_no_rendezvous_env() -> None:
+    spec = {"resources": {"shmSize": "1536Mi"}}
+    pod = find(build_children(make_context(spec)), "Deployment", "chat-engine")["spec"]["template"]["spec"]  # fmt: skip
+    assert (
+        next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]["sizeLimit"] == "1536Mi"
+    )
+    assert not any(e["name"].startswith(("PAGEDOCK_TENSOR", "NCCL")) for e in pod["containers"][0]["env"])  # fmt: skip
 
 
 def test_engine_args_mirror_the_engine_settings() -> None:

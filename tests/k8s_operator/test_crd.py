@@ -83,7 +83,7 @@ INVALID_SPECS = {
     "bad quantity": {"resources": {"shmSize": "lots"}},
 }
 CEL_ONLY_SPECS = {
-    "tp does not divide gpus": {"resources": {"gpus": 2}, "engine": {"tensorParallelSize": 3}},
+    "gpus differ from tp": {"resources": {"gpus": 4}, "engine": {"tensorParallelSize": 2}},
     "tls without host": {"ingress": {"enabled": True, "tlsSecretName": "tls"}},
     "autoscaling range": {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
     "budget below seqs": {"engine": {"maxNumSeqs": 512, "maxNumBatchedTokens": 256}},
@@ -115,18 +115,19 @@ def test_cross_field_rules_are_rejected_by_the_models(spec: dict[str, Any]) -> N
         LLMDeploymentSpec.model_validate(spec)
 
 
-def test_tensor_parallelism_passes_the_schema_but_not_the_operator() -> None:
-    """The CRD keeps tensorParallelSize for when the engine implements it; the operator refuses
-    it today with a message that says what to change (Ready=False, reason InvalidSpec)."""
-    spec = {"resources": {"gpus": 2}, "engine": {"tensorParallelSize": 2}}
-    obj = {
-        "apiVersion": "pagedock.dev/v1alpha1",
-        "kind": "LLMDeployment",
-        "metadata": {},
-        "spec": spec,
-    }
-    validate_custom_resource(obj, OPENAPI)
-    with pytest.raises(pydantic.ValidationError, match=r"set engine\.tensorParallelSize to 1"):
+def test_tensor_parallelism_with_one_gpu_per_rank_is_valid() -> None:
+    for spec in (
+        {"resources": {"gpus": 2}, "engine": {"tensorParallelSize": 2}},
+        {"resources": {"gpus": 0}, "engine": {"tensorParallelSize": 2}},  # CPU ranks
+    ):
+        obj = {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", "metadata": {}}
+        validate_custom_resource({**obj, "spec": spec}, OPENAPI)
+        LLMDeploymentSpec.model_validate(spec)
+
+
+def test_gpus_that_differ_from_the_ranks_name_both_numbers() -> None:
+    spec = {"resources": {"gpus": 4}, "engine": {"tensorParallelSize": 2}}
+    with pytest.raises(pydantic.ValidationError, match=r"resources\.gpus \(4\) must equal engine"):
         LLMDeploymentSpec.model_validate(spec)
 
 

@@ -178,10 +178,10 @@ async def test_reconciling_an_unchanged_deployment_writes_nothing(
 @pytest.mark.parametrize(
     ("tp_size", "message"),
     [
-        (3, "tensorParallelSize (3) must divide resources.gpus (2)"),
-        (2, "tensor parallelism is not implemented in this pagedock version"),
+        (3, "resources.gpus (2) must equal engine.tensorParallelSize (3)"),
+        (1, "resources.gpus (2) must equal engine.tensorParallelSize (1)"),
     ],
-    ids=["tp-does-not-divide-gpus", "tp-not-implemented"],
+    ids=["more-ranks-than-gpus", "more-gpus-than-ranks"],
 )
 async def test_invalid_spec_sets_ready_false_with_a_reason_and_an_event(
     tp_size: int,

@@ -24,6 +24,7 @@ from llm_operator.builders.model_cache import (
     ephemeral_storage,
     gpu_node_tolerations,
 )
+from llm_operator.builders.tensor_parallel import shm_size_limit, tensor_parallel_env
 from llm_operator.names import CONFIG_HASH_ANNOTATION, ENGINE_PORT, engine_name, selector_labels
 
 COMPONENT = "engine"
@@ -129,7 +130,10 @@ def _engine_container(ctx: BuildContext, config_map: Obj) -> Obj:
         "args": engine_args(ctx),
         "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
         "envFrom": [{"configMapRef": {"name": config_map["metadata"]["name"]}}],
-        "env": cache_env(ctx, COMPONENT) + api_key_env(ctx) + list(ctx.spec.env),
+        "env": cache_env(ctx, COMPONENT)
+        + api_key_env(ctx)
+        + tensor_parallel_env(ctx)
+        + list(ctx.spec.env),
         "resources": _resources(ctx),
         "securityContext": container_security_context(),
         "volumeMounts": _volume_mounts(ctx),
@@ -160,10 +164,7 @@ def _resources(ctx: BuildContext) -> Obj:
 
 
 def _volumes(ctx: BuildContext) -> list[Obj]:
-    shm = {
-        "name": "dshm",
-        "emptyDir": {"medium": "Memory", "sizeLimit": ctx.spec.resources.shm_size},
-    }
+    shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size_limit(ctx)}}
     return [*cache_volumes(ctx, COMPONENT), shm, *ctx.model_source.volumes()]
 
 

@@ -1,0 +1,70 @@
+"""Builds one rank's model runner: the model (its shard), the KV cache, CUDA graphs.
+
+LLMEngine builds rank 0 with it, each tensor-parallel worker its own rank; the start-up
+collectives inside (the KV pool size every rank agrees on, graph capture) happen in the same
+order on every rank because every rank runs this same function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.attention.backend import get_attention_backend
+from engine.config import EngineConfig
+from engine.core.scheduler_output import ScheduledRequest
+from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
+from engine.loader.model_loader import load_model
+from engine.models.model_config import ModelConfig
+from engine.worker.kv_cache_sizing import pick_num_kv_blocks
+from engine.worker.model_runner import ModelRunner
+
+if TYPE_CHECKING:
+    from engine.distributed.tp_group import TPGroup
+
+
+def build_runner(
+    config: EngineConfig,
+    model_path: Path,
+    model_config: ModelConfig,
+    max_model_len: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    tp: TPGroup | None = None,
+    send_step: Callable[[list[ScheduledRequest]], None] | None = None,
+) -> ModelRunner:
+    set_cpu_kernels_enabled(config.cpu_kernels)  # before the backend and layers ask for them
+    backend = get_attention_backend(device, config.attention_backend)
+    model = load_model(
+        model_path,
+        model_config,
+        dtype,
+        device,
+        backend,
+        max_model_len,
+        onednn=config.onednn,
+        weight_cache=config.weight_cache,
+        tp=tp,
+    )
+    num_kv_blocks = pick_num_kv_blocks(
+        config, model_config, max_model_len, dtype, device, model.layout.num_kv_heads, tp
+    )
+    runner = ModelRunner(
+        model,
+        model_config,
+        backend,
+        num_kv_blocks,
+        config.block_size,
+        dtype,
+        device,
+        seed=config.seed,
+        send_step=send_step,
+    )
+    if device.type == "cuda" and not config.enforce_eager:
+        from engine.worker.cuda_graph_runner import CudaCapture
+
+        runner.capture_decode_graphs(config.max_num_seqs, max_model_len, CudaCapture())
+    return runner
