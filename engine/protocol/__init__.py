@@ -45,10 +45,12 @@ from engine.protocol.kv_events import (
 )
 from engine.protocol.models import ModelCard, ModelList, VersionResponse
 from engine.protocol.openai import (
+    CONTINUATION_HEADER,
     MAX_N,
     MAX_TOP_LOGPROBS,
     SEED_MAX,
     SEED_MIN,
+    Continuation,
     ErrorInfo,
     ErrorResponse,
     JsonSchemaFormat,
@@ -63,6 +65,7 @@ from engine.protocol.openai import (
     UsageInfo,
     now_s,
     random_id,
+    response_exclusions,
 )
 from engine.protocol.tokenize import (
     DetokenizeRequest,
@@ -72,6 +75,7 @@ from engine.protocol.tokenize import (
 )
 
 __all__ = [
+    "CONTINUATION_HEADER",
     "MAX_N",
     "MAX_TOP_LOGPROBS",
     "SEED_MAX",
@@ -90,6 +94,7 @@ __all__ = [
     "CompletionRequest",
     "CompletionResponse",
     "ContentPart",
+    "Continuation",
     "Conversation",
     "DeltaMessage",
     "DetokenizeRequest",
@@ -119,5 +124,6 @@ __all__ = [
     "VersionResponse",
     "now_s",
     "random_id",
+    "response_exclusions",
     "template_messages",
 ]

@@ -140,6 +140,7 @@ class ChatChoice(OpenAIModel):
     logprobs: ChatChoiceLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
 
 
 class ChatCompletionResponse(OpenAIModel):
@@ -150,6 +151,7 @@ class ChatCompletionResponse(OpenAIModel):
     system_fingerprint: str | None = None
     choices: list[ChatChoice]
     usage: UsageInfo
+    prompt_token_ids: list[int] | None = None
 
 
 class DeltaMessage(OpenAIModel):
@@ -163,6 +165,7 @@ class ChatChunkChoice(OpenAIModel):
     logprobs: ChatChoiceLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
 
 
 class ChatCompletionChunk(OpenAIModel):
@@ -173,3 +176,4 @@ class ChatCompletionChunk(OpenAIModel):
     system_fingerprint: str | None = None
     choices: list[ChatChunkChoice]
     usage: UsageInfo | None = None
+    prompt_token_ids: list[int] | None = None
