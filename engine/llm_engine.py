@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from engine.config import EngineConfig
+from engine.context_length import resolve_max_tokens
 from engine.continuation import check_continuation
 from engine.core.block_hash import root_hash
 from engine.core.kv_events import KVEventLog, KVSnapshot
@@ -21,7 +22,7 @@ from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
 from engine.device import pick_device, pick_dtype
 from engine.distributed.tp_executor import TPExecutor
 from engine.distributed.tp_worker import threads_per_rank
-from engine.errors import ConfigError, InvalidRequestError, PromptTooLongError
+from engine.errors import ConfigError, InvalidRequestError
 from engine.loader.model_loader import read_model_config
 from engine.loader.registry import resolve_model
 from engine.models.tp_layout import check_tp_layout
@@ -152,7 +153,7 @@ class LLMEngine:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         text, token_ids = self._tokenize(prompt)
         self._check_token_ids(params)
-        max_tokens = self._check_length(len(token_ids), params)
+        max_tokens = resolve_max_tokens(len(token_ids), params, self.max_model_len)
         prior = check_continuation(prior_output_token_ids, params, self.model_config.vocab_size, room=min(max_tokens, self.max_model_len - len(token_ids)))  # fmt: skip
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
@@ -203,26 +204,6 @@ class LLMEngine:
             raise InvalidRequestError(
                 f"stop_token_ids must be in [0, {vocab}); got {bad[:5]}", "stop_token_ids"
             )
-
-    def _check_length(self, num_prompt_tokens: int, params: SamplingParams) -> int:
-        """The resolved max_tokens; PromptTooLongError when prompt + max_tokens can't fit."""
-        limit = self.max_model_len
-        if num_prompt_tokens >= limit:
-            raise PromptTooLongError(
-                f"the prompt has {num_prompt_tokens} tokens; this model's maximum context length "
-                f"is {limit} tokens, leaving no room to generate",
-                "prompt",
-            )
-        if params.max_tokens is None:
-            return limit - num_prompt_tokens
-        if num_prompt_tokens + params.max_tokens > limit:
-            raise PromptTooLongError(
-                f"this model's maximum context length is {limit} tokens, but "
-                f"{num_prompt_tokens + params.max_tokens} were requested "
-                f"({num_prompt_tokens} in the prompt, {params.max_tokens} to generate)",
-                "max_tokens",
-            )
-        return params.max_tokens
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stop a request (all n of it) and free its blocks; its final output. UnknownRequestError

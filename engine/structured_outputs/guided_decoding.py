@@ -59,11 +59,12 @@ class GuidedDecoding:
         request_ids: list[str],
         compiled: Any,
         stop_token_ids: Iterable[int],
-        prior_token_ids: Sequence[int] = (),
+        prior_output_token_ids: Sequence[int] = (),
     ) -> None:
         """A matcher per completion (n > 1: each child has its own); nothing when `compiled` is
-        None. The grammar may end with an end-of-sequence token or one of `stop_token_ids`; a
-        continuation's matcher starts after its `prior_token_ids`."""
+        None. The grammar may end with an end-of-sequence token or one of `stop_token_ids`. A
+        continuation's prior output is replayed into the matcher first; InvalidRequestError
+        (nothing registered) when the grammar rejects it."""
         if compiled is None:
             return
         if self.manager is None:
@@ -75,13 +76,13 @@ class GuidedDecoding:
             runner.structured_outputs = self.manager
         stop = sorted({*self.eos_token_ids, *stop_token_ids})
         for request_id in request_ids:
-            try:
-                self.manager.register(request_id, compiled, stop, prior_token_ids)
-            except ValueError as e:
+            self.manager.register(request_id, compiled, stop)
+            if not self.manager.replay(request_id, prior_output_token_ids):
+                self.manager.release(request_ids)
                 raise InvalidRequestError(
-                    f"the continuation's tokens do not follow its structured-outputs constraint: {e}",
+                    "the continuation's tokens do not follow the structured-outputs constraint",
                     "continuation",
-                ) from e
+                )
 
     def release(self, request_ids: Iterable[str]) -> None:
         if self.manager is not None:

@@ -170,9 +170,9 @@ def test_malformed_json_gets_400(limited_server: ServerProcess) -> None:
         (
             {
                 "messages": [{"role": "user", "content": "hi"}],
-                "response_format": {"type": "json_schema"},
+                "response_format": {"type": "json_schema"},  # without its schema
             },
-            "response_format",
+            "response_format.json_schema",
         ),
         ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
         ({"messages": [{"role": "user", "content": "hi"}], "seed": 2**70}, "seed"),
