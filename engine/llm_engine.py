@@ -25,6 +25,7 @@ from engine.loader.registry import resolve_model
 from engine.output_processor import NewRequest, OutputProcessor
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.text.chat_template import chat_template_source
 from engine.text.tokenizer import load_tokenizer
 from engine.worker.model_runner import ModelRunner, kv_cache_bytes_per_block
 
@@ -45,7 +46,7 @@ class LLMEngine:
         self.dtype = _pick_dtype(config.dtype, self.device)
         if self.device.type == "cpu":
             torch.set_num_threads(config.num_threads or len(os.sched_getaffinity(0)))
-        self.model_path, self.served_model_name = _resolve_model(config)
+        self.model_path, self.served_model_name, chat_template = _resolve_model(config)
         self.model_config = read_model_config(self.model_path)
         self.max_model_len = self._pick_max_model_len()
         self._check_batching_limits()
@@ -62,7 +63,7 @@ class LLMEngine:
             weight_cache=config.weight_cache,
         )
         self.num_kv_blocks = self._pick_num_kv_blocks()
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer = load_tokenizer(self.model_path, chat_template)
         self.eos_token_ids = self._eos_token_ids()
         self.root_hash = root_hash(f"{self.model_config.name}:{self.dtype}")
         self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
@@ -341,6 +342,9 @@ def _pick_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
-def _resolve_model(config: EngineConfig) -> tuple[Path, str]:
+def _resolve_model(config: EngineConfig) -> tuple[Path, str, str | None]:
+    """The model's files, served name and chat template (a bad --chat-template fails here,
+    before the weights load)."""
     resolved = resolve_model(config.model)
-    return resolved.path, config.served_model_name or resolved.name
+    template = chat_template_source(config.chat_template, resolved.chat_template_file)
+    return resolved.path, config.served_model_name or resolved.name, template

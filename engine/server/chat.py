@@ -21,12 +21,13 @@ from engine.protocol import (
 )
 from engine.server.context import ServerContext
 from engine.server.errors import to_api_error
-from engine.server.generation import ChoiceDelta, Generation
+from engine.server.generation import ChoiceDelta, ChoiceState, Generation
 from engine.server.guards import check_model
 from engine.server.logprobs import chat_logprobs
 from engine.server.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
 from engine.server.sampling import to_sampling_params
 from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
+from engine.server.tool_calls import TOOL_CALLS, ToolCalling, ToolDeltas, plan_tool_calling
 from engine.text.prompt_renderer import render_chat
 
 
@@ -39,11 +40,14 @@ async def create_chat_completion(
         raise InvalidRequestError("top_logprobs needs logprobs: true", "top_logprobs")
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = to_sampling_params(body, body.resolved_max_tokens, logprobs)
+    tools = plan_tool_calling(ctx.options, body)
+    if tools is not None:
+        params = tools.guide(params)
     check_prompt_chars(ctx, chat_chars(body), "messages")
     prompt = await in_prompt_pool(ctx, render_chat, ctx.tokenizer, body)
     gen = await Generation.start(ctx, raw_request, [prompt], params, body.priority, arrival_time)
     if body.stream:
-        return sse_response(_stream(ctx, body, gen))
+        return sse_response(_stream(ctx, body, gen, tools))
     try:
         choices = await gen.collect()
     finally:
@@ -51,25 +55,32 @@ async def create_chat_completion(
     response = ChatCompletionResponse(
         id=f"chatcmpl-{gen.id}",
         model=ctx.served_model_name,
-        choices=[
-            ChatChoice(
-                index=c.index,
-                message=ChatResponseMessage(content=_echo(body) + c.text),
-                logprobs=chat_logprobs(ctx.tokenizer, c.logprobs) if body.logprobs else None,
-                finish_reason=c.finish_reason,
-                stop_reason=c.stop_reason,
-            )
-            for c in choices
-        ],
+        choices=[_choice(ctx, body, c, tools) for c in choices],
         usage=gen.usage(),
     )
     return Response(response.model_dump_json(), media_type="application/json")
 
 
+def _choice(
+    ctx: ServerContext, body: ChatCompletionRequest, choice: ChoiceState, tools: ToolCalling | None
+) -> ChatChoice:
+    message, called = ChatResponseMessage(content=_echo(body) + choice.text), False
+    if tools is not None:
+        message, called = tools.message(choice.text, _echo(body))
+    return ChatChoice(
+        index=choice.index,
+        message=message,
+        logprobs=chat_logprobs(ctx.tokenizer, choice.logprobs) if body.logprobs else None,
+        finish_reason=TOOL_CALLS if called else choice.finish_reason,
+        stop_reason=choice.stop_reason,
+    )
+
+
 async def _stream(
-    ctx: ServerContext, body: ChatCompletionRequest, gen: Generation
+    ctx: ServerContext, body: ChatCompletionRequest, gen: Generation, tools: ToolCalling | None
 ) -> AsyncIterator[str]:
     created = now_s()
+    tool_deltas = ToolDeltas(tools) if tools is not None else None
 
     def chunk(choices: list[ChatChunkChoice], usage: UsageInfo | None = None) -> str:
         message = ChatCompletionChunk(
@@ -91,7 +102,7 @@ async def _stream(
             ]
         )
         async for deltas in gen.deltas():
-            yield chunk([_chunk_choice(ctx, body, d) for d in deltas])
+            yield chunk([_chunk_choice(ctx, body, d, tool_deltas) for d in deltas])
         if body.include_usage:
             yield chunk([], gen.usage())
     except Exception as e:
@@ -102,13 +113,21 @@ async def _stream(
 
 
 def _chunk_choice(
-    ctx: ServerContext, body: ChatCompletionRequest, delta: ChoiceDelta
+    ctx: ServerContext,
+    body: ChatCompletionRequest,
+    delta: ChoiceDelta,
+    tool_deltas: ToolDeltas | None,
 ) -> ChatChunkChoice:
+    message, finish_reason = DeltaMessage(content=delta.text or None), delta.finish_reason
+    if tool_deltas is not None:
+        finished = delta.finish_reason is not None
+        message = tool_deltas.delta(delta.index, delta.text, finished)
+        finish_reason = tool_deltas.finish_reason(delta.index, delta.finish_reason)
     return ChatChunkChoice(
         index=delta.index,
-        delta=DeltaMessage(content=delta.text or None),
+        delta=message,
         logprobs=chat_logprobs(ctx.tokenizer, delta.logprobs) if body.logprobs else None,
-        finish_reason=delta.finish_reason,
+        finish_reason=finish_reason,
         stop_reason=delta.stop_reason,
     )
 
@@ -119,4 +138,4 @@ def _echo(body: ChatCompletionRequest) -> str:
     last = body.messages[-1]
     if not body.echo or last.role != "assistant":
         return ""
-    return body.template_messages()[-1]["content"]
+    return body.template_messages()[-1]["content"] or ""
