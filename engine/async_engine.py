@@ -179,7 +179,9 @@ class AsyncEngine:
     ) -> RequestStream:
         """Queue a request; its stream once the engine accepted it. InvalidRequestError (bad
         input), QueueFullError (admission), EngineDeadError. `prompt_text`: what the ids were
-        made from, for the outputs and the request log."""
+        made from, for the outputs and the request log. A structured-outputs constraint is
+        compiled first, on the compiler's pool: never on the event loop or the engine thread."""
+        grammar = await self._compile_grammar(params)
         self._check_admission()
         arrival = time.monotonic() if arrival_time is None else arrival_time
         stream = RequestStream(request_id)
@@ -187,7 +189,9 @@ class AsyncEngine:
         self._pending_adds += 1
 
         def add(engine: LLMEngine) -> NewRequest:
-            new = engine.add_core_request(request_id, prompt_token_ids, params, priority, arrival)
+            new = engine.add_core_request(
+                request_id, prompt_token_ids, params, priority, arrival, grammar
+            )
             return new if prompt_text is None else replace(new, prompt=prompt_text)
 
         try:
@@ -200,6 +204,19 @@ class AsyncEngine:
             self._streams.pop(request_id, None)
             raise
         return stream
+
+    async def _compile_grammar(self, params: SamplingParams) -> object | None:
+        constraint = params.structured_outputs
+        if constraint is None:
+            return None
+        guided = self.engine.guided
+        future = asyncio.wrap_future(guided.submit(constraint))
+        try:
+            # shield: the compilation is shared with every request of the same constraint, so
+            # this request giving up (timeout, client gone) must not cancel it.
+            return await asyncio.wait_for(asyncio.shield(future), guided.timeout_s)
+        except TimeoutError:
+            raise guided.timeout_error(constraint) from None
 
     def abort(self, request_id: str) -> None:
         """Stop a request at the next step boundary and free its blocks; a no-op once finished."""

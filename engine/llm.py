@@ -34,6 +34,9 @@ class LLM:
         prompt_list = _as_prompt_list(prompts)
         params = _as_params_list(sampling_params, len(prompt_list))
         request_ids = [f"offline-{next(self._ids)}" for _ in prompt_list]
+        for p in params:  # start every compilation now, in parallel; add_request waits for each
+            if p.structured_outputs is not None:
+                self.engine.guided.submit(p.structured_outputs)
         for request_id, prompt, p in zip(request_ids, prompt_list, params, strict=True):
             final_only = replace(p, output_kind=RequestOutputKind.FINAL_ONLY)
             self.engine.add_request(request_id, prompt, final_only)
@@ -66,6 +69,11 @@ class LLM:
 
     def stats(self) -> SchedulerStats:
         return self.engine.stats()
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix block (as vLLM's). Returns False, changing nothing, while
+        any request holds KV blocks; between `generate` calls none does, so it resets."""
+        return self.engine.reset_prefix_cache()
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         finished: dict[str, RequestOutput] = {}

@@ -18,6 +18,7 @@ from engine.core.request import Request, RequestStatus, RequestTiming
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
+from engine.device import pick_device, pick_dtype
 from engine.errors import ConfigError, InvalidRequestError, PromptTooLongError
 from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
 from engine.loader.model_loader import load_model, read_model_config
@@ -25,13 +26,12 @@ from engine.loader.registry import resolve_model
 from engine.output_processor import NewRequest, OutputProcessor
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.structured_outputs.guided_decoding import GuidedDecoding
 from engine.text.chat_template import chat_template_source
 from engine.text.tokenizer import load_tokenizer
 from engine.worker.model_runner import ModelRunner, kv_cache_bytes_per_block
 
 logger = logging.getLogger("pagedock.engine")
-
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class LLMEngine:
@@ -42,8 +42,8 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self.device = _pick_device(config.device)
-        self.dtype = _pick_dtype(config.dtype, self.device)
+        self.device = pick_device(config.device)
+        self.dtype = pick_dtype(config.dtype, self.device)
         if self.device.type == "cpu":
             torch.set_num_threads(config.num_threads or len(os.sched_getaffinity(0)))
         self.model_path, self.served_model_name, chat_template = _resolve_model(config)
@@ -83,6 +83,9 @@ class LLMEngine:
             self.runner.capture_decode_graphs(
                 config.max_num_seqs, self.max_model_len, CudaCapture()
             )
+        self.guided = GuidedDecoding(
+            self.tokenizer, self.model_config.vocab_size, self.eos_token_ids
+        )
         self.output_processor = OutputProcessor(self.tokenizer)
         self.parallel = ParallelSampling()
         self.kv_events = KVEventLog()
@@ -162,9 +165,11 @@ class LLMEngine:
         params: SamplingParams | None = None,
         priority: int = 0,
         arrival_time: float | None = None,
+        grammar: object | None = None,
     ) -> NewRequest:
         """The engine half of `add_request`: validate and queue (n > 1 fans out). Returns what the
-        output path must register before the request's first core output."""
+        output path must register before the request's first core output. `grammar`: see
+        GuidedDecoding.compiled."""
         params = params or SamplingParams()
         if self.scheduler.has_request(request_id) or self.parallel.is_parent(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
@@ -173,11 +178,7 @@ class LLMEngine:
         max_tokens = self._check_length(len(token_ids), params)
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
-        if params.structured_outputs is not None:
-            # NOTE: until the sampler enforces it, a constraint must fail loudly, never be ignored.
-            raise InvalidRequestError(
-                "structured outputs are not enforced by this engine yet", "structured_outputs"
-            )
+        compiled = self.guided.compiled(params.structured_outputs, grammar)
         timing = RequestTiming(time.monotonic() if arrival_time is None else arrival_time)
 
         def make(child_id: str, sampling: SamplingParams) -> Request:
@@ -185,15 +186,17 @@ class LLMEngine:
             return Request(child_id, token_ids, sampling, max_tokens, eos, priority, None, timing)
 
         if params.n == 1:
+            self.guided.register(self.runner, [request_id], compiled, params.stop_token_ids)
             self.scheduler.add_request(make(request_id, params))
             return NewRequest(request_id, text, token_ids, params, timing, [request_id])
         children = [
             make(child_request_id(request_id, i), child_params(params, i)) for i in range(params.n)
         ]
+        child_ids = [c.request_id for c in children]
+        self.guided.register(self.runner, child_ids, compiled, params.stop_token_ids)
         defer = self.config.enable_prefix_caching
         for child in self.parallel.register(request_id, children, defer):
             self.scheduler.add_request(child)
-        child_ids = [c.request_id for c in children]
         return NewRequest(request_id, text, token_ids, params, timing, child_ids)
 
     def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
@@ -254,8 +257,10 @@ class LLMEngine:
         """The engine half of `abort_request`: the 'abort' core output of each completion."""
         if not self.parallel.is_parent(request_id):
             self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
+            self.guided.release([request_id])
             return [EngineCoreOutput(request_id, [], "abort")]
         child_ids, pending = self.parallel.abort(request_id)
+        self.guided.release(child_ids)
         for child_id in child_ids:
             if child_id not in pending:
                 self.scheduler.finish_request(child_id, RequestStatus.FINISHED_ABORTED)
@@ -264,6 +269,7 @@ class LLMEngine:
     def finish_stopped(self, request_ids: list[str]) -> None:
         """End the requests the output path found a stop string in, freeing their blocks (those
         that ended meanwhile on their own are skipped)."""
+        self.guided.release(request_ids)
         for request_id in request_ids:
             self.parallel.child_finished(request_id)
             if self.scheduler.has_request(request_id):
@@ -288,6 +294,8 @@ class LLMEngine:
         self.kv_events.publish(self.scheduler.take_kv_events())
         for child in self.parallel.on_core_outputs(core_outputs):
             self.scheduler.add_request(child)
+        self.guided.release(o.request_id for o in core_outputs if o.finish_reason is not None)
+        self.guided.release_unless(self.scheduler.has_request, self.parallel.is_unfinished_child)
         return core_outputs
 
     def process_outputs(self, core_outputs: list[EngineCoreOutput]) -> list[RequestOutput]:
@@ -312,11 +320,20 @@ class LLMEngine:
     # ---- what callers may know ---------------------------------------------------------------
 
     def stats(self) -> SchedulerStats:
-        return self.scheduler.make_stats()
+        stats = self.scheduler.make_stats()
+        stats.num_grammar_states = self.guided.num_live
+        return stats
 
     def kv_occupancy(self) -> KVOccupancy:
         """What the running requests hold in the KV cache now (benchmarks sample it per step)."""
         return self.scheduler.kv_occupancy()
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix block (an AllBlocksCleared event tells the router). Refuses,
+        returning False, while any request holds KV blocks: running requests are never touched."""
+        reset = self.scheduler.reset_prefix_cache()
+        self.kv_events.publish(self.scheduler.take_kv_events())
+        return reset
 
     def kv_snapshot(self) -> KVSnapshot:
         """Every cached block hash and the seq of the last event batch it includes."""
@@ -327,24 +344,7 @@ class LLMEngine:
         return KVSnapshot(self.kv_events.last_seq, self.config.block_size, hashes)
 
 
-def _pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device 'cuda' was asked for, but no CUDA device is available")
-    return torch.device(name)
-
-
-def _pick_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        # bf16 is 2-5x slower than fp32 on CPUs without AMX; GPUs want bf16.
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[name]
-
-
 def _resolve_model(config: EngineConfig) -> tuple[Path, str, str | None]:
-    """The model's files, served name and chat template (a bad --chat-template fails here,
-    before the weights load)."""
-    resolved = resolve_model(config.model)
+    resolved = resolve_model(config.model)  # a bad --chat-template fails next, before the weights
     template = chat_template_source(config.chat_template, resolved.chat_template_file)
     return resolved.path, config.served_model_name or resolved.name, template

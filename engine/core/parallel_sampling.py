@@ -67,6 +67,10 @@ class ParallelSampling:
     def is_parent(self, request_id: str) -> bool:
         return request_id in self._parents
 
+    def is_unfinished_child(self, request_id: str) -> bool:
+        """A child not finished yet, pending (not scheduled yet) ones included."""
+        return request_id in self._child_to_parent
+
     def on_core_outputs(self, core_outputs: list[EngineCoreOutput]) -> list[Request]:
         """Note the finished children; returns the children now released: a child produced
         output, so its prompt blocks are cached and its siblings may join."""

@@ -82,6 +82,10 @@ class Scheduler:
     def cached_block_hashes(self) -> list[BlockHash]:
         return self.kv_cache_manager.cached_block_hashes()
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block hash; False (nothing done) while any request holds blocks."""
+        return self.kv_cache_manager.pool.reset_prefix_cache()
+
     def make_stats(self) -> SchedulerStats:
         kv = self.kv_cache_manager
         return SchedulerStats(
@@ -237,6 +241,9 @@ class Scheduler:
     def _append_token(self, request: Request, sampled: SampledToken) -> EngineCoreOutput:
         request.append_output_token(sampled.token_id)
         status = self._check_stop(request, sampled.token_id)
+        if sampled.ends_grammar and status is None:
+            # The grammar is complete: nothing may follow (even with ignore_eos or min_tokens).
+            status = RequestStatus.FINISHED_STOPPED
         if status is not None:
             self._finish_running(request, status)
         return EngineCoreOutput(

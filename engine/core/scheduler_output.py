@@ -49,6 +49,8 @@ class SampledToken:
     # The sampled token's log-probability and the top alternatives, when logprobs were asked for.
     logprob: float | None = None
     top_logprobs: dict[int, float] | None = None
+    # Structured outputs: this token completed the request's grammar, which allows nothing more.
+    ends_grammar: bool = False
 
 
 @dataclass

@@ -22,6 +22,9 @@ class SchedulerStats:
     prefix_cache_hits: int
     """Prompt tokens found there."""
     num_preemptions: int
+    num_grammar_states: int = 0
+    """Structured-outputs grammar states held (one per unfinished guided request); the engine
+    fills it in, the scheduler does not know grammars."""
 
 
 @dataclass

@@ -100,17 +100,12 @@ class Conversation(OpenAIModel):
         return self.tools or None
 
 
-class ResponseFormat(OpenAIModel):
-    type: str
-
-
 class ChatCompletionRequest(SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Annotated[int, Field(ge=1, le=MAX_INT32)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1, le=MAX_INT32)] | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
-    response_format: ResponseFormat | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -128,8 +123,6 @@ class ChatCompletionRequest(SamplingFields):
         checks = {
             "functions": bool(self.functions),
             "function_call": self.function_call not in (None, "none", "auto"),
-            "response_format": self.response_format is not None
-            and self.response_format.type != "text",
             "audio": self.audio is not None,
             "modalities": self.modalities is not None and self.modalities != ["text"],
             "prediction": self.prediction is not None,

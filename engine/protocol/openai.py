@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -65,6 +65,45 @@ class StreamOptions(OpenAIModel):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(OpenAIModel):
+    """response_format.json_schema: the schema the output must validate against."""
+
+    name: str = "response"
+    description: str | None = None
+    # `schema` would shadow a pydantic BaseModel attribute; the wire name is kept by the alias.
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(OpenAIModel):
+    """OpenAI's response_format: text (no constraint), json_object, or json_schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputsFields(OpenAIModel):
+    """vLLM's `structured_outputs` extra: exactly one constraint (the engine checks that)."""
+
+    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+
+# vLLM's old guided-decoding fields, removed there in favour of `structured_outputs`: a request
+# that still sends one gets a 400 saying so, never a silently unconstrained answer.
+REMOVED_GUIDED_FIELDS = (
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "guided_decoding_backend",
+    "guided_whitespace_pattern",
+)
+
+
 class SamplingFields(OpenAIModel):
     """What both /v1/completions and /v1/chat/completions take to steer sampling."""
 
@@ -90,12 +129,24 @@ class SamplingFields(OpenAIModel):
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     priority: int = 0
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputsFields | None = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    guided_decoding_backend: Any = None
+    guided_whitespace_pattern: Any = None
 
     def unsupported_field(self) -> str | None:
         """The first field set that pagedock does not implement, or None."""
         if self.logit_bias:
             return "logit_bias"
         return None
+
+    def removed_guided_field(self) -> str | None:
+        """The first of vLLM's removed `guided_*` fields the request sets, or None."""
+        return next((f for f in REMOVED_GUIDED_FIELDS if getattr(self, f) is not None), None)
 
     @property
     def include_usage(self) -> bool:

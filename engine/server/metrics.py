@@ -40,6 +40,10 @@ class EngineMetrics:
             "KV blocks no request references (blocks that are free but cached count as free).",
         )
         self._total_blocks = gauge("pagedock:kv_cache_blocks", "KV blocks in the pool.")
+        self._grammars = gauge(
+            "pagedock:structured_output_grammars",
+            "Grammar states held for structured outputs (one per unfinished guided request).",
+        )
         self._prefix_queries = counter(
             "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache."
         )
@@ -75,6 +79,7 @@ class EngineMetrics:
         self._kv_usage.labels(m).set(stats.kv_cache_usage)
         self._free_blocks.labels(m).set(stats.num_free_kv_blocks)
         self._total_blocks.labels(m).set(stats.num_kv_blocks)
+        self._grammars.labels(m).set(stats.num_grammar_states)
         last = self._last_stats
         for counter, field in (
             (self._prefix_queries, "prefix_cache_queries"),

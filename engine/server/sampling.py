@@ -5,6 +5,7 @@ from __future__ import annotations
 from engine.errors import InvalidRequestError
 from engine.protocol import SamplingFields
 from engine.sampling_params import SamplingParams
+from engine.server.structured_outputs import structured_outputs_of
 
 
 def to_sampling_params(
@@ -35,4 +36,5 @@ def to_sampling_params(
         n=request.n,
         skip_special_tokens=request.skip_special_tokens,
         include_stop_str_in_output=request.include_stop_str_in_output,
+        structured_outputs=structured_outputs_of(request),
     )

@@ -157,6 +157,19 @@ class Tokenizer:
         """The vocabulary strings of `token_ids` (None for an id outside the vocabulary)."""
         return [self._backend.id_to_token(int(i)) for i in token_ids]
 
+    def vocabulary(self) -> list[str]:
+        """Every vocabulary string (byte-level spelling), indexed by token id; what grammar
+        engines build their token tries from."""
+        by_id = self._backend.get_vocab(with_added_tokens=True)
+        vocab = [""] * (max(by_id.values()) + 1)
+        for token, token_id in by_id.items():
+            vocab[token_id] = token
+        return vocab
+
+    def to_json(self) -> str:
+        """The tokenizer as `tokenizer.json` text (what llguidance reads)."""
+        return self._backend.to_str()
+
     def token_to_id(self, token: str | None) -> int | None:
         """The id of vocabulary string `token`, or None."""
         return None if token is None else self._backend.token_to_id(token)

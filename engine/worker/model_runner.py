@@ -10,9 +10,10 @@ from engine.attention.backend import AttentionBackend
 from engine.core.scheduler_output import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
 from engine.models.llama import LlamaForCausalLM
 from engine.models.model_config import ModelConfig
+from engine.structured_outputs.structured_output_manager import StructuredOutputManager
 from engine.worker.cuda_graph_runner import DecodeGraphRunner, GraphCapture, is_graphable
 from engine.worker.input_batch import build_model_inputs, order_decodes_first
-from engine.worker.sampler import Sampler
+from engine.worker.sampler import Sampler, SamplingTensors
 from engine.worker.sampling_batch import build_sampling_tensors
 
 logger = logging.getLogger("pagedock.engine")
@@ -39,6 +40,8 @@ class ModelRunner:
         self.sampler = Sampler(torch.Generator(device="cpu").manual_seed(seed))
         # Per-request generators for requests with their own seed; dropped when they finish.
         self.generators: dict[str, torch.Generator] = {}
+        # Guided requests' grammar states (the engine owns it; None until one is needed).
+        self.structured_outputs: StructuredOutputManager | None = None
         self.graphs: DecodeGraphRunner | None = None
 
     def capture_decode_graphs(
@@ -83,7 +86,7 @@ class ModelRunner:
         """Sample the step's rows in one batch; if that fails, each row alone (`_sample_each`)."""
         saved: list[tuple[torch.Generator, torch.Tensor]] = []
         try:
-            tensors = build_sampling_tensors(sampling, self._generator_for)
+            tensors = self._sampling_tensors(sampling)
             saved = [(g, g.get_state()) for g in tensors.generators if g is not None]
             tokens = self.sampler(logits, tensors)
         except Exception:
@@ -92,7 +95,8 @@ class ModelRunner:
             for gen, state in saved:
                 gen.set_state(state)
             return self._sample_each(logits, sampling)
-        return ModelRunnerOutput({s.request_id: t for s, t in zip(sampling, tokens, strict=True)})
+        output = ModelRunnerOutput({s.request_id: t for s, t in zip(sampling, tokens, strict=True)})
+        return self._advance_grammars(output)
 
     def _sample_each(
         self, logits: torch.Tensor, sampling: list[ScheduledRequest]
@@ -106,7 +110,7 @@ class ModelRunner:
         output = ModelRunnerOutput({})
         for row, s in enumerate(sampling):
             try:
-                tensors = build_sampling_tensors([s], self._generator_for)
+                tensors = self._sampling_tensors([s])
                 [token] = self.sampler(logits[row : row + 1], tensors)
             except Exception as e:
                 logger.exception("sampling request %s failed", s.request_id)
@@ -115,6 +119,32 @@ class ModelRunner:
                 )
             else:
                 output.sampled[s.request_id] = token
+        return self._advance_grammars(output)
+
+    def _sampling_tensors(self, sampling: list[ScheduledRequest]) -> SamplingTensors:
+        tensors = build_sampling_tensors(sampling, self._generator_for)
+        if self.structured_outputs is not None:
+            mask = self.structured_outputs.bitmask([s.request_id for s in sampling])
+            if mask is not None:
+                tensors.grammar_bitmask, tensors.grammar_rows = mask
+        return tensors
+
+    def _advance_grammars(self, output: ModelRunnerOutput) -> ModelRunnerOutput:
+        """Each guided request's matcher consumes its sampled token. The scheduler appends every
+        sampled token (a request aborted meanwhile is released whole), so matcher and output
+        tokens stay in step. A token the grammar rejects (a bug, never a client's doing) fails
+        that request alone."""
+        manager = self.structured_outputs
+        if manager is None or manager.num_live == 0:
+            return output
+        for request_id, token in list(output.sampled.items()):
+            accepted, terminated = manager.accept(request_id, token.token_id)
+            if not accepted:
+                del output.sampled[request_id]
+                output.errors[request_id] = (
+                    f"internal error: the grammar rejected sampled token {token.token_id}"
+                )
+            token.ends_grammar = terminated
         return output
 
     def _generator_for(self, s: ScheduledRequest) -> torch.Generator | None:

@@ -7,11 +7,12 @@ their own seed, so their tokens do not depend on what else shares the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from engine.core.scheduler_output import SampledToken
+from engine.structured_outputs.structured_output_manager import apply_grammar_bitmask
 
 
 @dataclass
@@ -33,6 +34,10 @@ class SamplingTensors:
     needs_top_k_top_p: bool
     needs_min_p: bool
     needs_penalties: bool
+    # Structured outputs: the packed token bitmask ([N, ceil(vocab / 32)] int32) of the step and
+    # the rows it constrains (engine/structured_outputs); None when no row is guided.
+    grammar_bitmask: torch.Tensor | None = None
+    grammar_rows: list[int] = field(default_factory=list)
 
 
 class Sampler:
@@ -43,6 +48,8 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, t: SamplingTensors) -> list[SampledToken]:
         raw_logits = logits
         logits = self._apply_bans(logits, t.banned)
+        if t.grammar_bitmask is not None:
+            logits = self._apply_grammar(raw_logits, logits, t.grammar_bitmask, t.grammar_rows)
         if t.needs_penalties:
             logits = apply_penalties(logits, t)
         token_ids = logits.argmax(dim=-1) if t.all_greedy else self._sample(logits, t)
@@ -56,6 +63,20 @@ class Sampler:
         index = torch.tensor(rows, dtype=torch.long)
         logits[index[:, 0], index[:, 1]] = float("-inf")
         return logits
+
+    def _apply_grammar(
+        self, raw_logits: torch.Tensor, logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]
+    ) -> torch.Tensor:
+        """Mask what each guided row's grammar disallows. A row the bans (min_tokens' ban on
+        end-of-sequence) and the grammar together leave with nothing gets the grammar's mask
+        alone: the grammar is the contract, min_tokens yields to it."""
+        masked = apply_grammar_bitmask(logits, bitmask, rows)
+        index = torch.tensor(rows, dtype=torch.long)
+        dead = index[torch.isneginf(masked[index]).all(dim=-1)]
+        if len(dead) > 0 and raw_logits is not logits:
+            only_grammar = apply_grammar_bitmask(raw_logits, bitmask, dead.tolist())
+            masked[dead] = only_grammar[dead]
+        return masked
 
     def _sample(self, logits: torch.Tensor, t: SamplingTensors) -> torch.Tensor:
         greedy_ids = logits.argmax(dim=-1)
