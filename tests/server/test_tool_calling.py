@@ -152,6 +152,73 @@ def test_auto_and_none_generate_and_read_back_consistently(
     assert text == choice.message.content
 
 
+# Tools whose every call is short, so that guided noise from the tiny model ends soon.
+SET_MODE = {
+    "type": "function",
+    "function": {
+        "name": "set_mode",
+        "parameters": {
+            "type": "object",
+            "properties": {"mode": {"enum": ["on", "off"]}},
+            "required": ["mode"],
+            "additionalProperties": False,
+        },
+    },
+}
+PING = {"type": "function", "function": {"name": "ping"}}
+
+
+def test_a_named_call_is_guided_and_streams_as_the_same_call(tools_server: InProcessServer) -> None:
+    tools = openai_client(tools_server)
+    request: dict[str, Any] = {
+        "model": tools.models.list().data[0].id,
+        "messages": USER,
+        "tools": [WEATHER, SET_MODE],
+        "tool_choice": {"type": "function", "function": {"name": "set_mode"}},
+        "max_tokens": 128,
+        "temperature": 0,
+    }
+    choice = tools.chat.completions.create(**request).choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls or []
+    assert call.function.name == "set_mode"
+    assert json.loads(call.function.arguments)["mode"] in ("on", "off")
+    streamed: dict[int, list[str]] = {}
+    finish_reason = None
+    for chunk in tools.chat.completions.create(**request, stream=True):
+        for piece in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            assert piece.function is not None
+            parts = streamed.setdefault(piece.index, [piece.function.name or ""])
+            parts.append(piece.function.arguments or "")
+        finish_reason = chunk.choices[0].finish_reason if chunk.choices else finish_reason
+    assert {i: (p[0], "".join(p[1:])) for i, p in streamed.items()} == {
+        0: ("set_mode", call.function.arguments)
+    }
+    assert finish_reason == "tool_calls"
+
+
+def test_required_is_a_valid_call_to_one_of_the_tools(tools_server: InProcessServer) -> None:
+    tools = openai_client(tools_server)
+    choice = tools.chat.completions.create(
+        model=tools.models.list().data[0].id,
+        messages=USER,  # type: ignore[arg-type]
+        tools=[SET_MODE, PING],  # type: ignore[list-item]
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=128,
+        temperature=1.0,
+        seed=3,
+    ).choices[0]
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls or []
+    arguments = json.loads(call.function.arguments)
+    assert (call.function.name, arguments) in [
+        ("ping", {}),
+        ("set_mode", {"mode": "on"}),
+        ("set_mode", {"mode": "off"}),
+    ]
+
+
 # ---- the glue: a choice's text as tool calls --------------------------------------------------
 
 
