@@ -1,13 +1,13 @@
 """The OpenAI-compatible wire protocol: request and response models of the engine's HTTP API.
 
-Torch-free and engine-free (pydantic only): the router imports these to parse and forward the same
-requests. Field names, defaults and response shapes follow OpenAI's API; the extra request fields
+Torch-free, pydantic and engine/errors.py only (the 400 that the tools and messages checks raise):
+the router imports these to parse and forward the same requests. Field names, defaults and response shapes follow OpenAI's API; the extra request fields
 vLLM users send (`top_k`, `ignore_eos`, `min_tokens`, ...) are accepted too.
 
     openai.py       base model, error object, sampling fields, usage
     completions.py  /v1/completions          chat.py      /v1/chat/completions
     tokenize.py     /tokenize, /detokenize   models.py    /v1/models, /version
-    kv_events.py    /v1/kv/events lines
+    kv_events.py    /v1/kv/events lines      tools.py     tools, tool_choice, tool calls
     errors.py       errors in OpenAI's shape (FastAPI)  auth.py  the API-key guard (FastAPI)
 
 The models are re-exported here; errors.py and auth.py are imported by name (they need FastAPI,
@@ -70,6 +70,14 @@ from engine.protocol.tokenize import (
     TokenizeRequest,
     TokenizeResponse,
 )
+from engine.protocol.tools import (
+    DeltaFunctionCall,
+    DeltaToolCall,
+    FunctionCall,
+    ToolCall,
+    ToolRequest,
+    read_tool_request,
+)
 
 __all__ = [
     "MAX_N",
@@ -91,11 +99,14 @@ __all__ = [
     "CompletionResponse",
     "ContentPart",
     "Conversation",
+    "DeltaFunctionCall",
     "DeltaMessage",
+    "DeltaToolCall",
     "DetokenizeRequest",
     "DetokenizeResponse",
     "ErrorInfo",
     "ErrorResponse",
+    "FunctionCall",
     "JsonSchemaFormat",
     "KVBatchMessage",
     "KVEventWire",
@@ -114,10 +125,13 @@ __all__ = [
     "StructuredOutputsFields",
     "TokenizeRequest",
     "TokenizeResponse",
+    "ToolCall",
+    "ToolRequest",
     "TopLogprob",
     "UsageInfo",
     "VersionResponse",
     "now_s",
     "random_id",
+    "read_tool_request",
     "template_messages",
 ]

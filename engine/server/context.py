@@ -7,6 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from engine.errors import ConfigError
+from engine.tool_calls import get_tool_call_parser
 from pagedock.limits import MAX_BODY_BYTES
 
 # Threads that render and tokenize prompts: a few, so huge prompts queue here rather than take
@@ -60,9 +62,6 @@ class ServerOptions:
     request has tools); needs --tool-call-parser. Without it such requests get a 400, as in vLLM."""
 
     def __post_init__(self) -> None:
-        from engine.errors import ConfigError
-        from engine.tool_calls import get_tool_call_parser
-
         if self.tool_call_parser:
             get_tool_call_parser(self.tool_call_parser)  # ConfigError naming the choices
         elif self.enable_auto_tool_choice:
