@@ -7,20 +7,21 @@ names below are resolved lazily on first use.
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams"]
+__all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "StructuredOutputsParams"]
 
 _LAZY = {
     "LLM": "engine.llm",
     "LLMEngine": "engine.llm_engine",
     "RequestOutput": "engine.outputs",
     "SamplingParams": "engine.sampling_params",
+    "StructuredOutputsParams": "engine.sampling_params",
 }
 
 if TYPE_CHECKING:
     from engine.llm import LLM
     from engine.llm_engine import LLMEngine
     from engine.outputs import RequestOutput
-    from engine.sampling_params import SamplingParams
+    from engine.sampling_params import SamplingParams, StructuredOutputsParams
 
 
 def __getattr__(name: str) -> Any:

@@ -39,9 +39,8 @@ class StructuredOutputManager:
     def register(self, request_id: str, compiled: Any, stop_token_ids: Iterable[int]) -> None:
         """Start a matcher for the request; generating one of `stop_token_ids` is how its output
         may end once the grammar is complete (and the only thing it may then generate)."""
-        self._matchers[request_id] = self._xgr.GrammarMatcher(
-            compiled, override_stop_tokens=sorted(stop_token_ids)
-        )
+        stop = sorted(stop_token_ids) or None  # None: the tokenizer's (xgrammar refuses [])
+        self._matchers[request_id] = self._xgr.GrammarMatcher(compiled, override_stop_tokens=stop)
 
     def release(self, request_ids: Iterable[str]) -> None:
         for request_id in request_ids:

@@ -137,7 +137,8 @@ class ModelRunner:
         manager = self.structured_outputs
         if manager is None or manager.num_live == 0:
             return output
-        for request_id, token in list(output.sampled.items()):
+        guided = [(r, t) for r, t in output.sampled.items() if manager.is_guided(r)]
+        for request_id, token in guided:
             accepted, terminated = manager.accept(request_id, token.token_id)
             if not accepted:
                 del output.sampled[request_id]
