@@ -4,7 +4,8 @@
                  auto      the --tool-call-parser reads calls out of free text; needs
                            --enable-auto-tool-choice (else a 400, as vLLM answers)
                  required  guided decoding forces a JSON list of calls to the tools (one call
-                 / named   unless parallel_tool_calls), of the named function only when named
+                           unless parallel_tool_calls)
+                 named     the same, exactly one call, to the named function
 
 A choice whose text holds calls answers them as `message.tool_calls` (content: the text around
 them, or null) with finish_reason `tool_calls`; streamed, as `delta.tool_calls`.
@@ -93,7 +94,10 @@ def _auto(options: ServerOptions) -> ToolCalling:
 
 
 def _forced_schema(request: ToolRequest) -> dict[str, Any]:
-    return tool_call_schema(request.tools, request.function_name, request.parallel_tool_calls)
+    # A named function is called once, as OpenAI and vLLM answer it; `required` may call several
+    # tools unless parallel_tool_calls is false.
+    parallel = request.parallel_tool_calls and request.mode == "required"
+    return tool_call_schema(request.tools, request.function_name, parallel)
 
 
 class ToolDeltas:

@@ -274,6 +274,20 @@ def test_forced_calls_are_guided_by_the_call_list_schema() -> None:
     assert error.value.param == "tool_choice"
 
 
+def test_a_named_function_is_called_once_whatever_parallel_tool_calls_says() -> None:
+    body = ChatCompletionRequest.model_validate(
+        {
+            "messages": USER,
+            "tools": [WEATHER],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "parallel_tool_calls": True,
+        }
+    )
+    calling = plan_tool_calling(ServerOptions(), body)
+    assert calling is not None and calling.schema is not None
+    assert calling.schema["maxItems"] == 1
+
+
 def test_tool_choice_none_parses_nothing() -> None:
     body = ChatCompletionRequest.model_validate({"messages": USER, "tools": [WEATHER], "tool_choice": "none"})  # fmt: skip
     assert plan_tool_calling(ServerOptions(), body) is None
