@@ -142,11 +142,10 @@ def test_a_chat_request_carries_tool_calls_and_tool_results_to_the_template() ->
 @pytest.mark.parametrize(
     ("message", "param"),
     [
-        ({"role": "tool", "content": "sunny"}, "messages[0].tool_call_id"),
         ({"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]}, "messages[0]"),
         ({"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]}, "messages[0].tool_calls"),
     ],
-    ids=["tool-without-id", "user-with-calls", "call-without-function"],
+    ids=["user-with-calls", "call-without-function"],
 )  # fmt: skip
 def test_malformed_tool_messages_are_a_400_naming_the_field(
     message: dict[str, Any], param: str
@@ -155,3 +154,8 @@ def test_malformed_tool_messages_are_a_400_naming_the_field(
     with pytest.raises(InvalidRequestError) as error:
         request.template_messages()
     assert error.value.param == param
+
+
+def test_a_tool_message_without_tool_call_id_is_accepted_as_vllm_accepts_it() -> None:
+    request = ChatCompletionRequest.model_validate({"messages": [{"role": "tool", "content": "x"}]})
+    assert request.template_messages() == [{"role": "tool", "content": "x"}]
