@@ -176,11 +176,13 @@ class AsyncEngine:
         priority: int = 0,
         arrival_time: float | None = None,
         prompt_text: str | None = None,
+        prior_output_token_ids: list[int] | None = None,
     ) -> RequestStream:
         """Queue a request; its stream once the engine accepted it. InvalidRequestError (bad
         input), QueueFullError (admission), EngineDeadError. `prompt_text`: what the ids were
-        made from, for the outputs and the request log. A structured-outputs constraint is
-        compiled first, on the compiler's pool: never on the event loop or the engine thread."""
+        made from, for the outputs and the request log; `prior_output_token_ids`: a continuation
+        (LLMEngine.add_core_request). A structured-outputs constraint is compiled first, on the
+        compiler's pool: never on the event loop or the engine thread."""
         grammar = await self._compile_grammar(params)
         self._check_admission()
         arrival = time.monotonic() if arrival_time is None else arrival_time
@@ -190,7 +192,13 @@ class AsyncEngine:
 
         def add(engine: LLMEngine) -> NewRequest:
             new = engine.add_core_request(
-                request_id, prompt_token_ids, params, priority, arrival, grammar
+                request_id,
+                prompt_token_ids,
+                params,
+                priority,
+                arrival,
+                prior_output_token_ids or (),
+                grammar,
             )
             return new if prompt_text is None else replace(new, prompt=prompt_text)
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from engine.attention.backend import get_attention_backend
 from engine.config import DEFAULT_CPU_KV_CACHE_MEMORY, EngineConfig
+from engine.context_length import resolve_max_tokens
+from engine.continuation import check_continuation
 from engine.core.block_hash import root_hash
 from engine.core.kv_events import KVEventLog, KVSnapshot
 from engine.core.parallel_sampling import ParallelSampling, child_params, child_request_id
@@ -19,7 +22,7 @@ from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
 from engine.device import pick_device, pick_dtype
-from engine.errors import ConfigError, InvalidRequestError, PromptTooLongError
+from engine.errors import ConfigError, InvalidRequestError
 from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
 from engine.loader.model_loader import load_model, read_model_config
 from engine.loader.registry import resolve_model
@@ -165,17 +168,23 @@ class LLMEngine:
         params: SamplingParams | None = None,
         priority: int = 0,
         arrival_time: float | None = None,
+        prior_output_token_ids: Sequence[int] = (),
         grammar: object | None = None,
     ) -> NewRequest:
         """The engine half of `add_request`: validate and queue (n > 1 fans out). Returns what the
-        output path must register before the request's first core output. `grammar`: see
+        output path must register before the request's first core output.
+        `prior_output_token_ids`: a continuation's (engine/continuation.py); `grammar`: see
         GuidedDecoding.compiled."""
         params = params or SamplingParams()
         if self.scheduler.has_request(request_id) or self.parallel.is_parent(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         text, token_ids = self._tokenize(prompt)
         self._check_token_ids(params)
-        max_tokens = self._check_length(len(token_ids), params)
+        max_tokens = resolve_max_tokens(len(token_ids), params, self.max_model_len)
+        prior = check_continuation(
+            prior_output_token_ids, params, self.model_config.vocab_size,
+            room=min(max_tokens, self.max_model_len - len(token_ids)),
+        )  # fmt: skip
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
         compiled = self.guided.compiled(params.structured_outputs, grammar)
@@ -183,12 +192,12 @@ class LLMEngine:
 
         def make(child_id: str, sampling: SamplingParams) -> Request:
             eos = self.eos_token_ids
-            return Request(child_id, token_ids, sampling, max_tokens, eos, priority, None, timing)
+            return Request(child_id, token_ids, sampling, max_tokens, eos, priority, None, timing, prior)  # fmt: skip
 
         if params.n == 1:
-            self.guided.register(self.runner, [request_id], compiled, params.stop_token_ids)
+            self.guided.register(self.runner, [request_id], compiled, params.stop_token_ids, prior)
             self.scheduler.add_request(make(request_id, params))
-            return NewRequest(request_id, text, token_ids, params, timing, [request_id])
+            return NewRequest(request_id, text, token_ids, params, timing, [request_id], prior)
         children = [
             make(child_request_id(request_id, i), child_params(params, i)) for i in range(params.n)
         ]
@@ -226,26 +235,6 @@ class LLMEngine:
             raise InvalidRequestError(
                 f"stop_token_ids must be in [0, {vocab}); got {bad[:5]}", "stop_token_ids"
             )
-
-    def _check_length(self, num_prompt_tokens: int, params: SamplingParams) -> int:
-        """The resolved max_tokens; PromptTooLongError when prompt + max_tokens can't fit."""
-        limit = self.max_model_len
-        if num_prompt_tokens >= limit:
-            raise PromptTooLongError(
-                f"the prompt has {num_prompt_tokens} tokens; this model's maximum context length "
-                f"is {limit} tokens, leaving no room to generate",
-                "prompt",
-            )
-        if params.max_tokens is None:
-            return limit - num_prompt_tokens
-        if num_prompt_tokens + params.max_tokens > limit:
-            raise PromptTooLongError(
-                f"this model's maximum context length is {limit} tokens, but "
-                f"{num_prompt_tokens + params.max_tokens} were requested "
-                f"({num_prompt_tokens} in the prompt, {params.max_tokens} to generate)",
-                "max_tokens",
-            )
-        return params.max_tokens
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stop a request (all n of it) and free its blocks; its final output. UnknownRequestError

@@ -45,10 +45,12 @@ from engine.protocol.kv_events import (
 )
 from engine.protocol.models import ModelCard, ModelList, VersionResponse
 from engine.protocol.openai import (
+    CONTINUATION_HEADER,
     MAX_N,
     MAX_TOP_LOGPROBS,
     SEED_MAX,
     SEED_MIN,
+    Continuation,
     ErrorInfo,
     ErrorResponse,
     JsonSchemaFormat,
@@ -63,6 +65,7 @@ from engine.protocol.openai import (
     UsageInfo,
     now_s,
     random_id,
+    response_exclusions,
 )
 from engine.protocol.tokenize import (
     DetokenizeRequest,
@@ -80,6 +83,7 @@ from engine.protocol.tools import (
 )
 
 __all__ = [
+    "CONTINUATION_HEADER",
     "MAX_N",
     "MAX_TOP_LOGPROBS",
     "SEED_MAX",
@@ -98,6 +102,7 @@ __all__ = [
     "CompletionRequest",
     "CompletionResponse",
     "ContentPart",
+    "Continuation",
     "Conversation",
     "DeltaFunctionCall",
     "DeltaMessage",
@@ -133,5 +138,6 @@ __all__ = [
     "now_s",
     "random_id",
     "read_tool_request",
+    "response_exclusions",
     "template_messages",
 ]

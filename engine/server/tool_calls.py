@@ -103,13 +103,19 @@ def _forced_schema(request: ToolRequest) -> dict[str, Any]:
 class ToolDeltas:
     """The streamed deltas of one request's choices, tool calls read out as they grow."""
 
-    def __init__(self, calling: ToolCalling) -> None:
+    def __init__(self, calling: ToolCalling, prior_text: str = "") -> None:
+        """`prior_text`: what a continuation's choice generated before, whose deltas its client
+        has had (the deltas depend on the text only, so they are rebuilt and not sent again)."""
         self._calling = calling
+        self._prior_text = prior_text
         self._streams: dict[int, ToolCallStream] = {}
         self._called: set[int] = set()
 
     def delta(self, index: int, text: str, finished: bool) -> DeltaMessage:
-        stream = self._streams.setdefault(index, ToolCallStream(self._calling.parser))
+        stream = self._streams.get(index)
+        if stream is None:
+            stream = self._streams[index] = ToolCallStream(self._calling.parser)
+            stream.feed(self._prior_text)
         piece = stream.feed(text)
         if finished:
             rest = stream.finish()

@@ -5,7 +5,7 @@ arrives, the engine thread's StructuredOutputManager, which the model runner rea
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidRequestError
@@ -59,9 +59,12 @@ class GuidedDecoding:
         request_ids: list[str],
         compiled: Any,
         stop_token_ids: Iterable[int],
+        prior_output_token_ids: Sequence[int] = (),
     ) -> None:
         """A matcher per completion (n > 1: each child has its own); nothing when `compiled` is
-        None. The grammar may end with an end-of-sequence token or one of `stop_token_ids`."""
+        None. The grammar may end with an end-of-sequence token or one of `stop_token_ids`. A
+        continuation's prior output is replayed into the matcher first; InvalidRequestError
+        (nothing registered) when the grammar rejects it."""
         if compiled is None:
             return
         if self.manager is None:
@@ -74,6 +77,12 @@ class GuidedDecoding:
         stop = sorted({*self.eos_token_ids, *stop_token_ids})
         for request_id in request_ids:
             self.manager.register(request_id, compiled, stop)
+            if not self.manager.replay(request_id, prior_output_token_ids):
+                self.manager.release(request_ids)
+                raise InvalidRequestError(
+                    "the continuation's tokens do not follow the structured-outputs constraint",
+                    "continuation",
+                )
 
     def release(self, request_ids: Iterable[str]) -> None:
         if self.manager is not None:

@@ -13,7 +13,7 @@ next mask continues the same grammar; nothing is rebuilt or rolled back.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -41,6 +41,15 @@ class StructuredOutputManager:
         may end once the grammar is complete (and the only thing it may then generate)."""
         stop = sorted(stop_token_ids) or None  # None: the tokenizer's (xgrammar refuses [])
         self._matchers[request_id] = self._xgr.GrammarMatcher(compiled, override_stop_tokens=stop)
+
+    def replay(self, request_id: str, token_ids: Sequence[int]) -> bool:
+        """Advance a fresh matcher over output generated before (a continuation's); False when
+        the grammar rejects it or is complete before its end."""
+        matcher = self._matchers[request_id]
+        for token_id in token_ids:
+            if matcher.is_terminated() or not matcher.accept_token(token_id):
+                return False
+        return True
 
     def release(self, request_ids: Iterable[str]) -> None:
         for request_id in request_ids:

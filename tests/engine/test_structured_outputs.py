@@ -213,3 +213,26 @@ def test_released_states_are_gone(compiler: GrammarCompiler) -> None:
     manager.release(["r0"])
     manager.release_unless(lambda r: r == "r1")
     assert manager.num_live == 1 and manager.is_guided("r1")
+
+
+def test_a_continuation_replays_its_prior_tokens_into_the_matcher(
+    compiler: GrammarCompiler, tokenizer: Tokenizer
+) -> None:
+    from engine.structured_outputs.guided_decoding import GuidedDecoding
+    from engine.worker.model_runner import ModelRunner
+
+    guided = GuidedDecoding(tokenizer, compiler.vocab_size, sorted(tokenizer.eos_token_ids))
+    runner = ModelRunner.__new__(ModelRunner)  # only its structured_outputs slot is used
+    compiled = compiler.compile(StructuredOutputsParams(choice=["hello world"]))
+    prior = tokenizer.encode("hello", add_special_tokens=False)
+    guided.register(runner, ["ok"], compiled, [], prior)
+    assert guided.manager is not None and runner.structured_outputs is guided.manager
+    mask = guided.manager.bitmask(["ok"])
+    assert mask is not None
+    allowed = unpack_bitmask(mask[0], compiler.vocab_size)[0].nonzero().flatten().tolist()
+    assert all(" world".startswith(tokenizer.decode([t])) for t in allowed)
+    wrong = tokenizer.encode("goodbye", add_special_tokens=False)
+    with pytest.raises(InvalidRequestError, match="continuation") as e:
+        guided.register(runner, ["bad"], compiled, [], wrong)
+    assert e.value.param == "continuation"
+    assert not guided.manager.is_guided("bad")
