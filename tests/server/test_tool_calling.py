@@ -291,3 +291,20 @@ def test_a_named_function_is_called_once_whatever_parallel_tool_calls_says() -> 
 def test_tool_choice_none_parses_nothing() -> None:
     body = ChatCompletionRequest.model_validate({"messages": USER, "tools": [WEATHER], "tool_choice": "none"})  # fmt: skip
     assert plan_tool_calling(ServerOptions(), body) is None
+
+
+def test_a_resumed_stream_reads_on_from_the_text_generated_before() -> None:
+    """A continuation (the router's failover) sends only what follows: the pieces of the first
+    stream up to the break and of the resumed one reassemble to the whole call."""
+    text = '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+    cut = text.index("Par")
+    first = ToolDeltas(ToolCalling(JsonListToolParser())).delta(0, text[:cut], finished=False)
+    resumed = ToolDeltas(ToolCalling(JsonListToolParser()), prior_text=text[:cut])
+    rest = resumed.delta(0, text[cut:], finished=True)
+    assert first.tool_calls is not None and rest.tool_calls is not None
+    [announce], [fragment] = first.tool_calls, rest.tool_calls
+    assert fragment.id is None and fragment.index == 0  # the call is not announced again
+    assert announce.function is not None and fragment.function is not None
+    arguments = (announce.function.arguments or "") + (fragment.function.arguments or "")
+    assert (announce.function.name, arguments) == ("get_weather", '{"city": "Paris"}')
+    assert resumed.finish_reason(0, "stop") == "tool_calls"
