@@ -63,6 +63,9 @@ class EngineConfig:
     attention_backend: str | None = None
     """Force 'torch' (CPU, C++ decode kernel), 'torch-sdpa' (pure torch) or 'triton'; None
     chooses by device."""
+    chat_template: str | None = None
+    """Chat template to render chats with, instead of the model's own: a file path, or the
+    template itself (Jinja). The built-in model uses pagedock's tools-aware ChatML by default."""
     served_model_name: str | None = None
     """Name the API reports; None = the built-in name or the model path's basename."""
     num_threads: int | None = None

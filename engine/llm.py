@@ -44,21 +44,25 @@ class LLM:
 
     def chat(
         self,
-        messages: list[dict[str, str]] | list[list[dict[str, str]]],
+        messages: list[dict[str, Any]] | list[list[dict[str, Any]]],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
+        tools: list[dict[str, Any]] | None = None,
     ) -> list[RequestOutput]:
-        """Apply the model's chat template to each conversation, then generate.
+        """Apply the model's chat template to each conversation (with `tools`, OpenAI tool
+        objects, rendered by the template), then generate.
 
         Messages render exactly as the server's /v1/chat/completions renders them (one renderer,
         engine/text/prompt_renderer.py), so the same chat gets the same tokens offline and online.
+        As in vLLM, the outputs are text: read tool calls out of it with
+        `engine.tool_calls.parse_tool_calls` (docs/tool-calling.md).
         """
         from engine.text.prompt_renderer import read_conversation, render_chat
 
         one = bool(messages) and isinstance(messages[0], dict)
-        conversations = cast(list[list[dict[str, str]]], [messages] if one else messages)
+        conversations = cast(list[list[dict[str, Any]]], [messages] if one else messages)
         prompts: list[Prompt] = [
-            render_chat(self.engine.tokenizer, read_conversation(conv)).token_ids
+            render_chat(self.engine.tokenizer, read_conversation(conv, tools=tools)).token_ids
             for conv in conversations
         ]
         return self.generate(prompts, sampling_params, use_tqdm)

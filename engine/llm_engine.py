@@ -30,6 +30,7 @@ from engine.output_processor import NewRequest, OutputProcessor
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.structured_outputs.guided_decoding import GuidedDecoding
+from engine.text.chat_template import chat_template_source
 from engine.text.tokenizer import load_tokenizer
 from engine.worker.rank_builder import build_runner
 
@@ -48,7 +49,7 @@ class LLMEngine:
         self.dtype = pick_dtype(config.dtype, self.device)
         if self.device.type == "cpu":
             torch.set_num_threads(threads_per_rank(config))
-        self.model_path, self.served_model_name = _resolve_model(config)
+        self.model_path, self.served_model_name, chat_template = _resolve_model(config)
         self.model_config = read_model_config(self.model_path)
         self.max_model_len = self._pick_max_model_len()
         self._check_batching_limits()
@@ -63,7 +64,7 @@ class LLMEngine:
         except BaseException:
             self.shutdown()  # no worker outlives a failed start
             raise
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer = load_tokenizer(self.model_path, chat_template)
         self.eos_token_ids = self._eos_token_ids()
         self.root_hash = root_hash(f"{self.model_config.name}:{self.dtype}")
         self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
@@ -322,6 +323,7 @@ class LLMEngine:
         return KVSnapshot(self.kv_events.last_seq, self.config.block_size, hashes)
 
 
-def _resolve_model(config: EngineConfig) -> tuple[Path, str]:
-    resolved = resolve_model(config.model)
-    return resolved.path, config.served_model_name or resolved.name
+def _resolve_model(config: EngineConfig) -> tuple[Path, str, str | None]:
+    resolved = resolve_model(config.model)  # a bad --chat-template fails next, before the weights
+    template = chat_template_source(config.chat_template, resolved.chat_template_file)
+    return resolved.path, config.served_model_name or resolved.name, template

@@ -57,3 +57,7 @@ MAX_STRUCTURED_OUTPUT_CHARS: Final = 64 * 1024
 or all choices together): compiling it costs time and memory that grow with its size."""
 MAX_CHOICES: Final = 1024
 """Entries of a structured-outputs `choice` list."""
+MAX_TOOLS: Final = 128
+"""Tools per chat request (OpenAI's limit): each is rendered into the prompt."""
+MAX_TOOLS_JSON_CHARS: Final = MAX_STRUCTURED_OUTPUT_CHARS
+"""Characters of a request's `tools` as JSON: a forced call guides decoding by their schemas."""

@@ -35,6 +35,9 @@ class RouterConfig:
     model: str | None = DEFAULT_MODEL
     """The tokenizer source, resolved as the engine resolves models (built-in name, .gguf, HF dir);
     empty = no tokenizer (prefix-aware then balances by load only)."""
+    chat_template: str | None = None
+    """The engines' --chat-template (a file path or the template itself), so that chats are
+    rendered, and their blocks hashed, as the engines render them; None = as the engine's default."""
     host: str = "127.0.0.1"
     """Address to listen on; 0.0.0.0 in a container."""
     port: int = 8080

@@ -53,7 +53,7 @@ class RouterContext:
 
     @classmethod
     def from_config(cls, config: RouterConfig) -> RouterContext:
-        tokenizer = load_tokenizer(config.model) if config.model else None
+        tokenizer = load_tokenizer(config.model, config.chat_template) if config.model else None
         if tokenizer is None:
             logger.warning("no tokenizer: the router balances by load only, without cache affinity")
         return cls(config, PromptHasher(tokenizer), make_discovery(config))

@@ -19,6 +19,7 @@ from engine.loader.hub import HF_SCHEME
 from engine.loader.registry import resolve_model
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.text import tokenizer as engine_tokenizer
+from engine.text.chat_template import chat_template_source
 from engine.text.prompt_renderer import completion_prompts, render_chat
 from engine.text.tokenizer import Tokenizer
 
@@ -28,20 +29,22 @@ logger = logging.getLogger("pagedock.router")
 _TOKENIZE_ERRORS = (PagedockError, UnicodeError, TypeError, ValueError, OverflowError)
 
 
-def load_tokenizer(model: str) -> Tokenizer | None:
-    """The model's tokenizer, loaded as the engine loads it but without fetching weights.
+def load_tokenizer(model: str, chat_template: str | None = None) -> Tokenizer | None:
+    """The model's tokenizer, loaded as the engine loads it but without fetching weights, with
+    the chat template the engine uses (`chat_template` as the engine's --chat-template).
 
     None when an hf:// tokenizer cannot be fetched (hub down, gated repo without a token): the
     router then balances by load rather than failing to start.
     """
     try:
-        path = resolve_model(model, weights=False).path
+        resolved = resolve_model(model, weights=False)
     except ModelLoadError as e:
         if not model.startswith(HF_SCHEME):
             raise
         logger.warning("%s", e)
         return None
-    return engine_tokenizer.load_tokenizer(path)
+    template = chat_template_source(chat_template, resolved.chat_template_file)
+    return engine_tokenizer.load_tokenizer(resolved.path, template)
 
 
 @dataclass

@@ -18,7 +18,13 @@ from tests.import_graph import ROOT, ImportGraph, under, under_any
 HEAVY = ("torch", "triton")
 # Modules that must run without torch: the bookkeeping, the text stack, finding models, the wire
 # protocol, and everything the router and the operator import.
-TORCH_FREE_PACKAGES = ("engine.core", "engine.text", "engine.protocol", "pagedock")
+TORCH_FREE_PACKAGES = (
+    "engine.core",
+    "engine.text",
+    "engine.protocol",
+    "engine.tool_calls",
+    "pagedock",
+)
 TORCH_FREE_MODULES = (
     "engine",
     "engine.errors",

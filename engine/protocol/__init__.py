@@ -1,13 +1,13 @@
 """The OpenAI-compatible wire protocol: request and response models of the engine's HTTP API.
 
-Torch-free and engine-free (pydantic only): the router imports these to parse and forward the same
-requests. Field names, defaults and response shapes follow OpenAI's API; the extra request fields
+Torch-free, pydantic and engine/errors.py only (the 400 that the tools and messages checks raise):
+the router imports these to parse and forward the same requests. Field names, defaults and response shapes follow OpenAI's API; the extra request fields
 vLLM users send (`top_k`, `ignore_eos`, `min_tokens`, ...) are accepted too.
 
     openai.py       base model, error object, sampling fields, usage
     completions.py  /v1/completions          chat.py      /v1/chat/completions
     tokenize.py     /tokenize, /detokenize   models.py    /v1/models, /version
-    kv_events.py    /v1/kv/events lines
+    kv_events.py    /v1/kv/events lines      tools.py     tools, tool_choice, tool calls
     errors.py       errors in OpenAI's shape (FastAPI)  auth.py  the API-key guard (FastAPI)
 
 The models are re-exported here; errors.py and auth.py are imported by name (they need FastAPI,
@@ -73,6 +73,14 @@ from engine.protocol.tokenize import (
     TokenizeRequest,
     TokenizeResponse,
 )
+from engine.protocol.tools import (
+    DeltaFunctionCall,
+    DeltaToolCall,
+    FunctionCall,
+    ToolCall,
+    ToolRequest,
+    read_tool_request,
+)
 
 __all__ = [
     "CONTINUATION_HEADER",
@@ -96,11 +104,14 @@ __all__ = [
     "ContentPart",
     "Continuation",
     "Conversation",
+    "DeltaFunctionCall",
     "DeltaMessage",
+    "DeltaToolCall",
     "DetokenizeRequest",
     "DetokenizeResponse",
     "ErrorInfo",
     "ErrorResponse",
+    "FunctionCall",
     "JsonSchemaFormat",
     "KVBatchMessage",
     "KVEventWire",
@@ -119,11 +130,14 @@ __all__ = [
     "StructuredOutputsFields",
     "TokenizeRequest",
     "TokenizeResponse",
+    "ToolCall",
+    "ToolRequest",
     "TopLogprob",
     "UsageInfo",
     "VersionResponse",
     "now_s",
     "random_id",
+    "read_tool_request",
     "response_exclusions",
     "template_messages",
 ]

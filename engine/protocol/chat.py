@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from engine.errors import InvalidRequestError
 from engine.protocol.openai import (
     MAX_INT32,
     MAX_TOP_LOGPROBS,
@@ -19,6 +20,13 @@ from engine.protocol.openai import (
     UsageInfo,
     now_s,
     random_id,
+)
+from engine.protocol.tools import (
+    DeltaToolCall,
+    ToolCall,
+    ToolRequest,
+    read_tool_request,
+    template_tool_calls,
 )
 
 
@@ -35,28 +43,43 @@ class ChatMessage(OpenAIModel):
     tool_call_id: str | None = None
 
 
-def template_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
-    """The messages as a chat template wants them: role and plain-text content."""
-    return [{"role": m.role, "content": _message_text(m)} for m in messages]
+def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The messages as a chat template wants them (transformers' shape): role, plain-text
+    content, and the `name`, `tool_calls` and `tool_call_id` a message carries."""
+    return [_template_message(i, m) for i, m in enumerate(messages)]
 
 
-def _message_text(message: ChatMessage) -> str:
+def _template_message(index: int, message: ChatMessage) -> dict[str, Any]:
+    where = f"messages[{index}]"
+    rendered: dict[str, Any] = {"role": message.role, "content": _message_text(message)}
+    if message.name is not None:
+        rendered["name"] = message.name
+    if message.tool_calls:
+        if message.role != "assistant":
+            raise InvalidRequestError(f"{where}: only assistant messages carry tool_calls", where)
+        rendered["tool_calls"] = template_tool_calls(message.tool_calls, f"{where}.tool_calls")
+    # NOTE: OpenAI requires tool_call_id on tool messages; vLLM accepts them without, and so
+    # does pagedock (the templates that print it only print it when it is there).
+    if message.tool_call_id is not None:
+        rendered["tool_call_id"] = message.tool_call_id
+    return rendered
+
+
+def _message_text(message: ChatMessage) -> str | None:
     if message.content is None:
-        return ""
+        return None if message.tool_calls else ""
     if isinstance(message.content, str):
         return message.content
     return "".join(p.text or "" for p in message.content)
 
 
 def unsupported_message_field(messages: list[ChatMessage]) -> str | None:
-    """The first message field pagedock cannot render (non-text parts, tool calls), or None."""
+    """The first message field pagedock cannot render (non-text parts), or None."""
     for i, message in enumerate(messages):
         if isinstance(message.content, list) and any(
             p.type != "text" or p.text is None for p in message.content
         ):
             return f"messages[{i}].content"
-        if message.tool_calls:
-            return f"messages[{i}].tool_calls"
     return None
 
 
@@ -65,9 +88,13 @@ class Conversation(OpenAIModel):
 
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     add_generation_prompt: bool = True
+    tools: list[dict[str, Any]] | None = None
 
-    def template_messages(self) -> list[dict[str, str]]:
+    def template_messages(self) -> list[dict[str, Any]]:
         return template_messages(self.messages)
+
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        return self.tools or None
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -91,8 +118,6 @@ class ChatCompletionRequest(SamplingFields):
 
     def unsupported_field(self) -> str | None:
         checks = {
-            "tools": bool(self.tools),
-            "tool_choice": self.tool_choice not in (None, "none", "auto"),
             "functions": bool(self.functions),
             "function_call": self.function_call not in (None, "none", "auto"),
             "audio": self.audio is not None,
@@ -110,8 +135,17 @@ class ChatCompletionRequest(SamplingFields):
         """max_completion_tokens is OpenAI's newer name; it wins when both are set."""
         return self.max_completion_tokens or self.max_tokens
 
-    def template_messages(self) -> list[dict[str, str]]:
+    def template_messages(self) -> list[dict[str, Any]]:
         return template_messages(self.messages)
+
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        """The tools as the client sent them: the chat template renders them (with "none" too,
+        as vLLM does), and the router renders the same dicts."""
+        return self.tools or None
+
+    def tool_request(self) -> ToolRequest | None:
+        """The tools and tool_choice checked (400s); None for a request without tools."""
+        return read_tool_request(self.tools, self.tool_choice, self.parallel_tool_calls)
 
 
 class TopLogprob(OpenAIModel):
@@ -132,6 +166,7 @@ class ChatResponseMessage(OpenAIModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     refusal: str | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(OpenAIModel):
@@ -157,6 +192,7 @@ class ChatCompletionResponse(OpenAIModel):
 class DeltaMessage(OpenAIModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatChunkChoice(OpenAIModel):

@@ -3,6 +3,8 @@ can count tokens exactly as the engine will."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from engine.protocol.chat import ChatMessage, template_messages
 from engine.protocol.openai import OpenAIModel, TokenId
 
@@ -15,9 +17,14 @@ class TokenizeRequest(OpenAIModel):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    tools: list[dict[str, Any]] | None = None
+    """Rendered by the chat template, as a chat request's tools are."""
 
-    def template_messages(self) -> list[dict[str, str]]:
+    def template_messages(self) -> list[dict[str, Any]]:
         return template_messages(self.messages or [])
+
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        return self.tools or None
 
 
 class TokenizeResponse(OpenAIModel):

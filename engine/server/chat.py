@@ -22,7 +22,7 @@ from engine.protocol import (
 )
 from engine.server.context import ServerContext
 from engine.server.errors import to_api_error
-from engine.server.generation import ChoiceDelta, Generation
+from engine.server.generation import ChoiceDelta, ChoiceState, Generation
 from engine.server.guards import check_model
 from engine.server.logprobs import chat_logprobs
 from engine.server.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
@@ -32,6 +32,7 @@ from engine.server.sampling import (
     to_sampling_params,
 )
 from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
+from engine.server.tool_calls import TOOL_CALLS, ToolCalling, ToolDeltas, plan_tool_calling
 from engine.text.prompt_renderer import render_chat
 
 
@@ -44,6 +45,9 @@ async def create_chat_completion(
         raise InvalidRequestError("top_logprobs needs logprobs: true", "top_logprobs")
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = to_sampling_params(body, body.resolved_max_tokens, logprobs)
+    tools = plan_tool_calling(ctx.options, body)
+    if tools is not None:
+        params = tools.guide(params)
     prior = continuation_token_ids(body, 1)
     check_prompt_chars(ctx, chat_chars(body), "messages")
     prompt = await in_prompt_pool(ctx, render_chat, ctx.tokenizer, body)
@@ -51,7 +55,7 @@ async def create_chat_completion(
         ctx, raw_request, [prompt], params, body.priority, arrival_time, prior
     )
     if body.stream:
-        return sse_response(_stream(ctx, body, gen), continuation_headers(prior))
+        return sse_response(_stream(ctx, body, gen, tools, prior), continuation_headers(prior))
     try:
         choices = await gen.collect()
     finally:
@@ -59,17 +63,7 @@ async def create_chat_completion(
     response = ChatCompletionResponse(
         id=f"chatcmpl-{gen.id}",
         model=ctx.served_model_name,
-        choices=[
-            ChatChoice(
-                index=c.index,
-                message=ChatResponseMessage(content=_echo(body) + c.text),
-                logprobs=chat_logprobs(ctx.tokenizer, c.logprobs) if body.logprobs else None,
-                finish_reason=c.finish_reason,
-                stop_reason=c.stop_reason,
-                token_ids=c.token_ids,
-            )
-            for c in choices
-        ],
+        choices=[_choice(ctx, body, c, tools) for c in choices],
         usage=gen.usage(),
         prompt_token_ids=prompt.token_ids,
     )
@@ -77,12 +71,35 @@ async def create_chat_completion(
     return Response(response.model_dump_json(exclude=exclude), media_type="application/json")
 
 
+def _choice(
+    ctx: ServerContext, body: ChatCompletionRequest, choice: ChoiceState, tools: ToolCalling | None
+) -> ChatChoice:
+    message, called = ChatResponseMessage(content=_echo(body) + choice.text), False
+    if tools is not None:
+        message, called = tools.message(choice.text, _echo(body))
+    return ChatChoice(
+        index=choice.index,
+        message=message,
+        logprobs=chat_logprobs(ctx.tokenizer, choice.logprobs) if body.logprobs else None,
+        finish_reason=TOOL_CALLS if called else choice.finish_reason,
+        stop_reason=choice.stop_reason,
+        token_ids=choice.token_ids,
+    )
+
+
 async def _stream(
-    ctx: ServerContext, body: ChatCompletionRequest, gen: Generation
+    ctx: ServerContext,
+    body: ChatCompletionRequest,
+    gen: Generation,
+    tools: ToolCalling | None,
+    prior: list[int] | None,
 ) -> AsyncIterator[str]:
     created = now_s()
     exclude = response_exclusions(body.include_usage, body.return_token_ids)
     prompt_token_ids: list[int] | None = gen.prompts[0].token_ids  # in the first chunk only
+    # A continuation's client has had the deltas of the text generated before: read on from it.
+    prior_text = ctx.tokenizer.decode(prior) if prior and ctx.tokenizer is not None else ""
+    tool_deltas = ToolDeltas(tools, prior_text) if tools is not None else None
 
     def chunk(choices: list[ChatChunkChoice], usage: UsageInfo | None = None) -> str:
         nonlocal prompt_token_ids
@@ -107,7 +124,7 @@ async def _stream(
                 ]
             )
         async for deltas in gen.deltas():
-            yield chunk([_chunk_choice(ctx, body, d) for d in deltas])
+            yield chunk([_chunk_choice(ctx, body, d, tool_deltas) for d in deltas])
         if body.include_usage:
             yield chunk([], gen.usage())
     except Exception as e:
@@ -118,13 +135,21 @@ async def _stream(
 
 
 def _chunk_choice(
-    ctx: ServerContext, body: ChatCompletionRequest, delta: ChoiceDelta
+    ctx: ServerContext,
+    body: ChatCompletionRequest,
+    delta: ChoiceDelta,
+    tool_deltas: ToolDeltas | None,
 ) -> ChatChunkChoice:
+    message, finish_reason = DeltaMessage(content=delta.text or None), delta.finish_reason
+    if tool_deltas is not None:
+        finished = delta.finish_reason is not None
+        message = tool_deltas.delta(delta.index, delta.text, finished)
+        finish_reason = tool_deltas.finish_reason(delta.index, delta.finish_reason)
     return ChatChunkChoice(
         index=delta.index,
-        delta=DeltaMessage(content=delta.text or None),
+        delta=message,
         logprobs=chat_logprobs(ctx.tokenizer, delta.logprobs) if body.logprobs else None,
-        finish_reason=delta.finish_reason,
+        finish_reason=finish_reason,
         stop_reason=delta.stop_reason,
         token_ids=delta.token_ids,
     )
@@ -136,4 +161,4 @@ def _echo(body: ChatCompletionRequest) -> str:
     last = body.messages[-1]
     if not body.echo or last.role != "assistant":
         return ""
-    return body.template_messages()[-1]["content"]
+    return body.template_messages()[-1]["content"] or ""

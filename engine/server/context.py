@@ -7,6 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from engine.errors import ConfigError
+from engine.tool_calls import get_tool_call_parser
 from pagedock.limits import MAX_BODY_BYTES
 
 # Threads that render and tokenize prompts: a few, so huge prompts queue here rather than take
@@ -52,6 +54,18 @@ class ServerOptions:
     request_read_timeout_s: float = 30.0
     """Seconds a client has to send a whole request (headers and body) from its first byte, and a
     new connection its first byte; a slower one is disconnected (slowloris, idle sockets)."""
+    tool_call_parser: str | None = None
+    """How tool calls are read out of generated text with `tool_choice: auto`: hermes
+    (<tool_call> tags; the built-in model's) or llama3_json. docs/tool-calling.md."""
+    enable_auto_tool_choice: bool = False
+    """Let the model decide whether to call a tool (`tool_choice: auto`, the default when a
+    request has tools); needs --tool-call-parser. Without it such requests get a 400, as in vLLM."""
+
+    def __post_init__(self) -> None:
+        if self.tool_call_parser:
+            get_tool_call_parser(self.tool_call_parser)  # ConfigError naming the choices
+        elif self.enable_auto_tool_choice:
+            raise ConfigError("--enable-auto-tool-choice needs --tool-call-parser")
 
 
 @dataclass

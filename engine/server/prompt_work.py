@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -36,8 +37,10 @@ def check_prompt_chars(ctx: ServerContext, num_chars: int, param: str) -> None:
 
 
 def chat_chars(request: ChatInput) -> int:
-    """The summed length of the messages' contents."""
-    return sum(len(m.get("content") or "") for m in request.template_messages())
+    """The summed length of the messages' contents and of the tools' JSON."""
+    tools = request.template_tools()
+    tools_chars = len(json.dumps(tools)) if tools else 0
+    return tools_chars + sum(len(m.get("content") or "") for m in request.template_messages())
 
 
 def prompt_chars(prompt: PromptInput) -> int:

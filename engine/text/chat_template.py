@@ -13,6 +13,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -21,7 +22,7 @@ import jinja2.nodes
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from engine.errors import InvalidRequestError, ModelLoadError
+from engine.errors import ConfigError, InvalidRequestError, ModelLoadError
 
 # Errors a template raises while rendering that come from what the request put in the messages.
 _RENDER_ERRORS = (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError)
@@ -83,6 +84,42 @@ def render_chat_template(
         )
     template = ChatTemplate(source, special_tokens)
     return template.render(messages, add_generation_prompt, **template_kwargs)
+
+
+SHIPPED_TEMPLATES_DIR = Path(__file__).parent / "templates"
+# vLLM's rule for --chat-template: a value that names no file but holds one of these is a template.
+_JINJA_CHARS = ("{", "}", "\n")
+
+
+def chat_template_source(option: str | None, shipped: Path | None = None) -> str | None:
+    """The template to render chats with: `--chat-template` when given (a file path, or the
+    template itself), else the one pagedock ships for a built-in model, else None (the model's
+    own). ConfigError for a path that is not there, ModelLoadError for a template that is not
+    valid Jinja; both before serving starts."""
+    if option:
+        source = _read_template_option(option)
+    elif shipped is not None:
+        source = shipped.read_text(encoding="utf-8")
+    else:
+        return None
+    compile_chat_template(source)
+    return source
+
+
+def _read_template_option(option: str) -> str:
+    path = Path(option).expanduser()
+    try:
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    except OSError as e:  # a template too long to be a file name, say
+        if not any(c in option for c in _JINJA_CHARS):
+            raise ConfigError(f"--chat-template {option!r}: cannot read it ({e})") from e
+    if any(c in option for c in _JINJA_CHARS):
+        return option
+    raise ConfigError(
+        f"--chat-template {option!r}: no such file, and not a Jinja template either (pass a "
+        "file path or the template text)"
+    )
 
 
 def validate_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 router: the router hashes the blocks of these ids and the engine caches KV under the same hashes,
 so both must get them from the same code, not from two copies kept in step.
 
-    chat:        request.template_messages() -> the model's chat template -> encode, no specials
+    chat:        request.template_messages() and .template_tools() -> the model's chat template
+                 -> encode, no specials
     completions: text -> encode with specials (BOS...); token ids -> as given; a batch -> each
 
 Input the tokenizer cannot take (lone surrogates from JSON escapes, say) is the client's error:
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 from engine.errors import InvalidRequestError
 from engine.protocol.chat import Conversation, unsupported_message_field
 from engine.protocol.completions import PromptInput
+from engine.protocol.tools import check_tools
 
 if TYPE_CHECKING:
     from engine.text.tokenizer import Tokenizer
@@ -42,7 +44,9 @@ class ChatInput(Protocol):
     @property
     def add_generation_prompt(self) -> bool: ...
 
-    def template_messages(self) -> list[dict[str, str]]: ...
+    def template_messages(self) -> list[dict[str, Any]]: ...
+
+    def template_tools(self) -> list[dict[str, Any]] | None: ...
 
 
 def require_tokenizer(tokenizer: Tokenizer | None, param: str) -> Tokenizer:
@@ -65,8 +69,11 @@ def render_chat(tokenizer: Tokenizer | None, request: ChatInput) -> Prompt:
     """The chat template applied to the request's messages: prompt text and its token ids."""
     tok = require_tokenizer(tokenizer, "messages")
     messages = request.template_messages()
+    tools = request.template_tools()
     try:
-        text = tok.apply_chat_template(messages, request.add_generation_prompt, tokenize=False)
+        text = tok.apply_chat_template(
+            messages, request.add_generation_prompt, tokenize=False, tools=tools
+        )
     except _TOKENIZER_ERRORS as e:
         raise InvalidRequestError(f"cannot render the messages: {e}", "messages") from e
     assert isinstance(text, str)
@@ -75,12 +82,17 @@ def render_chat(tokenizer: Tokenizer | None, request: ChatInput) -> Prompt:
 
 
 def read_conversation(
-    messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+    messages: Sequence[Mapping[str, Any]],
+    add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> Conversation:
-    """Plain-dict messages (the offline API's) read as the HTTP API reads them; 400 if invalid."""
+    """Plain-dict messages and tools (the offline API's) read as the HTTP API reads them; 400 if
+    invalid."""
+    if tools:
+        check_tools(tools)
     try:
         conv = Conversation.model_validate(
-            {"messages": messages, "add_generation_prompt": add_generation_prompt}
+            {"messages": messages, "add_generation_prompt": add_generation_prompt, "tools": tools}
         )
     except ValidationError as e:
         first = e.errors()[0]
@@ -89,6 +101,7 @@ def read_conversation(
     unsupported = unsupported_message_field(conv.messages)
     if unsupported is not None:
         raise InvalidRequestError(f"`{unsupported}` is not supported by pagedock", unsupported)
+    conv.template_messages()  # tool calls and tool results checked, as the server checks them
     return conv
 
 

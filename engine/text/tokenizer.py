@@ -50,11 +50,18 @@ class Tokenizer:
         self._backend = backend
         self.name = name
         self.special_tokens = dict(special_tokens)
-        self.chat_template = chat_template
-        self._template = ChatTemplate(chat_template, self.special_tokens) if chat_template else None
         self.bos_token_id = self.token_to_id(self.special_tokens.get("bos_token"))
         self.eos_token_id = self.token_to_id(self.special_tokens.get("eos_token"))
-        self.eos_token_ids = frozenset(self._end_of_generation_ids(extra_eos_token_ids))
+        self._extra_eos_token_ids = tuple(extra_eos_token_ids)
+        self.use_chat_template(chat_template)
+
+    def use_chat_template(self, chat_template: str | None) -> None:
+        """Render chats with `chat_template` (`--chat-template`, or one pagedock ships).
+
+        The end-of-turn tokens the template writes end generation, so they follow it."""
+        self.chat_template = chat_template
+        self._template = ChatTemplate(chat_template, self.special_tokens) if chat_template else None
+        self.eos_token_ids = frozenset(self._end_of_generation_ids(self._extra_eos_token_ids))
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str]) -> Tokenizer:
@@ -215,16 +222,22 @@ class Tokenizer:
         return ids
 
 
-def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer | None:
+def load_tokenizer(
+    path: str | os.PathLike[str], chat_template: str | None = None
+) -> Tokenizer | None:
     """The tokenizer of a resolved model (registry.resolve_model's path), found the one way the
     engine and the router both use: the GGUF's own, or the HF directory's tokenizer.json; None
-    for a bare checkpoint (such a model takes token ids only)."""
+    for a bare checkpoint (such a model takes token ids only). `chat_template` (chat_template.py's
+    chat_template_source) replaces the model's own template."""
     path = Path(path)
+    tokenizer = None
     if path.suffix == ".gguf":
-        return Tokenizer.from_gguf(path)
-    if (path / "tokenizer.json").exists():
-        return Tokenizer.from_hf_dir(path)
-    return None
+        tokenizer = Tokenizer.from_gguf(path)
+    elif (path / "tokenizer.json").exists():
+        tokenizer = Tokenizer.from_hf_dir(path)
+    if tokenizer is not None and chat_template is not None:
+        tokenizer.use_chat_template(chat_template)
+    return tokenizer
 
 
 def _read_json(file: Path) -> dict[str, Any]:

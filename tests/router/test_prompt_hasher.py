@@ -190,3 +190,39 @@ def test_a_missing_local_model_is_still_an_error(tmp_path: Path) -> None:
 
     with pytest.raises(ModelLoadError):
         load_tokenizer(str(tmp_path / "nothing-here"))
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
+TOOL_TURNS = [
+    USER,
+    {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+    {"role": "tool", "content": '{"temperature_c": 21}', "tool_call_id": "call_1"},
+]
+
+
+def test_a_tools_request_hashes_as_the_engine_renders_it(model_dir: Path) -> None:
+    """Both sides given the same --chat-template (a tools-aware one): the tools, the call and the
+    tool result are in the prompt, and the router's ids are the engine server's."""
+    from engine.text.chat_template import SHIPPED_TEMPLATES_DIR, chat_template_source
+
+    option = str(SHIPPED_TEMPLATES_DIR / "chatml_tools.jinja")
+    router_tokenizer = load_tokenizer(str(model_dir), chat_template=option)
+    engine = client(server_app(engine_tokenizer.load_tokenizer(model_dir, chat_template_source(option))))  # fmt: skip
+    body = {"messages": TOOL_TURNS, "tools": TOOLS, "tool_choice": "auto"}
+    blocks = PromptHasher(router_tokenizer).chat(ChatCompletionRequest.model_validate(body))
+    expected = engine_tokens(engine, {"messages": TOOL_TURNS, "tools": TOOLS})
+    assert blocks is not None and blocks.token_ids == expected
+    text = engine.post("/detokenize", json={"tokens": expected}).json()["prompt"]
+    assert '"name": "get_weather"' in text.split("<tools>\n")[1].split("</tools>")[0]
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' in text
+    assert '<tool_response>\n{"temperature_c": 21}\n</tool_response>' in text
