@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from engine.protocol.vllm_kv_events import KVEventsConfig
 from pagedock.limits import MAX_BODY_BYTES
 
 # Threads that render and tokenize prompts: a few, so huge prompts queue here rather than take
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from engine.async_engine import AsyncEngine
     from engine.server.kv_events_stream import KVEventHub
     from engine.server.metrics import EngineMetrics
+    from engine.server.vllm_kv_publisher import VllmKVPublisher
     from engine.text.tokenizer import Tokenizer
 
 
@@ -52,6 +54,18 @@ class ServerOptions:
     request_read_timeout_s: float = 30.0
     """Seconds a client has to send a whole request (headers and body) from its first byte, and a
     new connection its first byte; a slower one is disconnected (slowloris, idle sockets)."""
+    kv_events_config: str | None = None
+    """vLLM's --kv-events-config JSON, e.g. '{"enable_kv_cache_events": true, "publisher": "zmq",
+    "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv@10.0.0.5:8000@m"}':
+    publish KV events in vLLM's ZMQ wire format for llm-d, Dynamo and other vLLM-event consumers
+    (plus "event_encoding": "array" for the older positional form). The events carry raw prompt
+    token ids on an unauthenticated port: expose it only to routers. None = off."""
+
+    def __post_init__(self) -> None:
+        self.kv_events()  # a bad --kv-events-config fails before the model loads
+
+    def kv_events(self) -> KVEventsConfig | None:
+        return KVEventsConfig.from_json(self.kv_events_config) if self.kv_events_config else None
 
 
 @dataclass
@@ -65,6 +79,8 @@ class ServerContext:
     max_model_len: int
     options: ServerOptions
     draining: bool = False
+    kv_publisher: VllmKVPublisher | None = None
+    """vLLM-format KV events on ZMQ (--kv-events-config); None when off."""
     prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
 
 

@@ -28,6 +28,7 @@ from engine.server.drain import DrainingServer, drain
 from engine.server.kv_events_stream import KVEventHub
 from engine.server.metrics import EngineMetrics
 from engine.server.request_log import RequestLog
+from engine.server.vllm_kv_publisher import VllmKVPublisher
 
 logger = logging.getLogger("pagedock.server")
 # Seconds uvicorn waits for open connections once the drain is over.
@@ -43,7 +44,14 @@ def build_context(
     async_engine.add_stats_listener(metrics.observe_stats)
     async_engine.add_output_listener(metrics.observe_outputs)
     async_engine.add_output_listener(RequestLog(options.log_prompts).on_outputs)
+    kv_publisher = None
+    kv_events = options.kv_events()
+    if kv_events is not None and kv_events.enabled:
+        kv_publisher = VllmKVPublisher(kv_events)
+        async_engine.add_kv_listener(kv_publisher.on_batches)
+        logger.info("publishing vLLM-format KV events on %s (replay: %s)", *kv_publisher.endpoints)
     return ServerContext(
+        kv_publisher=kv_publisher,
         engine=async_engine,
         metrics=metrics,
         kv_hub=KVEventHub(async_engine, uuid.uuid4().hex, engine.root_hash),
