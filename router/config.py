@@ -14,6 +14,7 @@ from pagedock.limits import BLOCK_SIZES, DEFAULT_BLOCK_SIZE, DEFAULT_MODEL, ROUT
 from pagedock.options import option_meta
 
 DISCOVERIES = ("static", "k8s")
+REPLICA_KINDS = ("pagedock", "vllm")
 
 
 @dataclass
@@ -102,9 +103,31 @@ class RouterConfig:
     """... and by more than this factor."""
     kv_usage_threshold: float = 0.95
     """Replicas whose KV cache is fuller than this are chosen only when every replica is."""
+    replica_kind: str = "pagedock"
+    """pagedock (KV events from GET /v1/kv/events, with snapshots) or vllm (vLLM's ZMQ KV events,
+    --kv-events-port / --kv-replay-port on each replica's host) for every replica."""
+    vllm_replicas: list[str] = field(
+        default_factory=list, metadata=option_meta(flag="--vllm-replica", metavar="URL")
+    )
+    """Static discovery: replicas that publish vLLM's ZMQ KV events, whatever --replica-kind says
+    (repeat the flag; a mixed fleet lists its pagedock engines with --replica)."""
+    kv_events_port: int = 5557
+    """vllm replicas: the port of their KV event PUB socket (vLLM's --kv-events-config endpoint)."""
+    kv_replay_port: int = 5558
+    """vllm replicas: the port of their replay ROUTER socket (replay_endpoint); 0 = none."""
+    kv_events_topic: str = ""
+    """vllm replicas: the topic prefix to subscribe to; empty = every topic."""
+    kv_replay_timeout_s: float = 5.0
+    """vllm replicas: seconds a replay may take before the batches it lacks count as missed."""
 
     def __post_init__(self) -> None:
+        self.vllm_replicas = [normalize_url(u) for u in self.vllm_replicas]
         self.replicas = [normalize_url(u) for u in self.replicas]
+        self.replicas += [u for u in self.vllm_replicas if u not in self.replicas]
+        _check(self.replica_kind in REPLICA_KINDS, f"replica_kind must be one of {REPLICA_KINDS}, got {self.replica_kind!r}")  # fmt: skip
+        _check(0 < self.kv_events_port < 65536, f"kv_events_port must be a TCP port, got {self.kv_events_port}")  # fmt: skip
+        _check(0 <= self.kv_replay_port < 65536, f"kv_replay_port must be a TCP port or 0, got {self.kv_replay_port}")  # fmt: skip
+        _check(self.kv_replay_timeout_s > 0, "kv_replay_timeout_s must be positive")
         self.root_path = self.root_path.rstrip("/")
         _check(not self.root_path or self.root_path.startswith("/"), f"root_path must start with /, got {self.root_path!r}")  # fmt: skip
         _check(self.policy in ROUTING_POLICIES, f"policy must be one of {ROUTING_POLICIES}, got {self.policy!r}")  # fmt: skip
@@ -126,6 +149,10 @@ class RouterConfig:
         _check(self.replica_api_key is None or self.api_key is not None, "--replica-api-key needs --api-key: without it, clients without a key would reach key-protected replicas")  # fmt: skip
         if self.model is not None and not self.model.strip():
             self.model = None
+
+    def is_vllm(self, url: str) -> bool:
+        """Does this replica publish vLLM's KV events (rather than pagedock's stream)?"""
+        return self.replica_kind == "vllm" or url in self.vllm_replicas
 
 
 def normalize_url(url: str) -> str:

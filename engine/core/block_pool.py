@@ -118,7 +118,9 @@ class BlockPool:
         if not run:
             return
         bs = self.block_size
-        tokens = [] if token_ids is None else token_ids[run_start * bs : (run_start + len(run)) * bs]
+        tokens = (
+            [] if token_ids is None else token_ids[run_start * bs : (run_start + len(run)) * bs]
+        )
         self._pending_events.append(BlockStored(run, parent, bs, tokens))
 
     def reset_prefix_cache(self) -> bool:

@@ -182,7 +182,15 @@ class ClearedEvent:
 WireEvent = StoredEvent | RemovedEvent | ClearedEvent
 EventKind = Literal["BlockStored", "BlockRemoved", "AllBlocksCleared"]
 _POSITIONS = {
-    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"),  # fmt: skip
+    "BlockStored": (
+        "block_hashes",
+        "parent_block_hash",
+        "token_ids",
+        "block_size",
+        "lora_id",
+        "medium",
+        "lora_name",
+    ),
     "BlockRemoved": ("block_hashes", "medium"),
     "AllBlocksCleared": (),
 }

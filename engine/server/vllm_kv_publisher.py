@@ -46,7 +46,7 @@ class VllmKVPublisher:
         self._next_seq = 0
         self._queue: queue.Queue[tuple[int, float, list[Any]] | None] = queue.Queue(config.max_queue_size)  # fmt: skip
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._pub, self._replay = self._open_sockets()
         self._thread = threading.Thread(target=self._run, name="pagedock-kv-zmq", daemon=True)
         self._thread.start()
