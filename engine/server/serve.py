@@ -39,6 +39,9 @@ def build_context(
     engine: LLMEngine, options: ServerOptions, own_thread: bool = True
 ) -> ServerContext:
     metrics = EngineMetrics(engine.served_model_name)
+    metrics.set_cache_config(
+        engine.config.block_size, engine.num_kv_blocks, engine.config.enable_prefix_caching
+    )
     max_waiting = options.max_waiting if options.max_waiting and options.max_waiting > 0 else None
     async_engine = AsyncEngine(engine, max_waiting, own_thread)
     async_engine.add_stats_listener(metrics.observe_stats)
