@@ -83,7 +83,7 @@ class VllmEventSubscriber:
         sub = self._ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, self.config.kv_events_topic.encode())
-        sub.connect(zmq_endpoint(self.replica.url, self.config.kv_events_port))
+        sub.connect(zmq_endpoint(self.replica.url, self.config.kv_ports(self.replica.url)[0]))
         try:
             await self._catch_up()  # whatever the replay buffer holds, before the live stream
             self.replica.kv_synced = True
@@ -120,11 +120,12 @@ class VllmEventSubscriber:
     async def _replay(self, start: int) -> list[tuple[int, bytes]]:
         """vLLM's replay protocol; empty without a replay port or when it does not answer in
         time (the batches it would have held then count as missed)."""
-        if not self.config.kv_replay_port:
+        replay_port = self.config.kv_ports(self.replica.url)[1]
+        if not replay_port:
             return []
         dealer = self._ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
-        dealer.connect(zmq_endpoint(self.replica.url, self.config.kv_replay_port))
+        dealer.connect(zmq_endpoint(self.replica.url, replay_port))
         batches: list[tuple[int, bytes]] = []
         try:
             await dealer.send_multipart([b"", start.to_bytes(8, "big", signed=True)])

@@ -13,7 +13,7 @@
                        batch with seq >= start, then [b"", seq -1, b""]
 
 vLLM's own struct has no defaults for `lora_id`, `medium` and `lora_name`, so every field is sent.
-The engine publishes its block hashes as uint64 (the first 8 bytes of pagedock's sha256); a
+The engine publishes its block hashes as uint64 (the low 64 bits of pagedock's sha256); a
 consumer treats them as opaque ids and re-hashes `token_ids` itself. The decoder here (the
 router's) is lenient the way llm-d's and Dynamo's are: both event forms, bytes or int hashes,
 unknown trailing fields ignored, a batch of 2 or 3 elements.
@@ -98,8 +98,9 @@ def is_bind_endpoint(endpoint: str) -> bool:
 
 
 def to_uint64(block_hash: bytes) -> int:
-    """pagedock's sha256 block hash as the uint64 vLLM consumers expect (its first 8 bytes)."""
-    return int.from_bytes(block_hash[:8], "big")
+    """pagedock's sha256 block hash as the uint64 vLLM consumers expect: its low 64 bits, as vLLM
+    converts its own sha256 hashes (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)."""
+    return int.from_bytes(block_hash[-8:], "big")
 
 
 def seq_bytes(seq: int) -> bytes:

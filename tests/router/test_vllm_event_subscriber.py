@@ -271,9 +271,13 @@ async def test_a_late_router_replays_the_buffer_and_says_what_it_lacks() -> None
 
 
 def test_vllm_replicas_join_the_static_list_and_are_vllm_kind() -> None:
-    config = make_config(replicas=["http://a:8000"], vllm_replicas=["b:8000"])
-    assert config.replicas == ["http://a:8000", "http://b:8000"]
+    config = make_config(replicas=["http://a:8000"], vllm_replicas=["b:8000", "http://c:8000@6001:0"])  # fmt: skip
+    assert config.replicas == ["http://a:8000", "http://b:8000", "http://c:8000"]
     assert config.is_vllm("http://b:8000") and not config.is_vllm("http://a:8000")
+    assert config.kv_ports("http://b:8000") == (5557, 5558)
+    assert config.kv_ports("http://c:8000") == (6001, 0)
+    with pytest.raises(ConfigError, match="URL@EVENTS_PORT:REPLAY_PORT"):
+        make_config(vllm_replicas=["http://c:8000@x"])
     assert make_config(replica_kind="vllm").is_vllm("http://a:8000")
     with pytest.raises(ConfigError, match="replica_kind"):
         make_config(replica_kind="sglang")
