@@ -56,7 +56,7 @@ VOCAB = range(200, 40_000)  # plain-text token ids of SmolLM2's 49,152
 
 
 def vllm_model_dir() -> Path:
-    default = Path(VLLM_PYTHON or ".").resolve().parents[2] / "smollm2-hf"
+    default = Path(VLLM_PYTHON or ".").absolute().parents[2] / "smollm2-hf"  # venv/bin/python
     return Path(os.environ.get("PAGEDOCK_VLLM_MODEL", default))
 
 
