@@ -114,7 +114,10 @@ class VllmKVPublisher:
 
     def close(self) -> None:
         """Publish what is queued (briefly), then stop the thread and close the sockets."""
-        self._queue.put(None)
+        try:
+            self._queue.put(None, timeout=1.0)
+        except queue.Full:  # a stuck publisher thread must not hold up shutdown
+            logger.warning("KV event publisher queue still full at shutdown")
         self._thread.join(timeout=2.0)
         self._pub.close(linger=0)
         if self._replay is not None:
