@@ -71,11 +71,12 @@ def test_chat_render_gives_the_token_ids_generation_prefills(server: ServerProce
 
 
 def test_completions_render_gives_one_request_per_prompt(server: ServerProcess) -> None:
-    body = {"prompt": ["one prompt", [5, 6, 7]], "max_tokens": 2}
-    rendered = httpx.post(f"{server.url}/v1/completions/render", json=body).json()
-    assert [r["token_ids"] for r in rendered][1] == [5, 6, 7]
+    url = f"{server.url}/v1/completions/render"
+    by_ids = httpx.post(url, json={"prompt": [[5, 6, 7], [8, 9]], "max_tokens": 2}).json()
+    assert [r["token_ids"] for r in by_ids] == [[5, 6, 7], [8, 9]]
+    by_text = httpx.post(url, json={"prompt": ["one prompt", "two"]}).json()
     text_ids = httpx.post(f"{server.url}/tokenize", json={"prompt": "one prompt"}).json()["tokens"]
-    assert rendered[0]["token_ids"] == text_ids
+    assert len(by_text) == 2 and by_text[0]["token_ids"] == text_ids
 
 
 def test_render_refuses_what_generation_refuses(server: ServerProcess) -> None:
