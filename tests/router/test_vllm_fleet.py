@@ -50,7 +50,9 @@ pytestmark = [
     ),
 ]
 BLOCK_SIZE = 32  # vLLM's CPU attention takes multiples of 32 only
-NUM_TENANTS = 6
+# Odd: round-robin then sends a tenant's consecutive requests to alternate replicas (with an even
+# count, the interleaving would pin each tenant to one replica, and round-robin would be affine).
+NUM_TENANTS = 7
 REQUESTS_PER_TENANT = 6
 VOCAB = range(200, 40_000)  # plain-text token ids of SmolLM2's 49,152
 
@@ -133,13 +135,17 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             server.stop()
 
 
-def tenant_prompts(rng: random.Random) -> list[list[list[int]]]:
-    """Per tenant: REQUESTS_PER_TENANT prompts sharing a 240-400 token prefix."""
-    tenants = []
+def tenant_prompts(rng: random.Random) -> tuple[list[list[list[int]]], list[list[list[int]]]]:
+    """Two disjoint tenant sets of the same shape (prefix and question lengths), one per router:
+    per tenant, REQUESTS_PER_TENANT prompts sharing a 240-400 token prefix."""
+    sets: tuple[list[list[list[int]]], list[list[list[int]]]] = ([], [])
     for _ in range(NUM_TENANTS):
-        prefix = [rng.choice(VOCAB) for _ in range(rng.randint(240, 400))]
-        tenants.append([prefix + [rng.choice(VOCAB) for _ in range(rng.randint(20, 60))] for _ in range(REQUESTS_PER_TENANT)])  # fmt: skip
-    return tenants
+        prefix_len = rng.randint(240, 400)
+        question_lens = [rng.randint(20, 60) for _ in range(REQUESTS_PER_TENANT)]
+        for tenants in sets:
+            prefix = [rng.choice(VOCAB) for _ in range(prefix_len)]
+            tenants.append([prefix + [rng.choice(VOCAB) for _ in range(n)] for n in question_lens])
+    return sets
 
 
 def send(router: Process, prompt: list[int]) -> dict[str, Any]:
@@ -178,7 +184,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, float]:
 
 def test_prefix_aware_routing_of_a_vllm_fleet(fleet: dict[str, Any]) -> None:
     rng = random.Random(16)
-    aware_tenants, rr_tenants = tenant_prompts(rng), tenant_prompts(rng)
+    aware_tenants, rr_tenants = tenant_prompts(rng)
     hits_before = sum(s.prefix_cache_hits() for s in fleet["servers"])
     aware, rr = [], []
     for i in range(REQUESTS_PER_TENANT):
