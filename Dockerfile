@@ -62,7 +62,8 @@ FROM slim AS router
 COPY --from=router-venv /opt/venv /opt/venv
 COPY --from=builtin-model /opt/pagedock/models/*.gguf /opt/pagedock/models/
 USER 10001:10001
-EXPOSE 8080
+# 9002: the endpoint picker (gRPC), with `route --picker-port 9002` (docs/gateway-api.md)
+EXPOSE 8080 9002
 HEALTHCHECK --interval=30s --timeout=3s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/health', timeout=2)"]
 ENTRYPOINT ["pagedock"]

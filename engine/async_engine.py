@@ -176,10 +176,12 @@ class AsyncEngine:
         priority: int = 0,
         arrival_time: float | None = None,
         prompt_text: str | None = None,
+        prior_output_token_ids: list[int] | None = None,
     ) -> RequestStream:
         """Queue a request; its stream once the engine accepted it. InvalidRequestError (bad
         input), QueueFullError (admission), EngineDeadError. `prompt_text`: what the ids were
-        made from, for the outputs and the request log."""
+        made from, for the outputs and the request log; `prior_output_token_ids`: a continuation
+        (LLMEngine.add_core_request)."""
         self._check_admission()
         arrival = time.monotonic() if arrival_time is None else arrival_time
         stream = RequestStream(request_id)
@@ -187,7 +189,14 @@ class AsyncEngine:
         self._pending_adds += 1
 
         def add(engine: LLMEngine) -> NewRequest:
-            new = engine.add_core_request(request_id, prompt_token_ids, params, priority, arrival)
+            new = engine.add_core_request(
+                request_id,
+                prompt_token_ids,
+                params,
+                priority,
+                arrival,
+                prior_output_token_ids or (),
+            )
             return new if prompt_text is None else replace(new, prompt=prompt_text)
 
         try:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from engine.attention.backend import get_attention_backend
 from engine.config import DEFAULT_CPU_KV_CACHE_MEMORY, EngineConfig
+from engine.continuation import check_continuation
 from engine.core.block_hash import root_hash
 from engine.core.kv_events import KVEventLog, KVSnapshot
 from engine.core.parallel_sampling import ParallelSampling, child_params, child_request_id
@@ -161,26 +163,32 @@ class LLMEngine:
         params: SamplingParams | None = None,
         priority: int = 0,
         arrival_time: float | None = None,
+        prior_output_token_ids: Sequence[int] = (),
     ) -> NewRequest:
         """The engine half of `add_request`: validate and queue (n > 1 fans out). Returns what the
-        output path must register before the request's first core output."""
+        output path must register before the request's first core output.
+        `prior_output_token_ids`: a continuation's (engine/continuation.py)."""
         params = params or SamplingParams()
         if self.scheduler.has_request(request_id) or self.parallel.is_parent(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         text, token_ids = self._tokenize(prompt)
         self._check_token_ids(params)
         max_tokens = self._check_length(len(token_ids), params)
+        prior = check_continuation(
+            prior_output_token_ids, params, self.model_config.vocab_size,
+            room=min(max_tokens, self.max_model_len - len(token_ids)),
+        )  # fmt: skip
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
         timing = RequestTiming(time.monotonic() if arrival_time is None else arrival_time)
 
         def make(child_id: str, sampling: SamplingParams) -> Request:
             eos = self.eos_token_ids
-            return Request(child_id, token_ids, sampling, max_tokens, eos, priority, None, timing)
+            return Request(child_id, token_ids, sampling, max_tokens, eos, priority, None, timing, prior)  # fmt: skip
 
         if params.n == 1:
             self.scheduler.add_request(make(request_id, params))
-            return NewRequest(request_id, text, token_ids, params, timing, [request_id])
+            return NewRequest(request_id, text, token_ids, params, timing, [request_id], prior)
         children = [
             make(child_request_id(request_id, i), child_params(params, i)) for i in range(params.n)
         ]

@@ -14,7 +14,7 @@ still produce tokens for it; they arrive after the completion's state is gone an
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.core.request import RequestTiming
 from engine.core.scheduler_output import EngineCoreOutput, SampledToken
@@ -37,6 +37,8 @@ class NewRequest:
     timing: RequestTiming
     child_ids: list[str]
     """The engine request id of each completion, by index ([request_id] when n == 1)."""
+    prior_output_token_ids: list[int] = field(default_factory=list)
+    """A continuation's tokens generated before (n == 1): its text state starts after them."""
 
 
 @dataclass
@@ -169,6 +171,9 @@ class OutputProcessor:
             _Completion(i, self._detokenizer(new), accumulate, params.logprobs is not None)
             for i in range(len(new.child_ids))
         ]
+        if new.prior_output_token_ids and completions[0].detokenizer is not None:
+            # The text already sent for them: stop strings and held-back text go on from there.
+            completions[0].detokenizer.replay(new.prior_output_token_ids)
         state = _RequestState(new, completions)
         self._requests[new.request_id] = state
         for child_id, completion in zip(new.child_ids, completions, strict=True):

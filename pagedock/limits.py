@@ -50,3 +50,5 @@ MAX_STOP_STRING_CHARS: Final = 1024
 """Characters per stop string."""
 MAX_TOKEN_ID_LIST: Final = 1024
 """Entries in a per-request token-id list (stop_token_ids): each becomes a per-step ban."""
+MAX_CONTINUATION_TOKENS: Final = 1_048_576
+"""Token ids a continuation may carry (the engine checks them against its context length)."""

@@ -30,6 +30,7 @@ from router.context import RouterContext
 from router.dispatcher import Decision, NoReplicaError
 from router.prompt_hasher import PromptBlocks
 from router.root_path import RootPathMiddleware
+from router.stream_resume import ResumePlan, resume_plan
 
 # Bodies up to this size are parsed and hashed on the event loop (tens of microseconds); larger
 # ones in the context's small prompt pool.
@@ -40,9 +41,19 @@ def build_app(ctx: RouterContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await ctx.start()
+        picker = None
         try:
+            if ctx.config.picker_port is not None:
+                # grpc is loaded only in endpoint-picker mode (docs/gateway-api.md).
+                from router.picker_server import start_picker
+
+                picker = await start_picker(ctx)
             yield
         finally:
+            if picker is not None:
+                from router.picker_server import stop_picker
+
+                await stop_picker(picker)
             await ctx.stop()
 
     app = FastAPI(title="pagedock router", version="1", lifespan=lifespan, **docs_urls(ctx.config.api_key))  # fmt: skip
@@ -98,25 +109,31 @@ async def _generate(
 ) -> Response:
     arrival = time.perf_counter()
     body = await _read_body(request)
-    if len(body) <= INLINE_PARSE_BYTES:
-        parsed, blocks = _parse_and_hash(ctx, body, model)
-    else:  # off the event loop: a long prompt must not hold up every other request's routing
-        work = functools.partial(_parse_and_hash, ctx, body, model)
-        parsed, blocks = await asyncio.get_running_loop().run_in_executor(ctx.prompt_pool, work)
+    parsed, blocks, plan = await parse_and_hash(ctx, body, model)
     session_key = request.headers.get(ctx.config.session_header) or (parsed.user if parsed else None)  # fmt: skip
     decision = _decide(ctx, blocks, session_key)
     stream = bool(parsed and parsed.stream)
-    return await ctx.proxy.forward(request, body, decision, stream, arrival)
+    return await ctx.proxy.forward(request, body, decision, stream, arrival, plan)
 
 
-def _parse_and_hash(ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> tuple[ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None]:  # fmt: skip
-    """The request as the engine will read it and its prompt's blocks; a body over
-    --max-hash-bytes is routed by load alone (affinity for a huge prompt is not worth tokenizing
-    it twice; the engine answers if it is too long)."""
+async def parse_and_hash(ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> tuple[ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None, ResumePlan | None]:  # fmt: skip
+    """The parsed request, its prompt's blocks (the endpoint picker's too) and, for a stream the
+    router can resume mid-way, its plan; a large body is parsed off the event loop: a long prompt
+    must not hold up every other request's routing."""
+    if len(body) <= INLINE_PARSE_BYTES:
+        return _parse_and_hash(ctx, body, model)
+    work = functools.partial(_parse_and_hash, ctx, body, model)
+    return await asyncio.get_running_loop().run_in_executor(ctx.prompt_pool, work)
+
+
+def _parse_and_hash(ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> tuple[ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None, ResumePlan | None]:  # fmt: skip
+    """parse_and_hash's work; a body over --max-hash-bytes is routed by load alone (affinity for
+    a huge prompt is not worth tokenizing it twice; the engine answers if it is too long)."""
     parsed = _parse(body, model)
+    plan = resume_plan(parsed, body) if ctx.config.max_stream_resumes else None
     if len(body) > ctx.config.max_hash_bytes:
-        return parsed, None
-    return parsed, _prompt_blocks(ctx, parsed)
+        return parsed, None, plan
+    return parsed, _prompt_blocks(ctx, parsed), plan
 
 
 def _parse(body: bytes, model: type[ChatCompletionRequest | CompletionRequest]) -> ChatCompletionRequest | CompletionRequest | None:  # fmt: skip

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import PagedockError
-from engine.protocol.read_deadline import read_deadline_protocol
+from engine.protocol.http_limits import limited_protocol
 from pagedock.options import add_options, values_for
 from router.config import RouterConfig
 
@@ -62,9 +62,9 @@ def uvicorn_options(config: RouterConfig, log_level: str) -> dict[str, Any]:
         "log_config": None,
         "log_level": log_level,
         "access_log": False,
-        "limit_concurrency": config.max_connections or None,  # beyond it uvicorn answers 503
         "timeout_keep_alive": config.keep_alive_timeout_s,
-        "http": read_deadline_protocol(config.request_read_timeout_s),
+        # The read deadline, and the connection cap answered with OpenAI's 503 (not uvicorn's).
+        "http": limited_protocol(config.request_read_timeout_s, config.max_connections),
     }
 
 

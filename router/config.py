@@ -74,6 +74,10 @@ class RouterConfig:
     """Seconds a request may wait without a byte from a replica that has left the healthy set
     (stopped, hung, partitioned) before it is taken from it: retried on another replica before
     its first byte, ended with an error event after it (router/stall_watch.py)."""
+    max_stream_resumes: int = 2
+    """Times one stream whose replica fails after its first byte (dies, hangs, cuts the
+    connection) is resumed on another replica as a continuation, in the same client stream
+    (docs/router.md); 0 = end such a stream with an error event."""
     request_timeout_s: float = 600.0
     """Seconds a replica may take to answer (and between two streamed chunks)."""
     event_backoff_min_s: float = 0.05
@@ -122,6 +126,12 @@ class RouterConfig:
     """vllm replicas: the topic prefix to subscribe to; empty = every topic."""
     kv_replay_timeout_s: float = 5.0
     """vllm replicas: seconds a replay may take before the batches it lacks count as missed."""
+    picker_port: int | None = None
+    """Endpoint-picker mode: serve Envoy's ext_proc protocol over gRPC on this port (the Gateway
+    API Inference Extension's endpoint picker, docs/gateway-api.md); unset = off."""
+    picker_shed_ttft_ms: float = 0.0
+    """Endpoint picker: answer 429 when even the best eligible replica's estimated time to first
+    token (the cost model's) exceeds this many ms; 0 = never shed."""
 
     def __post_init__(self) -> None:
         self.replicas = [normalize_url(u) for u in self.replicas]
@@ -141,11 +151,15 @@ class RouterConfig:
         _check(self.keep_alive_timeout_s > 0, f"keep_alive_timeout_s must be positive, got {self.keep_alive_timeout_s}")  # fmt: skip
         _check(self.request_read_timeout_s > 0, f"request_read_timeout_s must be positive, got {self.request_read_timeout_s}")  # fmt: skip
         _check(self.max_attempts >= 1, f"max_attempts must be at least 1, got {self.max_attempts}")
+        _check(self.max_stream_resumes >= 0, f"max_stream_resumes must be 0 or more, got {self.max_stream_resumes}")  # fmt: skip
         _check(self.block_size in BLOCK_SIZES, f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}")  # fmt: skip
         for name in ("health_interval_s", "health_timeout_s", "connect_timeout_s", "request_timeout_s", "stall_eject_s", "prefill_ms_per_token"):  # fmt: skip
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
         _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")
+        _check(self.picker_port is None or 1 <= self.picker_port <= 65535, f"picker_port must be in 1..65535, got {self.picker_port}")  # fmt: skip
+        _check(self.picker_port is None or self.picker_port != self.port, f"picker_port must differ from port ({self.port})")  # fmt: skip
+        _check(self.picker_shed_ttft_ms >= 0, f"picker_shed_ttft_ms must be 0 (never shed) or more, got {self.picker_shed_ttft_ms}")  # fmt: skip
         # A router that adds the replicas' key for every client would open key-protected engines
         # to keyless clients.
         _check(self.replica_api_key is None or self.api_key is not None, "--replica-api-key needs --api-key: without it, clients without a key would reach key-protected replicas")  # fmt: skip

@@ -9,6 +9,7 @@ by `commit` when the proxy actually sends the request to a replica.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from router.config import RouterConfig
@@ -41,10 +42,17 @@ class Dispatcher:
         self.index = index
         self.policy = policy
 
-    def decide(self, blocks: PromptBlocks | None, session_key: str | None = None) -> Decision:
-        healthy = self.replica_set.healthy()
+    def decide(
+        self,
+        blocks: PromptBlocks | None,
+        session_key: str | None = None,
+        among: Callable[[Replica], bool] | None = None,
+    ) -> Decision:
+        """Rank the healthy replicas (those `among` admits, when given: the endpoint picker's
+        subset hint) for a request."""
+        healthy = [r for r in self.replica_set.healthy() if among is None or among(r)]
         if not healthy:
-            raise NoReplicaError("no healthy replica")
+            raise NoReplicaError("no healthy replica" if among is None else "no eligible replica")
         cached = self._cached_tokens(blocks, healthy)
         candidates = {r.url: self._candidate(r, cached[r.url]) for r in healthy}
         num_prompt_tokens = blocks.num_prompt_tokens if blocks else 0

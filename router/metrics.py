@@ -18,6 +18,7 @@ class RouterMetrics:
         self._requests = Counter("pagedock_router_requests", "Requests sent to a replica, by policy decision.", ["replica", "policy", "reason"], registry=r)  # fmt: skip
         self._cached = Histogram("pagedock_router_predicted_cached_tokens", "Prompt tokens the chosen replica was predicted to hold cached.", ["policy"], buckets=_TOKEN_BUCKETS, registry=r)  # fmt: skip
         self._retries = Counter("pagedock_router_retries", "Requests retried on another replica, by cause.", ["replica", "cause"], registry=r)  # fmt: skip
+        self._resumes = Counter("pagedock_router_stream_resumes", "Streams whose replica failed after the first byte, by whether another replica resumed them.", ["outcome"], registry=r)  # fmt: skip
         self._failures = Counter("pagedock_router_failed_requests", "Requests that no replica could serve, or that broke mid-stream.", ["cause"], registry=r)  # fmt: skip
         self._healthy = Gauge("pagedock_router_replica_healthy", "1 when the replica is a routing candidate.", ["replica"], registry=r)  # fmt: skip
         self._lag = Gauge("pagedock_router_kv_event_lag_seconds", "Seconds since the replica's KV event stream last sent a line.", ["replica"], registry=r)  # fmt: skip
@@ -31,6 +32,9 @@ class RouterMetrics:
 
     def observe_retry(self, replica: str, cause: str) -> None:
         self._retries.labels(replica, cause).inc()
+
+    def observe_resume(self, resumed: bool) -> None:
+        self._resumes.labels("resumed" if resumed else "failed").inc()
 
     def observe_failure(self, cause: str) -> None:
         self._failures.labels(cause).inc()

@@ -7,7 +7,9 @@
                                                               (router/upstream_errors.py decides)
     2xx, non-streaming                                      -> the whole body, then the client's 200
     2xx, streaming                                          -> chunks passed on as they arrive;
-                                                              a failure mid-stream ends the client's
+                                                              a failure mid-stream resumes it on
+                                                              another replica (router/stream_resume.py)
+                                                              or, when it can't be, ends the client's
                                                               stream with an SSE error event
 
 A client that disconnects closes the replica connection too, so the engine aborts the request.
@@ -28,12 +30,14 @@ from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive
 
+from engine.protocol import CONTINUATION_HEADER
 from engine.protocol.errors import APIError, error_json
-from router.dispatcher import Decision, Dispatcher
+from router.dispatcher import Decision, Dispatcher, NoReplicaError
 from router.metrics import RouterMetrics
 from router.replica import Replica
 from router.replica_set import ReplicaSet
 from router.stall_watch import ReplicaStalled, StreamWatch, unless_stalled
+from router.stream_resume import Resumable, ResumePlan, Segment, StreamTranscript
 from router.upstream import UPSTREAM_ERRORS, make_session
 from router.upstream_errors import Verdict, classify_upstream
 
@@ -83,10 +87,20 @@ class Proxy:
             await self._session.close()
 
     async def forward(
-        self, request: Request, body: bytes, decision: Decision, stream: bool, arrival: float
+        self,
+        request: Request,
+        body: bytes,
+        decision: Decision,
+        stream: bool,
+        arrival: float,
+        plan: ResumePlan | None = None,
     ) -> Response:
-        """Try the decision's replicas in order; the first that answers wins."""
+        """Try the decision's replicas in order; the first that answers wins. A stream with a
+        `plan` is resumed elsewhere if its replica fails after the first byte."""
         headers = self._headers(request)
+        resumable = None
+        if plan is not None:
+            body, resumable = plan.body(), Resumable(request, headers, decision, plan)
         last: AttemptFailed | None = None
         for attempt, replica in enumerate(decision.replicas[: self.dispatcher.config.max_attempts]):  # fmt: skip
             if attempt:
@@ -94,7 +108,7 @@ class Proxy:
             else:
                 self.metrics.observe_overhead(time.perf_counter() - arrival)
             try:
-                return await self._attempt(request, headers, body, decision, replica, stream)
+                return await self._attempt(request, headers, body, decision, replica, stream, resumable)  # fmt: skip
             except AttemptFailed as failed:
                 last = failed
                 if failed.mark_unhealthy:
@@ -104,7 +118,7 @@ class Proxy:
         self.metrics.observe_failure(last.cause if last else "no_replica")
         raise APIError(502, f"no replica could serve the request ({last.cause if last else 'none'})", code="replicas_unavailable")  # fmt: skip
 
-    async def _attempt(self, request: Request, headers: dict[str, str], body: bytes, decision: Decision, replica: Replica, stream: bool) -> Response:  # fmt: skip
+    async def _attempt(self, request: Request, headers: dict[str, str], body: bytes, decision: Decision, replica: Replica, stream: bool, resumable: Resumable | None) -> Response:  # fmt: skip
         request_id = uuid.uuid4().hex
         cached_tokens = self.dispatcher.commit(decision, replica, request_id)
         self.metrics.observe_decision(replica.url, decision.reason, cached_tokens)
@@ -118,7 +132,7 @@ class Proxy:
             replica.end(request_id)
             raise
         if content is None:
-            response = await self._streamed(upstream, replica, request_id)
+            response = await self._streamed(upstream, replica, request_id, resumable)
         else:
             replica.end(request_id)
             response = _buffered(upstream, content, replica)
@@ -138,7 +152,7 @@ class Proxy:
         except UPSTREAM_ERRORS as e:
             raise AttemptFailed(type(e).__name__, mark_unhealthy=True) from e
 
-    async def _streamed(self, upstream: aiohttp.ClientResponse, replica: Replica, request_id: str) -> Response:  # fmt: skip
+    async def _streamed(self, upstream: aiohttp.ClientResponse, replica: Replica, request_id: str, resumable: Resumable | None) -> Response:  # fmt: skip
         """Wait for the first chunk (a failure before it is retried), then pass chunks through."""
         chunks = upstream.content.iter_any()  # each chunk as it arrives, never waiting for more
         try:
@@ -152,7 +166,11 @@ class Proxy:
             raise AttemptFailed("stalled" if stalled else type(e).__name__, mark_unhealthy=not stalled) from e  # fmt: skip
         replica.first_byte(request_id)
         media_type = upstream.headers.get("content-type", "text/event-stream")
-        body = self._relay(first, chunks, upstream, replica, request_id)
+        if resumable is None:
+            body = self._relay(first, chunks, upstream, replica, request_id)
+        else:
+            segment = Segment(first, chunks, upstream, replica, request_id)
+            body = self._relay_resumable(segment, resumable)
         headers = {**_response_headers(upstream), **_SSE_HEADERS, REPLICA_HEADER: replica.url}
         return StreamingResponse(body, 200, headers, media_type)
 
@@ -176,6 +194,98 @@ class Proxy:
             watch.stop()
             replica.end(request_id)
             upstream.close()  # a client that left closes the replica's connection: it aborts
+
+    async def _relay_resumable(self, segment: Segment, resumable: Resumable) -> AsyncIterator[bytes]:  # fmt: skip
+        """Relay the stream; when its replica fails, go on from another as a continuation."""
+        transcript = StreamTranscript(resumable.plan)
+        tried, resumes = [segment.replica.url], 0
+        try:
+            while True:
+                async for piece in self._relay_segment(segment, transcript):
+                    yield piece
+                if transcript.done:
+                    return
+                cause = segment.failure or "ended_early"  # closed without [DONE]
+                logger.warning("stream from %s broke: %s", segment.replica.url, cause)
+                if transcript.finished:  # all generated: only the end of the stream was lost
+                    yield b"data: [DONE]\n\n"
+                    return
+                if not transcript.resumable or resumes >= self.dispatcher.config.max_stream_resumes:  # fmt: skip
+                    self.metrics.observe_failure("mid_stream")
+                    yield sse_error_event(f"the replica failed mid-stream ({cause})", b"\n\n")
+                    return
+                resumes += 1
+                segment.close()
+                if cause != "stalled":  # a stalled replica left the healthy set already
+                    self.replica_set.mark_unhealthy(segment.replica, cause)
+                resumed = await self._resume(resumable, transcript, tried)
+                self.metrics.observe_resume(resumed is not None)
+                if resumed is None:
+                    self.metrics.observe_failure("mid_stream")
+                    yield sse_error_event(f"the replica failed mid-stream ({cause}) and no other could resume it", b"\n\n")  # fmt: skip
+                    return
+                segment = resumed
+                transcript.next_segment()
+        finally:
+            segment.close()
+
+    async def _relay_segment(self, segment: Segment, transcript: StreamTranscript) -> AsyncIterator[bytes]:  # fmt: skip
+        """One replica's chunks for the client; a failure is left in `segment.failure`."""
+        watch = StreamWatch(segment.replica, self.dispatcher.config.stall_eject_s, segment.upstream.close)  # fmt: skip
+        try:
+            if piece := transcript.feed(segment.first):
+                yield piece
+            async for chunk in segment.chunks:
+                watch.chunk()
+                if piece := transcript.feed(chunk):
+                    yield piece
+            if watch.stalled:  # the closed connection may read as a clean end
+                segment.failure = "stalled"
+        except UPSTREAM_ERRORS as e:
+            segment.failure = "stalled" if watch.stalled else type(e).__name__
+        finally:
+            watch.stop()
+
+    async def _resume(self, resumable: Resumable, transcript: StreamTranscript, tried: list[str]) -> Segment | None:  # fmt: skip
+        """The stream's continuation from the best replica not tried yet that starts it."""
+        body = resumable.plan.body(transcript.token_ids)
+        grace_s = self.dispatcher.config.stall_eject_s
+        for _ in range(self.dispatcher.config.max_attempts):
+            try:
+                decision = self.dispatcher.decide(resumable.decision.blocks)
+            except NoReplicaError:
+                return None
+            replica = next((r for r in decision.replicas if r.url not in tried), None)
+            if replica is None:
+                return None
+            tried.append(replica.url)
+            request_id = uuid.uuid4().hex
+            self.dispatcher.commit(decision, replica, request_id)
+            self.metrics.observe_retry(replica.url, "resume")
+            try:
+                upstream, content = await unless_stalled(replica, self._exchange(resumable.request, resumable.headers, body, replica, True), grace_s)  # fmt: skip
+            except (AttemptFailed, ReplicaStalled) as e:
+                replica.end(request_id)
+                if isinstance(e, AttemptFailed) and e.mark_unhealthy:
+                    self.replica_set.mark_unhealthy(replica, e.cause)
+                continue
+            if content is not None or CONTINUATION_HEADER not in upstream.headers:
+                # An error answer, or an engine that would restart the answer: not here.
+                replica.end(request_id)
+                upstream.close()
+                if content is not None and classify_upstream(upstream.status, content) is Verdict.FORWARD:  # fmt: skip
+                    return None  # the continuation itself was refused: no replica will take it
+                continue
+            chunks = upstream.content.iter_any()
+            try:
+                first = await unless_stalled(replica, anext(chunks), grace_s)
+            except (*UPSTREAM_ERRORS, StopAsyncIteration, ReplicaStalled):
+                replica.end(request_id)
+                upstream.close()
+                continue
+            replica.first_byte(request_id)
+            return Segment(first, chunks, upstream, replica, request_id)
+        return None
 
     def _headers(self, request: Request) -> dict[str, str]:
         """The client's headers that reach the replica; a control character in one is the

@@ -74,7 +74,10 @@ class Request:
         priority: int = 0,
         arrival_time: float | None = None,
         timing: RequestTiming | None = None,
+        output_token_ids: Sequence[int] = (),
     ) -> None:
+        """`output_token_ids`: tokens generated before, elsewhere (a continuation: see
+        LLMEngine.add_core_request); they count as output for every rule that reads it."""
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params
@@ -88,8 +91,8 @@ class Request:
             timing = RequestTiming(time.monotonic() if arrival_time is None else arrival_time)
         self.timing = timing
         self.status = RequestStatus.WAITING
-        self.output_token_ids: list[int] = []
-        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self.output_token_ids: list[int] = list(output_token_ids)
+        self.all_token_ids: list[int] = [*prompt_token_ids, *output_token_ids]
         self.num_computed_tokens = 0
         # Prompt tokens found in the prefix cache when the request was first scheduled.
         self.num_cached_tokens = -1

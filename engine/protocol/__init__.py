@@ -46,10 +46,12 @@ from engine.protocol.kv_events import (
 )
 from engine.protocol.models import ModelCard, ModelList, VersionResponse
 from engine.protocol.openai import (
+    CONTINUATION_HEADER,
     MAX_N,
     MAX_TOP_LOGPROBS,
     SEED_MAX,
     SEED_MIN,
+    Continuation,
     ErrorInfo,
     ErrorResponse,
     OpenAIModel,
@@ -61,6 +63,7 @@ from engine.protocol.openai import (
     UsageInfo,
     now_s,
     random_id,
+    response_exclusions,
 )
 from engine.protocol.tokenize import (
     DetokenizeRequest,
@@ -70,6 +73,7 @@ from engine.protocol.tokenize import (
 )
 
 __all__ = [
+    "CONTINUATION_HEADER",
     "MAX_N",
     "MAX_TOP_LOGPROBS",
     "SEED_MAX",
@@ -88,6 +92,7 @@ __all__ = [
     "CompletionRequest",
     "CompletionResponse",
     "ContentPart",
+    "Continuation",
     "Conversation",
     "DeltaMessage",
     "DetokenizeRequest",
@@ -115,5 +120,6 @@ __all__ = [
     "VersionResponse",
     "now_s",
     "random_id",
+    "response_exclusions",
     "template_messages",
 ]

@@ -147,6 +147,7 @@ class ChatChoice(OpenAIModel):
     logprobs: ChatChoiceLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
 
 
 class ChatCompletionResponse(OpenAIModel):
@@ -157,6 +158,7 @@ class ChatCompletionResponse(OpenAIModel):
     system_fingerprint: str | None = None
     choices: list[ChatChoice]
     usage: UsageInfo
+    prompt_token_ids: list[int] | None = None
 
 
 class DeltaMessage(OpenAIModel):
@@ -170,6 +172,7 @@ class ChatChunkChoice(OpenAIModel):
     logprobs: ChatChoiceLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
 
 
 class ChatCompletionChunk(OpenAIModel):
@@ -180,3 +183,4 @@ class ChatCompletionChunk(OpenAIModel):
     system_fingerprint: str | None = None
     choices: list[ChatChunkChoice]
     usage: UsageInfo | None = None
+    prompt_token_ids: list[int] | None = None

@@ -53,6 +53,7 @@ class CompletionChoice(OpenAIModel):
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
 
 
 class CompletionResponse(OpenAIModel):
@@ -65,3 +66,4 @@ class CompletionResponse(OpenAIModel):
     system_fingerprint: str | None = None
     choices: list[CompletionChoice]
     usage: UsageInfo | None = None
+    prompt_token_ids: list[int] | None = None

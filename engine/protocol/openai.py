@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from pagedock.limits import (
+    MAX_CONTINUATION_TOKENS,
     MAX_INT32,
     MAX_LOGPROBS,
     MAX_N,
@@ -65,6 +66,20 @@ class StreamOptions(OpenAIModel):
     include_usage: bool = False
 
 
+CONTINUATION_HEADER = "x-pagedock-continuation"
+"""The response header of a stream that resumed a continuation (its value: the prior token count).
+A replica that does not send it (another engine, which ignores the field) would restart the answer,
+so the router does not resume a stream on it."""
+
+
+class Continuation(OpenAIModel):
+    """pagedock's extension: resume a stream after tokens generated before, elsewhere (the
+    router's in-flight failover, docs/router.md). The tokens count as output, not prompt, and
+    the stream carries only what is generated from here on."""
+
+    token_ids: Annotated[list[TokenId], Field(min_length=1, max_length=MAX_CONTINUATION_TOKENS)]
+
+
 class SamplingFields(OpenAIModel):
     """What both /v1/completions and /v1/chat/completions take to steer sampling."""
 
@@ -90,6 +105,9 @@ class SamplingFields(OpenAIModel):
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     priority: int = 0
+    # vLLM's: the prompt's token ids and each choice's (each chunk's) generated ids in the response.
+    return_token_ids: bool = False
+    continuation: Continuation | None = None
 
     def unsupported_field(self) -> str | None:
         """The first field set that pagedock does not implement, or None."""
@@ -100,6 +118,18 @@ class SamplingFields(OpenAIModel):
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+
+def response_exclusions(include_usage: bool, return_token_ids: bool) -> dict[str, Any] | None:
+    """The fields a response or chunk leaves out: usage unless asked for (chunks), token ids
+    unless `return_token_ids`."""
+    exclude: dict[str, Any] = {}
+    if not include_usage:
+        exclude["usage"] = True
+    if not return_token_ids:
+        exclude["prompt_token_ids"] = True
+        exclude["choices"] = {"__all__": {"token_ids"}}
+    return exclude or None
 
 
 class PromptTokensDetails(OpenAIModel):

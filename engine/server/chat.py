@@ -18,6 +18,7 @@ from engine.protocol import (
     DeltaMessage,
     UsageInfo,
     now_s,
+    response_exclusions,
 )
 from engine.server.context import ServerContext
 from engine.server.errors import to_api_error
@@ -25,7 +26,11 @@ from engine.server.generation import ChoiceDelta, Generation
 from engine.server.guards import check_model
 from engine.server.logprobs import chat_logprobs
 from engine.server.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
-from engine.server.sampling import to_sampling_params
+from engine.server.sampling import (
+    continuation_headers,
+    continuation_token_ids,
+    to_sampling_params,
+)
 from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
 from engine.text.prompt_renderer import render_chat
 
@@ -39,11 +44,14 @@ async def create_chat_completion(
         raise InvalidRequestError("top_logprobs needs logprobs: true", "top_logprobs")
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = to_sampling_params(body, body.resolved_max_tokens, logprobs)
+    prior = continuation_token_ids(body, 1)
     check_prompt_chars(ctx, chat_chars(body), "messages")
     prompt = await in_prompt_pool(ctx, render_chat, ctx.tokenizer, body)
-    gen = await Generation.start(ctx, raw_request, [prompt], params, body.priority, arrival_time)
+    gen = await Generation.start(
+        ctx, raw_request, [prompt], params, body.priority, arrival_time, prior
+    )
     if body.stream:
-        return sse_response(_stream(ctx, body, gen))
+        return sse_response(_stream(ctx, body, gen), continuation_headers(prior))
     try:
         choices = await gen.collect()
     finally:
@@ -58,38 +66,46 @@ async def create_chat_completion(
                 logprobs=chat_logprobs(ctx.tokenizer, c.logprobs) if body.logprobs else None,
                 finish_reason=c.finish_reason,
                 stop_reason=c.stop_reason,
+                token_ids=c.token_ids,
             )
             for c in choices
         ],
         usage=gen.usage(),
+        prompt_token_ids=prompt.token_ids,
     )
-    return Response(response.model_dump_json(), media_type="application/json")
+    exclude = response_exclusions(True, body.return_token_ids)
+    return Response(response.model_dump_json(exclude=exclude), media_type="application/json")
 
 
 async def _stream(
     ctx: ServerContext, body: ChatCompletionRequest, gen: Generation
 ) -> AsyncIterator[str]:
     created = now_s()
+    exclude = response_exclusions(body.include_usage, body.return_token_ids)
+    prompt_token_ids: list[int] | None = gen.prompts[0].token_ids  # in the first chunk only
 
     def chunk(choices: list[ChatChunkChoice], usage: UsageInfo | None = None) -> str:
+        nonlocal prompt_token_ids
         message = ChatCompletionChunk(
             id=f"chatcmpl-{gen.id}",
             created=created,
             model=ctx.served_model_name,
             choices=choices,
             usage=usage,
+            prompt_token_ids=prompt_token_ids,
         )
-        exclude = None if body.include_usage else {"usage"}
+        prompt_token_ids = None
         return sse_data(message.model_dump_json(exclude=exclude))
 
     try:
-        echo = _echo(body) or ""
-        yield chunk(
-            [
-                ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=echo))
-                for i in gen.choices
-            ]
-        )
+        if body.continuation is None:  # a continuation's client has had the role chunk
+            echo = _echo(body) or ""
+            yield chunk(
+                [
+                    ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=echo))
+                    for i in gen.choices
+                ]
+            )
         async for deltas in gen.deltas():
             yield chunk([_chunk_choice(ctx, body, d) for d in deltas])
         if body.include_usage:
@@ -110,6 +126,7 @@ def _chunk_choice(
         logprobs=chat_logprobs(ctx.tokenizer, delta.logprobs) if body.logprobs else None,
         finish_reason=delta.finish_reason,
         stop_reason=delta.stop_reason,
+        token_ids=delta.token_ids,
     )
 
 

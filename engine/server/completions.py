@@ -15,6 +15,7 @@ from engine.protocol import (
     CompletionResponse,
     UsageInfo,
     now_s,
+    response_exclusions,
 )
 from engine.server.context import ServerContext
 from engine.server.errors import to_api_error
@@ -22,8 +23,13 @@ from engine.server.generation import ChoiceDelta, Generation
 from engine.server.guards import check_model
 from engine.server.logprobs import completion_logprobs
 from engine.server.prompt_work import check_prompt_chars, in_prompt_pool, prompt_chars
-from engine.server.sampling import to_sampling_params
+from engine.server.sampling import (
+    continuation_headers,
+    continuation_token_ids,
+    to_sampling_params,
+)
 from engine.server.sse import SSE_DONE, sse_data, sse_error, sse_response
+from engine.text.detokenizer import IncrementalDetokenizer
 from engine.text.prompt_renderer import completion_prompts
 
 
@@ -35,9 +41,12 @@ async def create_completion(
     params = to_sampling_params(body, body.max_tokens, body.logprobs)
     check_prompt_chars(ctx, prompt_chars(body.prompt), "prompt")
     prompts = await in_prompt_pool(ctx, completion_prompts, ctx.tokenizer, body.prompt)
-    gen = await Generation.start(ctx, raw_request, prompts, params, body.priority, arrival_time)
+    prior = continuation_token_ids(body, len(prompts))
+    gen = await Generation.start(
+        ctx, raw_request, prompts, params, body.priority, arrival_time, prior
+    )
     if body.stream:
-        return sse_response(_stream(ctx, body, gen))
+        return sse_response(_stream(ctx, body, gen), continuation_headers(prior))
     try:
         choices = await gen.collect()
     finally:
@@ -52,12 +61,15 @@ async def create_completion(
                 logprobs=_logprobs(ctx, body, c.logprobs, len(_echo(body, gen, c.index))),
                 finish_reason=c.finish_reason,
                 stop_reason=c.stop_reason,
+                token_ids=c.token_ids,
             )
             for c in choices
         ],
         usage=gen.usage(),
+        prompt_token_ids=prompts[0].token_ids if len(prompts) == 1 else None,
     )
-    return Response(response.model_dump_json(), media_type="application/json")
+    exclude = response_exclusions(True, body.return_token_ids)
+    return Response(response.model_dump_json(exclude=exclude), media_type="application/json")
 
 
 async def _stream(
@@ -65,20 +77,26 @@ async def _stream(
 ) -> AsyncIterator[str]:
     created = now_s()
     sent_chars = {i: len(_echo(body, gen, i)) for i in gen.choices}
+    if body.continuation is not None:  # its client has had the echo and the text so far
+        sent_chars = {0: len(_echo(body, gen, 0)) + len(_prior_text(ctx, body, gen))}
+    exclude = response_exclusions(body.include_usage, body.return_token_ids)
+    prompt_token_ids = gen.prompts[0].token_ids if len(gen.prompts) == 1 else None
 
     def chunk(choices: list[CompletionChoice], usage: UsageInfo | None = None) -> str:
+        nonlocal prompt_token_ids
         message = CompletionResponse(
             id=f"cmpl-{gen.id}",
             created=created,
             model=ctx.served_model_name,
             choices=choices,
             usage=usage,
+            prompt_token_ids=prompt_token_ids,  # in the first chunk only
         )
-        exclude = None if body.include_usage else {"usage"}
+        prompt_token_ids = None
         return sse_data(message.model_dump_json(exclude=exclude))
 
     try:
-        if body.echo:
+        if body.echo and body.continuation is None:
             yield chunk([CompletionChoice(index=i, text=_echo(body, gen, i)) for i in gen.choices])
         async for deltas in gen.deltas():
             yield chunk([_chunk_choice(ctx, body, d, sent_chars) for d in deltas])
@@ -102,6 +120,7 @@ def _chunk_choice(
         logprobs=_logprobs(ctx, body, delta.logprobs, offset),
         finish_reason=delta.finish_reason,
         stop_reason=delta.stop_reason,
+        token_ids=delta.token_ids,
     )
 
 
@@ -111,6 +130,22 @@ def _logprobs(
     if body.logprobs is None:
         return None
     return completion_logprobs(ctx.tokenizer, sampled, text_offset)
+
+
+def _prior_text(ctx: ServerContext, body: CompletionRequest, gen: Generation) -> str:
+    """The text a continuation's client already has (for the logprobs' text offsets)."""
+    if body.logprobs is None or body.continuation is None or ctx.tokenizer is None:
+        return ""
+    stop = [body.stop] if isinstance(body.stop, str) else body.stop
+    detokenizer = IncrementalDetokenizer(
+        ctx.tokenizer,
+        gen.prompts[0].token_ids,
+        body.skip_special_tokens,
+        stop,
+        body.include_stop_str_in_output,
+        body.min_tokens,
+    )
+    return detokenizer.replay(body.continuation.token_ids)
 
 
 def _echo(body: CompletionRequest, gen: Generation, choice_index: int) -> str:

@@ -90,14 +90,24 @@ class Generation:
         params: SamplingParams,
         priority: int,
         arrival_time: float,
+        prior_output_token_ids: list[int] | None = None,
     ) -> Generation:
-        """Queue every prompt; on any failure, abort those already queued and re-raise."""
+        """Queue every prompt; on any failure, abort those already queued and re-raise.
+        `prior_output_token_ids`: a continuation of the one choice (they count in its usage)."""
         gen = cls(ctx, prompts, params.n)
         params = replace(params, output_kind=RequestOutputKind.DELTA)
+        if prior_output_token_ids:
+            gen.choices[0].token_ids.extend(prior_output_token_ids)
         try:
             for i, prompt in enumerate(prompts):
                 stream = await ctx.engine.add_request(
-                    f"{gen.id}-{i}", prompt.token_ids, params, priority, arrival_time, prompt.text
+                    f"{gen.id}-{i}",
+                    prompt.token_ids,
+                    params,
+                    priority,
+                    arrival_time,
+                    prompt.text,
+                    prior_output_token_ids,
                 )
                 gen.streams.append(stream)
         except BaseException:

@@ -127,7 +127,7 @@ def open_routes(ctx: ServerContext) -> APIRouter:
         if 0 < ctx.options.stall_timeout_s < stalled_s:
             body = {"status": "engine stalled", "seconds_since_progress": round(stalled_s, 1)}
             return JSONResponse(body, status_code=503)
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok", "seconds_since_progress": round(stalled_s, 2)})
 
     @router.get(
         "/metrics",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.errors import InvalidRequestError
-from engine.protocol import SamplingFields
+from engine.protocol import CONTINUATION_HEADER, SamplingFields
 from engine.sampling_params import SamplingParams
 
 
@@ -36,3 +36,20 @@ def to_sampling_params(
         skip_special_tokens=request.skip_special_tokens,
         include_stop_str_in_output=request.include_stop_str_in_output,
     )
+
+
+def continuation_token_ids(request: SamplingFields, num_prompts: int) -> list[int] | None:
+    """A continuation's tokens generated before (docs/router.md, in-flight failover), or None.
+    It resumes one streamed completion."""
+    if request.continuation is None:
+        return None
+    if not request.stream:
+        raise InvalidRequestError("a continuation resumes a stream: set stream to true", "continuation")  # fmt: skip
+    if request.n != 1 or num_prompts != 1:
+        raise InvalidRequestError("a continuation resumes one completion: one prompt, n = 1", "continuation")  # fmt: skip
+    return request.continuation.token_ids
+
+
+def continuation_headers(prior: list[int] | None) -> dict[str, str] | None:
+    """The header that tells a router this stream resumed the continuation (engine/protocol)."""
+    return {CONTINUATION_HEADER: str(len(prior))} if prior else None

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.protocol.read_deadline import read_deadline_protocol
+from engine.protocol.http_limits import limited_protocol
 from engine.server.app import build_app
 from engine.server.context import ServerContext, ServerOptions
 from engine.server.drain import DrainingServer, drain
@@ -98,9 +98,9 @@ def build_uvicorn_config(app: FastAPI, options: ServerOptions) -> uvicorn.Config
         log_level=options.log_level,
         access_log=False,  # the per-request log line says more
         timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
-        limit_concurrency=options.max_connections or None,  # beyond it uvicorn answers 503
         timeout_keep_alive=options.keep_alive_timeout_s,
-        http=read_deadline_protocol(options.request_read_timeout_s),
+        # The read deadline, and the connection cap answered with OpenAI's 503 (not uvicorn's).
+        http=limited_protocol(options.request_read_timeout_s, options.max_connections),
     )
 
 

@@ -20,7 +20,9 @@ def sse_error(error: APIError) -> str:
     return sse_data(error_json(error.status_code, error.message, error.param, error.code))
 
 
-def sse_response(events: AsyncIterator[str]) -> StreamingResponse:
+def sse_response(
+    events: AsyncIterator[str], headers: dict[str, str] | None = None
+) -> StreamingResponse:
     # no-cache and no proxy buffering: each event must reach the client as soon as it exists.
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})}
     return StreamingResponse(events, media_type="text/event-stream", headers=headers)

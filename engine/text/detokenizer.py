@@ -91,6 +91,12 @@ class IncrementalDetokenizer:
         self._output_parts.append(emitted)
         return emitted, self._stop.matched
 
+    def replay(self, token_ids: Sequence[int]) -> str:
+        """Feed ids generated earlier one step at a time, as they were generated, and return the
+        text that was emitted for them: a continuation's state is then exactly the original's
+        (a stop string spanning the cut is still found, held-back text is released later)."""
+        return "".join(self.update([token_id])[0] for token_id in token_ids)
+
     def decode_step(self, new_token_ids: Sequence[int]) -> str:
         """Decoded text that `new_token_ids` add (no stop strings); "" while a char is incomplete."""
         self._ids.extend(new_token_ids)

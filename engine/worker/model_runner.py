@@ -124,8 +124,20 @@ class ModelRunner:
         gen = self.generators.get(s.request_id)
         if gen is None:
             gen = torch.Generator(device="cpu").manual_seed(seed)
+            self._skip_draws(gen, len(s.output_token_ids))
             self.generators[s.request_id] = gen
         return gen
+
+    def _skip_draws(self, gen: torch.Generator, num_steps: int) -> None:
+        """Advance a new generator past the draws of `num_steps` earlier sampling steps: a
+        continuation's tokens generated before (on another replica) consumed them there, so its
+        seeded draws go on exactly where the original's stood. Each step draws one float32 noise
+        row of the vocabulary's width (Sampler._exponential_noise), so one row per step replays it."""
+        if num_steps == 0:
+            return
+        row = torch.empty(self.config.vocab_size, dtype=torch.float32)
+        for _ in range(num_steps):
+            row.exponential_(generator=gen)
 
 
 def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:

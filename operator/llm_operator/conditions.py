@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-CONDITION_TYPES = ("ModelReady", "EngineReady", "RouterReady", "IngressReady", "Ready")
+CONDITION_TYPES = ("ModelReady", "EngineReady", "RouterReady", "IngressReady", "GatewayReady", "Ready")  # fmt: skip
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 
@@ -16,7 +16,7 @@ class Condition(BaseModel):
     )
 
     type: str
-    """ModelReady, EngineReady, RouterReady, IngressReady or Ready."""
+    """ModelReady, EngineReady, RouterReady, IngressReady, GatewayReady or Ready."""
     status: ConditionStatus
     """True, False or Unknown."""
     reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")

@@ -6,6 +6,7 @@ CONFIG_HASH_ANNOTATION = "pagedock.dev/config-hash"
 LAST_APPLIED_ANNOTATION = "pagedock.dev/last-applied"
 ENGINE_PORT = 8000
 ROUTER_PORT = 8080
+PICKER_PORT = 9002  # the router's endpoint picker (gRPC ext_proc), the Inference Extension's usual
 
 # NOTE: a Service name is a DNS label (<= 63 chars); the longest suffix is "-engine".
 MAX_NAME_LENGTH = 63 - len("-engine")
@@ -17,6 +18,11 @@ def engine_name(name: str) -> str:
 
 def router_name(name: str) -> str:
     return f"{name}-router"
+
+
+def picker_name(name: str) -> str:
+    """The Service of the router's endpoint picker port (an InferencePool's endpointPickerRef)."""
+    return f"{name}-picker"
 
 
 def selector_labels(name: str, component: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ import pydantic
 from llm_operator.builders import BuildContext, build_children, child_refs
 from llm_operator.conditions import Condition, merge_conditions
 from llm_operator.diff import is_subset, merge_patch, with_last_applied
+from llm_operator.gateway_status import gateway_state
 from llm_operator.kube import KubeClient, KubeError
 from llm_operator.metrics import FleetStats
 from llm_operator.model_delivery import (
@@ -51,6 +52,16 @@ logger = logging.getLogger(__name__)
 # request fails again until someone changes something, so the refusal goes into status (and every
 # resync tries again) instead of failing the whole reconcile.
 REFUSED_STATUSES = frozenset({400, 403, 422})
+
+
+@dataclasses.dataclass
+class ApplyIssues:
+    """What stopped children from being applied in one pass (the rest were applied)."""
+
+    refusals: list[str] = dataclasses.field(default_factory=list)
+    """`<kind> <name>: <server message>` of each child the API server refused."""
+    missing_crds: list[str] = dataclasses.field(default_factory=list)
+    """CRDs (e.g. inferencepools.inference.networking.k8s.io) that optional children need."""
 
 
 class InvalidSpecError(ValueError):
@@ -105,27 +116,28 @@ class Reconciler:
             delivery = await deliver_model(self.kube, body, ctx, functools.partial(emit, body))
             shared = await model_claim_shared(self.kube, ctx)
             ctx = dataclasses.replace(ctx, claim_shared=delivery.claim_shared, model_claim_shared=shared)  # fmt: skip
-            refusals: list[str] = []
-            live = await self._apply_children(body, ctx, held_back(ctx, delivery), refusals)
+            issues = ApplyIssues()
+            live = await self._apply_children(body, ctx, held_back(ctx, delivery), issues)
             await self._prune(body, ctx)
-            await self._write_status(body, ctx, live, stats, delivery, sorted(refusals))
+            await self._write_status(body, ctx, live, stats, delivery, issues)
 
     async def _apply_children(
-        self, body: Mapping[str, Any], ctx: BuildContext, held: frozenset[str], refusals: list[str]
+        self, body: Mapping[str, Any], ctx: BuildContext, held: frozenset[str], issues: ApplyIssues
     ) -> dict[str, Obj]:
         children = build_children(ctx)
         kopf.adopt(children, owner=dict(body))  # type: ignore[arg-type]
         applied = await asyncio.gather(
-            *(self._apply(body, child, _key(child) in held, refusals) for child in children)
+            *(self._apply(body, child, _key(child) in held, issues) for child in children)
         )
         return {_key(obj): obj for obj in applied if obj is not None}
 
     async def _apply(
-        self, body: Mapping[str, Any], child: Obj, hold: bool, refusals: list[str]
+        self, body: Mapping[str, Any], child: Obj, hold: bool, issues: ApplyIssues
     ) -> Obj | None:
         """Create the child, or patch it when a field we own differs; otherwise leave it alone.
         A held child (waiting for the model download) is only read, never created or patched.
-        A refusal by the API server is added to `refusals`; the child stays as it is (or absent)."""
+        A refusal by the API server goes into `issues`, and so does a kind whose CRD is not
+        installed; the child stays as it is (or absent), the other children are applied."""
         desired = with_last_applied(child)
         kind, name = kind_of(child), child["metadata"]["name"]
         path = kind.object_path(child["metadata"]["namespace"], name)
@@ -135,10 +147,14 @@ class Reconciler:
         try:
             return await self._write_child(body, kind, desired, live)
         except KubeError as error:
+            if error.status == 404 and kind.crd is not None:  # the API has no such resource
+                logger.warning("cannot create %s %s: the %s CRD is not installed", kind.kind, name, kind.crd)  # fmt: skip
+                issues.missing_crds.append(kind.crd)
+                return None
             if error.status not in REFUSED_STATUSES:
                 raise
             logger.warning("the API server refused %s %s: %s", kind.kind, name, error)
-            refusals.append(f"{kind.kind} {name}: {error.message}")
+            issues.refusals.append(f"{kind.kind} {name}: {error.message}")
             return live
 
     async def _write_child(
@@ -174,10 +190,10 @@ class Reconciler:
         live: dict[str, Obj],
         stats: FleetStats | None,
         delivery: ModelDelivery,
-        refusals: list[str],
+        issues: ApplyIssues,
     ) -> None:
         generation = body["metadata"].get("generation")
-        state = await self._children_state(ctx, live, refusals)
+        state = await self._children_state(ctx, live, issues)
         engine_status = (state.engine or {}).get("status", {})
         status: Obj = {
             "observedGeneration": generation,
@@ -196,9 +212,10 @@ class Reconciler:
             emit(body, reason, message, type_="Warning")
 
     async def _children_state(
-        self, ctx: BuildContext, live: dict[str, Obj], refusals: list[str]
+        self, ctx: BuildContext, live: dict[str, Obj], issues: ApplyIssues
     ) -> ChildrenState:
         engine = live.get(f"Deployment/{engine_name(ctx.name)}")
+        refusals = sorted(issues.refusals)
         rejection = refusals[0] if refusals else None
         if len(refusals) > 1:
             rejection = f"{rejection} (and {len(refusals) - 1} more, see the operator log)"
@@ -208,6 +225,7 @@ class Reconciler:
             ingress=live.get(f"Ingress/{ctx.name}"),
             router_enabled=ctx.spec.router.enabled,
             ingress_enabled=ctx.spec.ingress.enabled,
+            gateway=gateway_state(ctx, live, issues.missing_crds),
             engine_failure=await self._engine_failure(ctx, engine),
             rejection=rejection,
         )

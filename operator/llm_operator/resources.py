@@ -10,6 +10,8 @@ class ResourceKind:
     api_version: str
     kind: str
     plural: str
+    crd: str | None = None
+    """The CRD that serves this kind, for kinds a cluster may lack (the API then answers 404)."""
 
     def collection_path(self, namespace: str) -> str:
         prefix = "/api" if "/" not in self.api_version else "/apis"
@@ -21,6 +23,8 @@ class ResourceKind:
 
 
 LLM_DEPLOYMENT = ResourceKind(API_VERSION, KIND, PLURAL)
+INFERENCE_POOL = ResourceKind("inference.networking.k8s.io/v1", "InferencePool", "inferencepools", "inferencepools.inference.networking.k8s.io")  # fmt: skip
+HTTP_ROUTE = ResourceKind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes", "httproutes.gateway.networking.k8s.io")  # fmt: skip
 POD = ResourceKind("v1", "Pod", "pods")  # read only: the engine pods' state goes into status
 KINDS = {
     kind.kind: kind
@@ -37,6 +41,8 @@ KINDS = {
         ResourceKind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"),
         ResourceKind("batch/v1", "Job", "jobs"),
         ResourceKind("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+        INFERENCE_POOL,
+        HTTP_ROUTE,
     )
 }
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from llm_operator.gateway_spec import GatewaySpec
 from pagedock.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MODEL, BlockSize, Dtype, RoutingPolicy
 
 QUANTITY_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkMGTPE]i?|Ki|k)?$")
@@ -263,6 +264,10 @@ class LLMDeploymentSpec(SpecModel):
             "!self.ingress.enabled || self.ingress.path == '/' || self.router.enabled",
             "an ingress.path other than / needs the router (it serves the prefix)",
         ),
+        (
+            "!has(self.gateway) || self.router.enabled",
+            "gateway needs the router (it is the endpoint picker)",
+        ),
     )
 
     model: ModelSpec = section(ModelSpec)
@@ -283,6 +288,9 @@ class LLMDeploymentSpec(SpecModel):
     """The router in front of the engines."""
     ingress: IngressSpec = section(IngressSpec)
     """External HTTP access."""
+    gateway: GatewaySpec | None = None
+    """Serve through a Gateway API Inference Extension gateway: an InferencePool of the engines
+    with the router as its endpoint picker, optionally an HTTPRoute (docs/gateway-api.md)."""
     autoscaling: AutoscalingSpec = section(AutoscalingSpec)
     """Horizontal autoscaling of the engine replicas."""
     api_key_secret: SecretKeyRef | None = None
@@ -312,6 +320,12 @@ class LLMDeploymentSpec(SpecModel):
         # NOTE: the router strips the prefix (--root-path); the engines serve / only.
         if self.ingress.enabled and self.ingress.path != "/" and not self.router.enabled:
             raise ValueError("an ingress.path other than / needs the router (it serves the prefix)")
+        return self
+
+    @model_validator(mode="after")
+    def _gateway_needs_the_router(self) -> "LLMDeploymentSpec":
+        if self.gateway is not None and not self.router.enabled:
+            raise ValueError("gateway needs the router (it is the endpoint picker)")
         return self
 
     @model_validator(mode="after")

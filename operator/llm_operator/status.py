@@ -7,11 +7,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from llm_operator.conditions import Condition, condition
+from llm_operator.gateway_status import GATEWAY_CRD_MISSING, GatewayState, gateway_condition
 from llm_operator.pod_failures import SAME_CAUSE, SEVERITY, PodFailure
 
 Obj = dict[str, Any]
 CHILD_REJECTED = "ChildRejected"
-FAILURE_REASONS = frozenset({*SEVERITY, CHILD_REJECTED})
+FAILURE_REASONS = frozenset({*SEVERITY, CHILD_REJECTED, GATEWAY_CRD_MISSING})
 
 
 class LLMDeploymentStatus(BaseModel):
@@ -43,7 +44,7 @@ class LLMDeploymentStatus(BaseModel):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """ModelReady, EngineReady, RouterReady, IngressReady and Ready."""
+    """ModelReady, EngineReady, RouterReady, IngressReady, GatewayReady and Ready."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class ChildrenState:
     ingress: Obj | None
     router_enabled: bool
     ingress_enabled: bool
+    gateway: GatewayState | None = None
+    """spec.gateway's children; None when it is unset."""
     engine_failure: PodFailure | None = None
     """Why the engine pods do not come up (read only while the engine is not ready)."""
     rejection: str | None = None
@@ -147,6 +150,7 @@ def build_conditions(state: ChildrenState, source: str, generation: int | None) 
         engine_condition(state.engine, generation, state.engine_failure),
         router_condition(state, generation),
         ingress_condition(state, generation),
+        gateway_condition(state.gateway, generation),
     ]
     if state.rejection is not None:
         rejected = condition("Ready", False, CHILD_REJECTED, state.rejection, generation)
@@ -165,6 +169,8 @@ def transition_warnings(old: list[dict], new: list[Condition]) -> list[tuple[str
         before = previous.get(item.type) or {}
         if item.type == "EngineReady" and item.reason in SEVERITY:
             due = _cause(before.get("reason")) != _cause(item.reason)
+        elif item.type == "GatewayReady" and item.reason == GATEWAY_CRD_MISSING:
+            due = before.get("reason") != item.reason
         elif item.type == "Ready" and item.reason == CHILD_REJECTED:
             due = (before.get("reason"), before.get("message")) != (item.reason, item.message)
         else:

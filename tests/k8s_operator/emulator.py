@@ -1,7 +1,8 @@
 """kmock's Kubernetes emulator plus what the operator relies on from a real API server:
 uid, resourceVersion, generation, creationTimestamp and generateName on create; a new
 resourceVersion on every update and a generation bump on spec changes; equality label selectors on
-lists; and, on request, a refusal (403, 422, ...) of writes to one resource, which stores nothing.
+lists; and, on request, a refusal (403, 422, ...) of writes to one resource, which stores nothing,
+or a whole API group missing (404), as in a cluster without a CRD.
 (kmock stores objects as posted and merge-patches them; no GC, controllers or schema.)"""
 
 import datetime
@@ -49,6 +50,7 @@ class Emulator(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.refusals: dict[tuple[kmock.action, str], kmock.KubernetesError] = {}
+        self.missing_groups: set[str] = set()
 
     def refuse(self, action: kmock.action, resource: str, status: int, message: str) -> None:
         """Answer every `action` (CREATE, UPDATE) on `resource` with this error, as an API server
@@ -59,7 +61,17 @@ class Emulator(kmock.KubernetesEmulator):
     def allow(self, action: kmock.action, resource: str) -> None:
         self.refusals.pop((action, resource), None)
 
+    def uninstall(self, group: str) -> None:
+        """Serve no resource of this API group, as a cluster without its CRDs: every request
+        under it is a 404 (`install` undoes it)."""
+        self.missing_groups.add(group)
+
+    def install(self, group: str) -> None:
+        self.missing_groups.discard(group)
+
     async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
+        if request.resource is not None and request.resource.group in self.missing_groups:
+            raise kmock.KubernetesError(404, "NotFound", "the server could not find the requested resource", {})  # fmt: skip
         for (action, resource), error in self.refusals.items():
             if request.action == action and request.resource == resource:
                 raise error  # before kmock's own _handle, which would store the object

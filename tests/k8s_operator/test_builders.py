@@ -32,6 +32,10 @@ SPECS: dict[str, dict[str, Any]] = {
         },
     },
     "pvc-no-router": {"model": {"source": "pvc://weights/llama/8b"}, "router": {"enabled": False}},
+    "gateway": {"gateway": {"failureMode": "FailOpen", "shedTtftMs": 500, "httpRoute": {
+        "parentRefs": [{"name": "inference-gw", "namespace": "gw", "sectionName": "http"}],
+        "hostnames": ["llm.example.com"], "path": "/llm", "requestTimeout": "600s"},
+        "dataPlanePeers": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gw"}}}]}},
 }  # fmt: skip
 
 

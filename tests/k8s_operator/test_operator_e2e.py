@@ -118,7 +118,7 @@ async def test_status_turns_ready_when_the_deployments_are_ready(
     assert status["endpoint"] == "http://chat-router.team-a.svc:8080"
     assert "app.kubernetes.io/component=engine" in status["selector"]
     assert {c["type"] for c in status["conditions"]} == {
-        "ModelReady", "EngineReady", "RouterReady", "IngressReady", "Ready",
+        "ModelReady", "EngineReady", "RouterReady", "IngressReady", "GatewayReady", "Ready",
     }  # fmt: skip
     assert all(c["status"] == "True" and c["lastTransitionTime"] for c in status["conditions"])
 

@@ -6,6 +6,8 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 
+from tests.k8s_operator.gateway_schemas import SCHEMAS as GATEWAY_SCHEMAS
+
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
 # Kinds whose schemas only their CRDs know (not part of Kubernetes itself).
 CUSTOM_API_GROUPS = ("kopf.dev/", "monitoring.coreos.com/", "pagedock.dev/")
@@ -14,6 +16,9 @@ CUSTOM_API_GROUPS = ("kopf.dev/", "monitoring.coreos.com/", "pagedock.dev/")
 def validate_kubernetes(obj: dict[str, Any]) -> None:
     """Raise kubernetes_validate.ValidationError unless obj is valid; unknown fields fail too."""
     if obj["apiVersion"].startswith(CUSTOM_API_GROUPS):
+        return
+    if obj["apiVersion"] in GATEWAY_SCHEMAS:  # InferencePool, HTTPRoute (tests' own schemas)
+        jsonschema.validate(obj, GATEWAY_SCHEMAS[obj["apiVersion"]])
         return
     kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 

@@ -1,5 +1,5 @@
 """The connection cap, live: beyond --max-connections open connections the router answers 503 at
-once (uvicorn's limit), and serves again as soon as connections close."""
+once, in OpenAI's error shape with a Retry-After, and serves again as soon as connections close."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ def test_connections_over_the_cap_get_a_503_until_others_close(tmp_path: Path) -
     try:
         router.wait_ready(timeout_s=30)
         idle = [socket.create_connection(("127.0.0.1", router.port)) for _ in range(5)]
-        assert httpx.get(router.url + "/metrics", timeout=5).status_code == 503
+        refused = httpx.get(router.url + "/metrics", timeout=5)
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "too_many_connections"
         for s in idle:
             s.close()
         wait_until(lambda: httpx.get(router.url + "/metrics", timeout=5).status_code == 200, timeout_s=5)  # fmt: skip

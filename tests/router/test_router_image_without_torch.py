@@ -88,6 +88,14 @@ def test_torch_is_not_installed_in_the_router_venv(router_venv: Path) -> None:
     assert "No module named 'torch'" in result.stderr
 
 
+def test_the_endpoint_picker_loads_from_the_router_extra_without_torch(router_venv: Path) -> None:
+    """grpcio, grpcio-health-checking and xds-protos come with `pagedock[router]`."""
+    code = "import sys, router.picker_server; print('torch' in sys.modules)"
+    result = run_in_venv(router_venv, "-c", code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "False"
+
+
 def test_the_router_tokenizes_like_the_engine_without_torch(
     router_venv: Path, tokenizer_dir: Path
 ) -> None:

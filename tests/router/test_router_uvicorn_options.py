@@ -9,8 +9,9 @@ from router.config import RouterConfig
 def test_connection_limits_reach_uvicorn_options() -> None:
     config = RouterConfig(replicas=["http://a:1"], max_connections=9, keep_alive_timeout_s=3, request_read_timeout_s=4)  # fmt: skip
     options = uvicorn_options(config, "info")
-    assert options["limit_concurrency"] == 9
+    assert "limit_concurrency" not in options  # the protocol's cap answers in OpenAI's shape
+    assert options["http"].max_connections == 9
     assert options["timeout_keep_alive"] == 3
     assert options["http"].read_timeout_s == 4
     unlimited = uvicorn_options(RouterConfig(replicas=["http://a:1"], max_connections=0), "info")
-    assert unlimited["limit_concurrency"] is None
+    assert unlimited["http"].max_connections == 0

@@ -68,8 +68,9 @@ def test_health_answers_while_a_prompt_is_being_tokenized(
 def test_connection_limits_reach_uvicorn_config() -> None:
     options = ServerOptions(max_connections=7, keep_alive_timeout_s=11, request_read_timeout_s=4)
     config = build_uvicorn_config(None, options)  # type: ignore[arg-type]
-    assert config.limit_concurrency == 7
+    assert config.limit_concurrency is None  # the protocol's cap answers in OpenAI's shape
+    assert config.http.max_connections == 7  # type: ignore[union-attr]
     assert config.timeout_keep_alive == 11
     assert config.http.read_timeout_s == 4  # type: ignore[union-attr]
     unlimited = build_uvicorn_config(None, ServerOptions(max_connections=0))  # type: ignore[arg-type]
-    assert unlimited.limit_concurrency is None
+    assert unlimited.http.max_connections == 0  # type: ignore[union-attr]

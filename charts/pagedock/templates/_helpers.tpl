@@ -76,6 +76,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [get, create, patch, delete]
+# spec.gateway: the Gateway API Inference Extension's pool and the route to it (their CRDs may be
+# absent; the LLMDeployment's GatewayReady condition then names the missing one).
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [get, create, patch, delete]
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [httproutes]
+  verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

@@ -9,6 +9,11 @@ from llm_operator.builders.engine import (
     build_engine_deployment,
     build_engine_service,
 )
+from llm_operator.builders.gateway import (
+    build_http_route,
+    build_inference_pool,
+    build_picker_service,
+)
 from llm_operator.builders.network import build_engine_network_policy, build_ingress
 from llm_operator.builders.router import (
     build_router_deployment,
@@ -61,6 +66,10 @@ def _optional_builders(ctx: BuildContext) -> list[tuple[Builder, bool]]:
     optional.append((build_router_pdb, spec.router.enabled and spec.router.replicas >= 2))
     optional.append((build_ingress, spec.ingress.enabled))
     optional.append((build_hpa, spec.autoscaling.enabled))
+    gateway = spec.gateway
+    optional.append((build_picker_service, gateway is not None))
+    optional.append((build_inference_pool, gateway is not None))
+    optional.append((build_http_route, gateway is not None and gateway.http_route is not None))
     return optional
 
 

@@ -49,14 +49,19 @@ def build_engine_network_policy(ctx: BuildContext) -> Obj:
 
     Without the router, the engines are the endpoint themselves: the ingress controller and
     in-cluster clients must reach them, so the policy then admits any pod on the engine port.
+    Behind a gateway (spec.gateway) its proxies connect to the engines: the policy admits
+    gateway.dataPlanePeers as well, or any pod when none are named.
     """
     port = [{"port": ENGINE_PORT, "protocol": "TCP"}]
-    if ctx.spec.router.enabled:
+    gateway = ctx.spec.gateway
+    rules: list[Obj]
+    if not ctx.spec.router.enabled or (gateway is not None and not gateway.data_plane_peers):
+        rules = [{"ports": port}]
+    else:
         router_pods = {"podSelector": {"matchLabels": selector_labels(ctx.name, "router")}}
         scrapers = metrics_scrapers(ctx.settings.scraper_namespaces)
-        rules = [{"from": [router_pods, *scrapers], "ports": port}]
-    else:
-        rules = [{"ports": port}]
+        peers = gateway.data_plane_peers if gateway is not None else []
+        rules = [{"from": [router_pods, *scrapers, *peers], "ports": port}]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

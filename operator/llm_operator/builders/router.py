@@ -15,7 +15,13 @@ from llm_operator.builders.common import (
 from llm_operator.builders.context import BuildContext
 from llm_operator.builders.model_cache import cache_env, cache_mounts, cache_volumes, hub_env
 from llm_operator.builders.model_source import ModelSource
-from llm_operator.names import ROUTER_PORT, engine_name, router_name, selector_labels
+from llm_operator.names import (
+    PICKER_PORT,
+    ROUTER_PORT,
+    engine_name,
+    router_name,
+    selector_labels,
+)
 
 COMPONENT = "router"
 DEFAULT_RESOURCES: Obj = {"requests": {"cpu": "250m", "memory": "512Mi"}}
@@ -51,6 +57,11 @@ def router_args(ctx: BuildContext) -> list[str]:
     if ingress.enabled and ingress.path.rstrip("/"):
         # The router serves the Ingress path itself: no controller-specific rewrite annotation.
         args += ["--root-path", ingress.path.rstrip("/")]
+    gateway = ctx.spec.gateway
+    if gateway is not None:  # the router is the InferencePool's endpoint picker too
+        args += ["--picker-port", str(PICKER_PORT)]
+        if gateway.shed_ttft_ms:
+            args += ["--picker-shed-ttft-ms", f"{gateway.shed_ttft_ms:g}"]
     return args
 
 
@@ -107,7 +118,7 @@ def _router_container(ctx: BuildContext) -> Obj:
         "image": ctx.router_image,
         "imagePullPolicy": ctx.spec.image_pull_policy,
         "args": router_args(ctx),
-        "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}],
+        "ports": _router_ports(ctx),
         "env": cache_env(ctx, COMPONENT)
         + api_key_env(ctx)
         + api_key_env(ctx, "PAGEDOCK_REPLICA_API_KEY")
@@ -120,6 +131,13 @@ def _router_container(ctx: BuildContext) -> Obj:
         "livenessProbe": http_probe("http", 20, 3, 5),
         "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
     }
+
+
+def _router_ports(ctx: BuildContext) -> list[Obj]:
+    ports = [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}]
+    if ctx.spec.gateway is not None:
+        ports.append({"name": "picker", "containerPort": PICKER_PORT, "protocol": "TCP"})
+    return ports
 
 
 def build_router_service(ctx: BuildContext) -> Obj:

@@ -14,7 +14,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from engine.protocol.read_deadline import read_deadline_protocol
+from engine.protocol.http_limits import limited_protocol
 from tests.router.live import free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,7 +43,7 @@ def make_app() -> FastAPI:
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
     port = free_port()
-    config = uvicorn.Config(make_app(), host="127.0.0.1", port=port, log_level="warning", http=read_deadline_protocol(DEADLINE_S))  # fmt: skip
+    config = uvicorn.Config(make_app(), host="127.0.0.1", port=port, log_level="warning", http=limited_protocol(DEADLINE_S, 0))  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

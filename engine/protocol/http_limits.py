@@ -1,4 +1,5 @@
-"""A deadline for reading each HTTP request, for the engine's server and the router alike.
+"""Limits on each HTTP connection, for the engine's server and the router alike: a deadline for
+reading each request, and a cap on open connections answered in OpenAI's error shape.
 
 uvicorn times out an idle keep-alive connection, but nothing else: a client that connects and sends
 nothing, or sends its headers or body a byte at a time (slowloris), holds a connection — and a slot
@@ -6,6 +7,10 @@ under the connection cap — for ever. With this protocol, a request must arrive
 body) within `read_timeout_s` of its first byte, and a new connection must send a first byte within
 the same time; otherwise the connection is closed. Responses, however long they stream, are not
 limited.
+
+uvicorn's own connection cap (`limit_concurrency`) answers a plain-text 503 that OpenAI clients
+can't parse; here a connection over the cap is served by an app that answers every request on it
+with OpenAI's error object, a Retry-After and `Connection: close`.
 """
 
 from __future__ import annotations
@@ -14,13 +19,25 @@ import asyncio
 import logging
 from typing import Any
 
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from engine.protocol.errors import error_json
 
 logger = logging.getLogger("pagedock.http")
 
 
-class _ReadDeadlineProtocol(H11Protocol):
+async def _over_the_cap(scope: Scope, receive: Receive, send: Send) -> None:
+    """Every request on a connection over the cap: a 503 in OpenAI's shape, then the close."""
+    body = error_json(503, "the server has too many open connections; retry shortly", code="too_many_connections").encode()  # fmt: skip
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"retry-after", b"1"), (b"connection", b"close")]  # fmt: skip
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _LimitedProtocol(H11Protocol):
     read_timeout_s: float = 30.0
+    max_connections: int = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -29,6 +46,9 @@ class _ReadDeadlineProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if self.max_connections and len(self.connections) > self.max_connections:
+            logger.debug("a connection over the cap of %d: answered 503", self.max_connections)
+            self.app = _over_the_cap
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -58,6 +78,7 @@ class _ReadDeadlineProtocol(H11Protocol):
             self.transport.close()
 
 
-def read_deadline_protocol(read_timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's `http=` protocol class with this read deadline."""
-    return type("ReadDeadlineProtocol", (_ReadDeadlineProtocol,), {"read_timeout_s": read_timeout_s})  # fmt: skip
+def limited_protocol(read_timeout_s: float, max_connections: int) -> type[H11Protocol]:
+    """uvicorn's `http=` protocol class with this read deadline and connection cap (0 = none)."""
+    fields = {"read_timeout_s": read_timeout_s, "max_connections": max_connections}
+    return type("LimitedProtocol", (_LimitedProtocol,), fields)
