@@ -20,12 +20,13 @@ from engine.core.request import Request, RequestStatus, RequestTiming
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
-from engine.errors import ConfigError, InvalidRequestError, PromptTooLongError
+from engine.errors import ConfigError, InvalidRequestError
 from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
 from engine.loader.model_loader import load_model, read_model_config
 from engine.loader.registry import resolve_model
 from engine.output_processor import NewRequest, OutputProcessor
 from engine.outputs import RequestOutput
+from engine.request_checks import check_prompt_ids, check_stop_token_ids, resolve_max_tokens
 from engine.sampling_params import SamplingParams
 from engine.text.tokenizer import load_tokenizer
 from engine.worker.model_runner import ModelRunner, kv_cache_bytes_per_block
@@ -206,45 +207,14 @@ class LLMEngine:
                 raise InvalidRequestError("the prompt is empty", "prompt")
             return prompt, self.tokenizer.encode(prompt)
         token_ids = list(prompt)
-        if not token_ids:
-            raise InvalidRequestError("the prompt is empty", "prompt")
-        vocab = self.model_config.vocab_size
-        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab]
-        if bad:
-            raise InvalidRequestError(
-                f"token ids must be integers in [0, {vocab}); got {bad[:5]}", "prompt"
-            )
+        check_prompt_ids(token_ids, self.model_config.vocab_size)
         return None, token_ids
 
     def _check_token_ids(self, params: SamplingParams) -> None:
-        """Ids the sampler indexes logits with must lie in the vocabulary, which only the engine
-        knows: past it, one request's ban would fail the whole step's sampling."""
-        vocab = self.model_config.vocab_size
-        bad = [t for t in params.stop_token_ids if not 0 <= t < vocab]
-        if bad:
-            raise InvalidRequestError(
-                f"stop_token_ids must be in [0, {vocab}); got {bad[:5]}", "stop_token_ids"
-            )
+        check_stop_token_ids(params, self.model_config.vocab_size)
 
     def _check_length(self, num_prompt_tokens: int, params: SamplingParams) -> int:
-        """The resolved max_tokens; PromptTooLongError when prompt + max_tokens can't fit."""
-        limit = self.max_model_len
-        if num_prompt_tokens >= limit:
-            raise PromptTooLongError(
-                f"the prompt has {num_prompt_tokens} tokens; this model's maximum context length "
-                f"is {limit} tokens, leaving no room to generate",
-                "prompt",
-            )
-        if params.max_tokens is None:
-            return limit - num_prompt_tokens
-        if num_prompt_tokens + params.max_tokens > limit:
-            raise PromptTooLongError(
-                f"this model's maximum context length is {limit} tokens, but "
-                f"{num_prompt_tokens + params.max_tokens} were requested "
-                f"({num_prompt_tokens} in the prompt, {params.max_tokens} to generate)",
-                "max_tokens",
-            )
-        return params.max_tokens
+        return resolve_max_tokens(num_prompt_tokens, params, self.max_model_len)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stop a request (all n of it) and free its blocks; its final output. UnknownRequestError

@@ -81,6 +81,8 @@ class ServerContext:
     draining: bool = False
     kv_publisher: VllmKVPublisher | None = None
     """vLLM-format KV events on ZMQ (--kv-events-config); None when off."""
+    vocab_size: int | None = None
+    """The model's vocabulary size (token ids must lie below it); None: not checked here."""
     prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.protocol.render import RenderedRequest
+from engine.request_checks import check_prompt_ids, check_stop_token_ids, resolve_max_tokens
 from engine.sampling_params import SamplingParams
 from engine.server.context import ServerContext
 from engine.server.guards import check_model
@@ -38,10 +39,16 @@ def render_completion_request(ctx: ServerContext, body: CompletionRequest) -> li
 def _rendered(
     ctx: ServerContext, token_ids: list[int], params: SamplingParams, stream: bool | None
 ) -> RenderedRequest:
+    """The engine's own checks (engine/request_checks.py), then max_tokens resolved as it would
+    be: a render succeeds exactly when generation would accept the request."""
+    if ctx.vocab_size is not None:
+        check_prompt_ids(token_ids, ctx.vocab_size)
+        check_stop_token_ids(params, ctx.vocab_size)
+    max_tokens = resolve_max_tokens(len(token_ids), params, ctx.max_model_len)
     return RenderedRequest(
         request_id=uuid.uuid4().hex,
         token_ids=token_ids,
-        sampling_params=_params_dict(params),
+        sampling_params=_params_dict(dataclasses.replace(params, max_tokens=max_tokens)),
         model=ctx.served_model_name,
         stream=stream,
     )

@@ -55,6 +55,7 @@ def build_context(
         logger.info("publishing vLLM-format KV events on %s (replay: %s)", *kv_publisher.endpoints)
     return ServerContext(
         kv_publisher=kv_publisher,
+        vocab_size=engine.model_config.vocab_size,
         engine=async_engine,
         metrics=metrics,
         kv_hub=KVEventHub(async_engine, uuid.uuid4().hex, engine.root_hash),

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgpack
@@ -79,11 +80,35 @@ def test_completions_render_gives_one_request_per_prompt(server: ServerProcess) 
     assert len(by_text) == 2 and by_text[0]["token_ids"] == text_ids
 
 
-def test_render_refuses_what_generation_refuses(server: ServerProcess) -> None:
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"prompt": [5, 10**9]},  # outside the vocabulary
+        {"prompt": [5, 6], "stop_token_ids": [10**9]},
+        {"prompt": [5] * 300},  # longer than max_model_len 256
+        {"prompt": [5] * 200, "max_tokens": 100},  # no room for max_tokens
+        {"prompt": []},
+    ],
+)
+def test_render_refuses_what_generation_refuses(
+    server: ServerProcess, body: dict[str, Any]
+) -> None:
+    rendered = httpx.post(f"{server.url}/v1/completions/render", json=body)
+    generated = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
+    assert rendered.status_code == generated.status_code == 400
+    assert rendered.json()["error"]["message"] == generated.json()["error"]["message"]
+
+
+def test_render_errors_have_openais_shape(server: ServerProcess) -> None:
     wrong_model = {"model": "no-such-model", "prompt": "x"}
     assert httpx.post(f"{server.url}/v1/completions/render", json=wrong_model).status_code == 404
     response = httpx.post(f"{server.url}/v1/chat/completions/render", json={"messages": []})
     assert response.status_code == 400 and response.json()["error"]["type"]
+
+
+def test_render_resolves_max_tokens_as_generation_would(server: ServerProcess) -> None:
+    (rendered,) = httpx.post(f"{server.url}/v1/completions/render", json={"prompt": [5, 6, 7], "max_tokens": None}).json()  # fmt: skip
+    assert rendered["sampling_params"]["max_tokens"] == 256 - 3
 
 
 def test_a_served_prompt_is_announced_with_its_tokens(server: ServerProcess) -> None:
