@@ -10,7 +10,6 @@ from pathlib import Path
 import torch
 
 from engine.config import EngineConfig
-from engine.context_length import resolve_max_tokens
 from engine.continuation import check_continuation
 from engine.core.block_hash import root_hash
 from engine.core.kv_events import KVEventLog, KVSnapshot
@@ -28,6 +27,7 @@ from engine.loader.registry import resolve_model
 from engine.models.tp_layout import check_tp_layout
 from engine.output_processor import NewRequest, OutputProcessor
 from engine.outputs import RequestOutput
+from engine.request_checks import check_prompt_ids, check_stop_token_ids, resolve_max_tokens
 from engine.sampling_params import SamplingParams
 from engine.structured_outputs.guided_decoding import GuidedDecoding
 from engine.text.chat_template import chat_template_source
@@ -186,25 +186,11 @@ class LLMEngine:
                 raise InvalidRequestError("the prompt is empty", "prompt")
             return prompt, self.tokenizer.encode(prompt)
         token_ids = list(prompt)
-        if not token_ids:
-            raise InvalidRequestError("the prompt is empty", "prompt")
-        vocab = self.model_config.vocab_size
-        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab]
-        if bad:
-            raise InvalidRequestError(
-                f"token ids must be integers in [0, {vocab}); got {bad[:5]}", "prompt"
-            )
+        check_prompt_ids(token_ids, self.model_config.vocab_size)
         return None, token_ids
 
     def _check_token_ids(self, params: SamplingParams) -> None:
-        """Ids the sampler indexes logits with must lie in the vocabulary, which only the engine
-        knows: past it, one request's ban would fail the whole step's sampling."""
-        vocab = self.model_config.vocab_size
-        bad = [t for t in params.stop_token_ids if not 0 <= t < vocab]
-        if bad:
-            raise InvalidRequestError(
-                f"stop_token_ids must be in [0, {vocab}); got {bad[:5]}", "stop_token_ids"
-            )
+        check_stop_token_ids(params, self.model_config.vocab_size)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stop a request (all n of it) and free its blocks; its final output. UnknownRequestError

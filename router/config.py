@@ -7,6 +7,7 @@ this config (docs/router.md explains each constant).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from engine.errors import ConfigError
@@ -14,6 +15,7 @@ from pagedock.limits import BLOCK_SIZES, DEFAULT_BLOCK_SIZE, DEFAULT_MODEL, ROUT
 from pagedock.options import option_meta
 
 DISCOVERIES = ("static", "k8s")
+REPLICA_KINDS = ("pagedock", "vllm")
 
 
 @dataclass
@@ -109,6 +111,24 @@ class RouterConfig:
     """... and by more than this factor."""
     kv_usage_threshold: float = 0.95
     """Replicas whose KV cache is fuller than this are chosen only when every replica is."""
+    replica_kind: str = "pagedock"
+    """pagedock (KV events from GET /v1/kv/events, with snapshots) or vllm (vLLM's ZMQ KV events,
+    --kv-events-port / --kv-replay-port on each replica's host) for every replica."""
+    vllm_replicas: list[str] = field(
+        default_factory=list, metadata=option_meta(flag="--vllm-replica", metavar="URL")
+    )
+    """Static discovery: replicas that publish vLLM's ZMQ KV events, whatever --replica-kind says
+    (repeat the flag; a mixed fleet lists its pagedock engines with --replica). `URL@PORT:PORT`
+    names the replica's own event and replay ports (several replicas on one host); plain `URL`
+    uses --kv-events-port and --kv-replay-port."""
+    kv_events_port: int = 5557
+    """vllm replicas: the port of their KV event PUB socket (vLLM's --kv-events-config endpoint)."""
+    kv_replay_port: int = 5558
+    """vllm replicas: the port of their replay ROUTER socket (replay_endpoint); 0 = none."""
+    kv_events_topic: str = ""
+    """vllm replicas: the topic prefix to subscribe to; empty = every topic."""
+    kv_replay_timeout_s: float = 5.0
+    """vllm replicas: seconds a replay may take before the batches it lacks count as missed."""
     picker_port: int | None = None
     """Endpoint-picker mode: serve Envoy's ext_proc protocol over gRPC on this port (the Gateway
     API Inference Extension's endpoint picker, docs/gateway-api.md); unset = off."""
@@ -118,6 +138,11 @@ class RouterConfig:
 
     def __post_init__(self) -> None:
         self.replicas = [normalize_url(u) for u in self.replicas]
+        self.replicas += [u for u in self.vllm_ports if u not in self.replicas]
+        _check(self.replica_kind in REPLICA_KINDS, f"replica_kind must be one of {REPLICA_KINDS}, got {self.replica_kind!r}")  # fmt: skip
+        _check(0 < self.kv_events_port < 65536, f"kv_events_port must be a TCP port, got {self.kv_events_port}")  # fmt: skip
+        _check(0 <= self.kv_replay_port < 65536, f"kv_replay_port must be a TCP port or 0, got {self.kv_replay_port}")  # fmt: skip
+        _check(self.kv_replay_timeout_s > 0, "kv_replay_timeout_s must be positive")
         self.root_path = self.root_path.rstrip("/")
         _check(not self.root_path or self.root_path.startswith("/"), f"root_path must start with /, got {self.root_path!r}")  # fmt: skip
         _check(self.policy in ROUTING_POLICIES, f"policy must be one of {ROUTING_POLICIES}, got {self.policy!r}")  # fmt: skip
@@ -143,6 +168,30 @@ class RouterConfig:
         _check(self.replica_api_key is None or self.api_key is not None, "--replica-api-key needs --api-key: without it, clients without a key would reach key-protected replicas")  # fmt: skip
         if self.model is not None and not self.model.strip():
             self.model = None
+
+    def is_vllm(self, url: str) -> bool:
+        """Does this replica publish vLLM's KV events (rather than pagedock's stream)?"""
+        return self.replica_kind == "vllm" or url in self.vllm_ports
+
+    @functools.cached_property
+    def vllm_ports(self) -> dict[str, tuple[int, int] | None]:
+        """--vllm-replica entries: normalized URL -> its own (event, replay) ports, if given."""
+        return dict(_vllm_replica(entry) for entry in self.vllm_replicas)
+
+    def kv_ports(self, url: str) -> tuple[int, int]:
+        """(event port, replay port; 0 = none) of a vllm replica."""
+        ports = self.vllm_ports.get(url)
+        return ports if ports is not None else (self.kv_events_port, self.kv_replay_port)
+
+
+def _vllm_replica(entry: str) -> tuple[str, tuple[int, int] | None]:
+    """`URL` or `URL@EVENTS_PORT:REPLAY_PORT` -> (normalized URL, ports or None)."""
+    url, _, ports = entry.partition("@")
+    if not ports:
+        return normalize_url(url), None
+    events, _, replay = ports.partition(":")
+    _check(events.isdigit() and replay.isdigit(), f"--vllm-replica {entry!r}: write URL@EVENTS_PORT:REPLAY_PORT, e.g. http://10.0.0.5:8000@5557:5558")  # fmt: skip
+    return normalize_url(url), (int(events), int(replay))
 
 
 def normalize_url(url: str) -> str:

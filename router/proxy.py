@@ -46,6 +46,8 @@ T = TypeVar("T")
 _FORWARDED_REQUEST_HEADERS = ("content-type", "accept", "x-request-id", "user-agent")
 _FORWARDED_RESPONSE_HEADERS = ("retry-after", "www-authenticate", "x-request-id")
 REPLICA_HEADER = "x-pagedock-replica"  # which replica served the request (debugging, tests)
+# The prompt tokens the router expected the replica to hold (how good its cache view is).
+PREDICTED_CACHED_HEADER = "x-pagedock-predicted-cached-tokens"
 # HTTP allows tab in a field value; other C0 controls and DEL are refused by the upstream client
 # (header injection), which would otherwise surface as a 500.
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -130,9 +132,12 @@ class Proxy:
             replica.end(request_id)
             raise
         if content is None:
-            return await self._streamed(upstream, replica, request_id, resumable)
-        replica.end(request_id)
-        return _buffered(upstream, content, replica)
+            response = await self._streamed(upstream, replica, request_id, resumable)
+        else:
+            replica.end(request_id)
+            response = _buffered(upstream, content, replica)
+        response.headers[PREDICTED_CACHED_HEADER] = str(cached_tokens)
+        return response
 
     async def _exchange(self, request: Request, headers: dict[str, str], body: bytes, replica: Replica, stream: bool) -> tuple[aiohttp.ClientResponse, bytes | None]:  # fmt: skip
         """The replica's answer: its headers and, unless it is a stream to pass through, its whole

@@ -52,6 +52,13 @@ class Replica:
     last_event_at: float | None = None
     """time.monotonic() of the last line from the KV event stream."""
     failures: int = 0
+    kind: str = "pagedock"
+    """pagedock (NDJSON events with snapshots) or vllm (vLLM's ZMQ events, no snapshot)."""
+    kv_missed_batches: int = 0
+    """vllm: event batches known lost (not received, not replayable) since the view was exact."""
+    kv_unchained_blocks: int = 0
+    """vllm: stored blocks left out of the index (their parent was announced before the router
+    could see it)."""
 
     def begin(self, request_id: str, uncached_tokens: int) -> None:
         self.inflight[request_id] = InflightRequest(uncached_tokens)
@@ -77,6 +84,19 @@ class Replica:
             + self.load.num_requests_waiting * config.waiting_request_tokens
         )
         return int(max(own, reported))
+
+    def kv_view(self) -> dict[str, object]:
+        """How complete the router's view of this replica's cache is."""
+        if self.kind == "pagedock":  # a snapshot then every delta: exact while synced
+            return {"source": "snapshot", "complete": self.kv_synced}
+        return {
+            "source": "vllm-events",
+            "complete": self.kv_synced
+            and not self.kv_missed_batches
+            and not self.kv_unchained_blocks,
+            "missed_batches": self.kv_missed_batches,
+            "unchained_blocks": self.kv_unchained_blocks,
+        }
 
     def kv_event_lag_s(self, now: float | None = None) -> float | None:
         if self.last_event_at is None:

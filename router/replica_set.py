@@ -19,6 +19,7 @@ from router.health import HealthChecker
 from router.kv_index import KVIndex
 from router.metrics import RouterMetrics
 from router.replica import Replica
+from router.vllm_event_subscriber import VllmEventSubscriber
 
 logger = logging.getLogger("pagedock.router")
 
@@ -36,7 +37,7 @@ class ReplicaSet:
         self.client = client
         self.metrics = metrics
         self.replicas: dict[str, Replica] = {}
-        self._subscribers: dict[str, EventSubscriber] = {}
+        self._subscribers: dict[str, EventSubscriber | VllmEventSubscriber] = {}
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
 
     def update(self, urls: Iterable[str]) -> None:
@@ -73,7 +74,11 @@ class ReplicaSet:
         # NOTE: a new replica is a candidate at once (no affinity until its snapshot arrives);
         # the first failed check or request takes it out.
         replica = self.replicas[url] = Replica(url)
-        subscriber = EventSubscriber(replica, self.index, self.client, self.config, self.metrics)
+        subscriber: EventSubscriber | VllmEventSubscriber
+        if self.config.is_vllm(url):
+            subscriber = VllmEventSubscriber(replica, self.index, self.config, self.metrics)
+        else:
+            subscriber = EventSubscriber(replica, self.index, self.client, self.config, self.metrics)  # fmt: skip
         health = HealthChecker(replica, self.client, self.config, self.mark_unhealthy)
         self._subscribers[url] = subscriber
         self._tasks[url] = [

@@ -85,18 +85,43 @@ class BlockPool:
         blocks: list[KVCacheBlock],
         block_hashes: list[BlockHash],
         parent_block_hash: BlockHash | None,
+        token_ids: list[int] | None = None,
     ) -> None:
         """Publish newly filled blocks under their hashes. A hash already cached by another block
-        (two requests computed the same prefix at once) leaves the duplicate uncached."""
-        stored: list[BlockHash] = []
-        for block, block_hash in zip(blocks, block_hashes, strict=True):
-            if block.block_hash is not None or block_hash in self.cached_blocks:
+        (two requests computed the same prefix at once) leaves the duplicate uncached.
+
+        `token_ids` are the blocks' tokens (block_size each). One BlockStored event is recorded
+        per run of consecutive newly cached blocks, so each event's parent is the block just
+        before its first: a consumer can chain hashes from the events alone."""
+        run: list[BlockHash] = []
+        run_start = 0
+        parent = parent_block_hash
+        for i, (block, block_hash) in enumerate(zip(blocks, block_hashes, strict=True)):
+            if block.block_hash is None and block_hash not in self.cached_blocks:
+                block.block_hash = block_hash
+                self.cached_blocks[block_hash] = block
+                if not run:
+                    run_start = i
+                run.append(block_hash)
                 continue
-            block.block_hash = block_hash
-            self.cached_blocks[block_hash] = block
-            stored.append(block_hash)
-        if stored:
-            self._pending_events.append(BlockStored(stored, parent_block_hash, self.block_size))
+            self._record_stored(run, parent, token_ids, run_start)
+            run, parent = [], block_hash
+        self._record_stored(run, parent, token_ids, run_start)
+
+    def _record_stored(
+        self,
+        run: list[BlockHash],
+        parent: BlockHash | None,
+        token_ids: list[int] | None,
+        run_start: int,
+    ) -> None:
+        if not run:
+            return
+        bs = self.block_size
+        tokens = (
+            [] if token_ids is None else token_ids[run_start * bs : (run_start + len(run)) * bs]
+        )
+        self._pending_events.append(BlockStored(run, parent, bs, tokens))
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; only possible while no block is referenced."""

@@ -129,8 +129,12 @@ class KVCacheManager:
         request.update_block_hashes(self.block_size, self.root_hash)
         blocks = self.req_to_blocks[request_id]
         parent = request.block_hashes[num_cached - 1] if num_cached else None
+        bs = self.block_size
         self.pool.cache_full_blocks(
-            blocks[num_cached:num_full], request.block_hashes[num_cached:num_full], parent
+            blocks[num_cached:num_full],
+            request.block_hashes[num_cached:num_full],
+            parent,
+            request.all_token_ids[num_cached * bs : num_full * bs],
         )
         self.num_cached_blocks[request_id] = num_full
 

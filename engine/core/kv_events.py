@@ -18,9 +18,14 @@ from engine.core.block_hash import BlockHash
 
 @dataclass(frozen=True)
 class BlockStored:
+    """A run of consecutive full blocks of one request, now cached: `parent_block_hash` is the
+    block before the first (None for a prompt's first block), and `token_ids` hold
+    `block_size` tokens per block, in order (vLLM-format consumers re-hash them)."""
+
     block_hashes: list[BlockHash]
     parent_block_hash: BlockHash | None
     block_size: int
+    token_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ def build_app(ctx: ServerContext) -> FastAPI:
             yield
         finally:
             ctx.kv_hub.close_all()
+            if ctx.kv_publisher is not None:
+                ctx.kv_publisher.close()
             ctx.prompt_pool.shutdown(wait=False, cancel_futures=True)
             await ctx.engine.shutdown()
 

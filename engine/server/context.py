@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.errors import ConfigError
+from engine.protocol.vllm_kv_events import KVEventsConfig
 from engine.tool_calls import get_tool_call_parser
 from pagedock.limits import MAX_BODY_BYTES
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from engine.async_engine import AsyncEngine
     from engine.server.kv_events_stream import KVEventHub
     from engine.server.metrics import EngineMetrics
+    from engine.server.vllm_kv_publisher import VllmKVPublisher
     from engine.text.tokenizer import Tokenizer
 
 
@@ -60,12 +62,22 @@ class ServerOptions:
     enable_auto_tool_choice: bool = False
     """Let the model decide whether to call a tool (`tool_choice: auto`, the default when a
     request has tools); needs --tool-call-parser. Without it such requests get a 400, as in vLLM."""
+    kv_events_config: str | None = None
+    """vLLM's --kv-events-config JSON, e.g. '{"enable_kv_cache_events": true, "publisher": "zmq",
+    "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv@10.0.0.5:8000@m"}':
+    publish KV events in vLLM's ZMQ wire format for llm-d, Dynamo and other vLLM-event consumers
+    (plus "event_encoding": "array" for the older positional form). The events carry raw prompt
+    token ids on an unauthenticated port: expose it only to routers. None = off."""
 
     def __post_init__(self) -> None:
         if self.tool_call_parser:
             get_tool_call_parser(self.tool_call_parser)  # ConfigError naming the choices
         elif self.enable_auto_tool_choice:
             raise ConfigError("--enable-auto-tool-choice needs --tool-call-parser")
+        self.kv_events()  # a bad --kv-events-config fails before the model loads
+
+    def kv_events(self) -> KVEventsConfig | None:
+        return KVEventsConfig.from_json(self.kv_events_config) if self.kv_events_config else None
 
 
 @dataclass
@@ -79,6 +91,10 @@ class ServerContext:
     max_model_len: int
     options: ServerOptions
     draining: bool = False
+    kv_publisher: VllmKVPublisher | None = None
+    """vLLM-format KV events on ZMQ (--kv-events-config); None when off."""
+    vocab_size: int | None = None
+    """The model's vocabulary size (token ids must lie below it); None: not checked here."""
     prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
 
 

@@ -8,6 +8,7 @@ installed as its listeners); the registry is per server so tests can run several
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -69,11 +70,38 @@ class EngineMetrics:
         self._queue = histogram(
             "vllm:request_queue_time_seconds", "Arrival to first scheduled.", _REQUEST_BUCKETS
         )
+        self._cache_config, self._lora = self._picker_info_gauges()
         # Cumulative engine counters seen last; Prometheus counters only move by increments.
         self._last_stats: SchedulerStats | None = None
 
+    def _picker_info_gauges(self) -> tuple[Gauge, Gauge]:
+        """The Gateway API Inference Extension's model-server protocol: pickers read the cache
+        geometry and the LoRA adapters from these two, with vLLM's names and labels."""
+        cache_config = Gauge(
+            "vllm:cache_config_info",
+            "Information of the engine's KV cache config (always 1).",
+            ["block_size", "num_gpu_blocks", "enable_prefix_caching", "engine"],
+            registry=self.registry,
+        )
+        lora = Gauge(
+            "vllm:lora_requests_info",
+            "LoRA adapters running and waiting (none: pagedock serves no LoRA); the value is the "
+            "time of the last update, so a picker takes the newest.",
+            ["max_lora", "running_lora_adapters", "waiting_lora_adapters"],
+            registry=self.registry,
+        )
+        return cache_config, lora
+
+    def set_cache_config(self, block_size: int, num_gpu_blocks: int, prefix_caching: bool) -> None:
+        """Once at start-up: the KV pool's block size and block count (vLLM's num_gpu_blocks
+        names the pool whatever the device)."""
+        labels = (str(block_size), str(num_gpu_blocks), str(prefix_caching), "0")
+        self._cache_config.labels(*labels).set(1)
+        self._lora.labels("0", "", "").set(time.time())
+
     def observe_stats(self, stats: SchedulerStats) -> None:
         m = self.model_name
+        self._lora.labels("0", "", "").set(time.time())
         self._running.labels(m).set(stats.num_running)
         self._waiting.labels(m).set(stats.num_waiting)
         self._kv_usage.labels(m).set(stats.kv_cache_usage)

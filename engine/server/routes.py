@@ -25,11 +25,13 @@ from engine.protocol import (
     VersionResponse,
 )
 from engine.protocol.auth import api_key_guard
+from engine.protocol.render import RenderedRequest
 from engine.server.chat import create_chat_completion
 from engine.server.completions import create_completion
 from engine.server.context import ServerContext
 from engine.server.guards import admitting_guard
 from engine.server.prompt_work import in_prompt_pool
+from engine.server.render import render_chat_request, render_completion_request
 from engine.server.tokenize import detokenize, tokenize
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -74,6 +76,8 @@ def api_routes(ctx: ServerContext) -> APIRouter:
     async def tokenize_route(body: TokenizeRequest) -> TokenizeResponse:
         return await in_prompt_pool(ctx, tokenize, ctx, body)
 
+    _add_render_routes(router, ctx)
+
     @router.post("/detokenize", response_model=DetokenizeResponse, responses=_ERRORS)
     async def detokenize_route(body: DetokenizeRequest) -> DetokenizeResponse:
         return detokenize(ctx, body)
@@ -89,6 +93,18 @@ def api_routes(ctx: ServerContext) -> APIRouter:
         return StreamingResponse(ctx.kv_hub.stream(), media_type="application/x-ndjson")
 
     return router
+
+
+def _add_render_routes(router: APIRouter, ctx: ServerContext) -> None:
+    """vLLM's render endpoints: token ids without running the model (for endpoint pickers)."""
+
+    @router.post("/v1/chat/completions/render", response_model=RenderedRequest, responses=_ERRORS)
+    async def render_chat(body: ChatCompletionRequest) -> RenderedRequest:
+        return await in_prompt_pool(ctx, render_chat_request, ctx, body)
+
+    @router.post("/v1/completions/render", response_model=list[RenderedRequest], responses=_ERRORS)
+    async def render_completion(body: CompletionRequest) -> list[RenderedRequest]:
+        return await in_prompt_pool(ctx, render_completion_request, ctx, body)
 
 
 def open_routes(ctx: ServerContext) -> APIRouter:

@@ -29,6 +29,7 @@ from engine.server.drain import DrainingServer, drain
 from engine.server.kv_events_stream import KVEventHub
 from engine.server.metrics import EngineMetrics
 from engine.server.request_log import RequestLog
+from engine.server.vllm_kv_publisher import VllmKVPublisher
 
 logger = logging.getLogger("pagedock.server")
 # Seconds uvicorn waits for open connections once the drain is over.
@@ -39,12 +40,23 @@ def build_context(
     engine: LLMEngine, options: ServerOptions, own_thread: bool = True
 ) -> ServerContext:
     metrics = EngineMetrics(engine.served_model_name)
+    metrics.set_cache_config(
+        engine.config.block_size, engine.num_kv_blocks, engine.config.enable_prefix_caching
+    )
     max_waiting = options.max_waiting if options.max_waiting and options.max_waiting > 0 else None
     async_engine = AsyncEngine(engine, max_waiting, own_thread)
     async_engine.add_stats_listener(metrics.observe_stats)
     async_engine.add_output_listener(metrics.observe_outputs)
     async_engine.add_output_listener(RequestLog(options.log_prompts).on_outputs)
+    kv_publisher = None
+    kv_events = options.kv_events()
+    if kv_events is not None and kv_events.enabled:
+        kv_publisher = VllmKVPublisher(kv_events)
+        async_engine.add_kv_listener(kv_publisher.on_batches)
+        logger.info("publishing vLLM-format KV events on %s (replay: %s)", *kv_publisher.endpoints)
     return ServerContext(
+        kv_publisher=kv_publisher,
+        vocab_size=engine.model_config.vocab_size,
         engine=async_engine,
         metrics=metrics,
         kv_hub=KVEventHub(async_engine, uuid.uuid4().hex, engine.root_hash),

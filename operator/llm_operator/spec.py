@@ -75,6 +75,36 @@ class ModelSpec(SpecModel):
     (requested and limited as ephemeral-storage, with 1Gi for /tmp; 2Gi for other sources)."""
 
 
+class KVEventsSpec(SpecModel):
+    model_config = cel_rules(
+        ("self.port != self.replayPort", "kvEvents.port and kvEvents.replayPort must differ"),
+        (
+            "self.port != 8000 && self.replayPort != 8000",
+            "kvEvents ports must not be 8000 (the engine's HTTP port)",
+        ),
+    )
+
+    enabled: bool = False
+    """Publish KV events in vLLM's ZMQ format (for llm-d, Dynamo and other vLLM-event consumers),
+    topic `kv@<pod IP>:8000@<served model name>`. They carry raw prompt token ids and the ports
+    have no authentication: the engines' NetworkPolicy admits them only from the router's pods and
+    the `allowedFrom` peers."""
+    port: int = Field(5557, ge=1, le=65535)
+    """The PUB port (`endpoint: tcp://*:<port>`)."""
+    replay_port: int = Field(5558, ge=1, le=65535)
+    """The replay ROUTER port (`replay_endpoint: tcp://*:<replayPort>`)."""
+    allowed_from: list[RawObject] = Field(default_factory=list)
+    """More NetworkPolicy peers admitted to both ports (e.g. an llm-d endpoint picker's pods)."""
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> "KVEventsSpec":
+        if self.port == self.replay_port:
+            raise ValueError("engine.kvEvents.port and engine.kvEvents.replayPort must differ")
+        if 8000 in (self.port, self.replay_port):
+            raise ValueError("engine.kvEvents ports must not be 8000 (the engine's HTTP port)")
+        return self
+
+
 class EngineSpec(SpecModel):
     model_config = cel_rules(
         (
@@ -111,6 +141,8 @@ class EngineSpec(SpecModel):
     """An exact KV block count; overrides kvCacheMemory."""
     extra_args: list[str] = Field(default_factory=list)
     """Extra `pagedock serve` flags, appended verbatim."""
+    kv_events: KVEventsSpec = section(KVEventsSpec)
+    """vLLM-format KV events on ZMQ (off by default; see docs/ecosystem.md)."""
 
     @model_validator(mode="after")
     def _budget_fits(self) -> "EngineSpec":

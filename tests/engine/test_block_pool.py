@@ -65,3 +65,19 @@ def test_the_prefix_cache_resets_only_when_no_block_is_in_use() -> None:
     pool.free_blocks([block])
     assert pool.reset_prefix_cache()
     assert pool.cached_blocks == {}
+
+
+def test_stored_events_carry_their_tokens_and_split_where_a_block_was_already_cached() -> None:
+    pool = BlockPool(8, 4)
+    tokens = list(range(12))
+    h = [hash_block(ROOT, tokens[:4])]
+    h += [hash_block(h[0], tokens[4:8]), hash_block(hash_block(h[0], tokens[4:8]), tokens[8:])]
+    (other,) = pool.get_new_blocks(1)
+    pool.cache_full_blocks([other], [h[1]], h[0], tokens[4:8])  # another request had block 1
+    pool.take_events()
+    pool.cache_full_blocks(pool.get_new_blocks(3), h, None, tokens)
+    # Each event's parent is the block just before its first, so the chain is rebuildable.
+    assert pool.take_events() == [
+        BlockStored([h[0]], None, 4, tokens[:4]),
+        BlockStored([h[2]], h[1], 4, tokens[8:]),
+    ]

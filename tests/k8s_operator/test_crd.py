@@ -138,4 +138,4 @@ def test_cel_rules_are_in_the_schema() -> None:
         for rule in node.get("x-kubernetes-validations", [])
     ]
     assert any("tensorParallelSize" in rule for rule in rules)
-    assert len(rules) == 7
+    assert len(rules) == 9

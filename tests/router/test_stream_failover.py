@@ -17,7 +17,14 @@ import httpx
 import pytest
 
 from router.proxy import REPLICA_HEADER
-from tests.router.live import Process, metric_sum, replica_process, router_process, wait_until
+from tests.router.live import (
+    Process,
+    metric_sum,
+    replica_process,
+    replica_view,
+    router_process,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 MAX_TOKENS = 300
@@ -37,13 +44,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     model, logs = make_tiny_llama_dir(tmp_path_factory.mktemp("tiny")), tmp_path_factory.mktemp("logs")  # fmt: skip
     replicas = [replica_process(model, logs, 256) for _ in range(2)]
     # Round-robin: the streams of one burst spread over both replicas.
-    router = router_process(model, logs, [r.url for r in replicas], "--policy", "round-robin", "--stall-eject-s", "1")  # fmt: skip
+    # A health timeout that a loaded CI machine's replicas meet: only the frozen one misses it.
+    router = router_process(model, logs, [r.url for r in replicas], "--policy", "round-robin", "--stall-eject-s", "1", "--health-timeout-s", "3")  # fmt: skip
     try:
         for p in replicas:
             p.start()
         for p in replicas:
             p.wait_ready()
         router.start().wait_ready(timeout_s=30)
+        wait_until(lambda: all(v["healthy"] for v in replica_view(router).values()), 30)
         yield Fleet(router, {r.url: r for r in replicas})
     finally:
         for p in [router, *replicas]:
@@ -154,7 +163,7 @@ def test_streams_of_a_replica_killed_mid_stream_are_resumed_on_the_other(fleet: 
         replica.kill(signal.SIGKILL)
         killed.append(replica)
 
-    time.sleep(1.5)  # both replicas healthy in the router's view again
+    wait_until(lambda: all(v["healthy"] for v in replica_view(fleet.router).values()), 30)
     resumes_before = metric_sum(fleet.router.url, "pagedock_router_stream_resumes_total")
     # Non-streamed requests under way meanwhile: read whole before the client gets anything, so
     # the one on the killed replica is simply retried from the start on the other.

@@ -16,6 +16,7 @@ from llm_operator.builders.common import (
 )
 from llm_operator.builders.context import BuildContext
 from llm_operator.builders.engine_args import engine_args
+from llm_operator.builders.kv_events import kv_events_container_ports, kv_events_env
 from llm_operator.builders.model_cache import (
     GPU_RESOURCE,
     cache_env,
@@ -128,11 +129,15 @@ def _engine_container(ctx: BuildContext, config_map: Obj) -> Obj:
         "image": ctx.engine_image,
         "imagePullPolicy": ctx.spec.image_pull_policy,
         "args": engine_args(ctx),
-        "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"},
+            *kv_events_container_ports(ctx),
+        ],
         "envFrom": [{"configMapRef": {"name": config_map["metadata"]["name"]}}],
         "env": cache_env(ctx, COMPONENT)
         + api_key_env(ctx)
         + tensor_parallel_env(ctx)
+        + kv_events_env(ctx)
         + list(ctx.spec.env),
         "resources": _resources(ctx),
         "securityContext": container_security_context(),

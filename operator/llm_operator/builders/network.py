@@ -2,6 +2,7 @@
 
 from llm_operator.builders.common import Obj, metadata
 from llm_operator.builders.context import BuildContext
+from llm_operator.builders.kv_events import kv_events_ingress_rules
 from llm_operator.names import ENGINE_PORT, ROUTER_PORT, engine_name, router_name, selector_labels
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server
@@ -43,7 +44,8 @@ def build_ingress(ctx: BuildContext) -> Obj:
 
 
 def build_engine_network_policy(ctx: BuildContext) -> Obj:
-    """Engines accept traffic from the router and the metrics scrapers' namespaces only.
+    """Engines accept traffic from the router and the metrics scrapers' namespaces only; their
+    KV event ports (engine.kvEvents) from the router and the named peers only.
 
     Without the router, the engines are the endpoint themselves: the ingress controller and
     in-cluster clients must reach them, so the policy then admits any pod on the engine port.
@@ -67,6 +69,6 @@ def build_engine_network_policy(ctx: BuildContext) -> Obj:
         "spec": {
             "podSelector": {"matchLabels": selector_labels(ctx.name, "engine")},
             "policyTypes": ["Ingress"],
-            "ingress": rules,
+            "ingress": rules + kv_events_ingress_rules(ctx),
         },
     }

@@ -1,0 +1,283 @@
+"""The router follows a vLLM replica's ZMQ KV events: dedupe by seq, replay on a gap, reset when
+seq goes backwards, AllBlocksCleared drops the replica, blocks indexed by re-hashing token_ids.
+
+The publisher here is a stand-in written from vLLM's protocol (msgpack [ts, events, dp_rank],
+frames [topic, seq, payload], a ROUTER answering replays, then -1); the test decides which
+batches reach the live stream, so gaps are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgpack
+import pytest
+import pytest_asyncio
+import zmq
+
+from engine.core.block_hash import hash_blocks
+from engine.errors import ConfigError
+from engine.protocol.vllm_kv_events import decode_payload
+from router.kv_index import KVIndex
+from router.metrics import RouterMetrics
+from router.replica import Replica
+from router.vllm_event_subscriber import VllmEventSubscriber
+from router.vllm_kv_view import VLLM_ROOT, SeqTracker, VllmKVView
+from tests.eventually import eventually
+from tests.router.factories import make_config
+
+BS = 4
+TOKENS = list(range(1, 13))  # three blocks
+PD = hash_blocks(TOKENS, BS, VLLM_ROOT)  # what the router must index
+
+
+def stored(ids: list[int], parent: int | None, tokens: list[int], form: str = "map") -> Any:
+    values = [ids, parent, tokens, BS, None, "GPU", None]
+    if form == "array":
+        return ["BlockStored", *values]
+    keys = ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"]  # fmt: skip
+    return {"type": "BlockStored", **dict(zip(keys, values, strict=True))}
+
+
+def removed(ids: list[int]) -> Any:
+    return {"type": "BlockRemoved", "block_hashes": ids, "medium": "GPU"}
+
+
+CLEARED = {"type": "AllBlocksCleared"}
+
+
+def payload(*events: Any, dp_rank: int | None = 0) -> bytes:
+    batch = [1.0, list(events)] + ([] if dp_rank is None else [dp_rank])
+    return msgpack.packb(batch)
+
+
+# ---- the view and the seq bookkeeping, without sockets -------------------------------------
+
+
+def make_view() -> tuple[VllmKVView, KVIndex]:
+    index = KVIndex()
+    return VllmKVView("r", index), index
+
+
+def test_stored_blocks_are_indexed_under_pagedocks_hash_of_their_tokens() -> None:
+    view, index = make_view()
+    view.apply(decode_payload(payload(stored([901, 902], None, TOKENS[:8]))).events)
+    view.apply(decode_payload(payload(stored([903], 902, TOKENS[8:], form="array"))).events)
+    assert index.match(PD, ["r"]) == {"r": 3}
+
+
+def test_removal_maps_the_opaque_id_back_to_the_hash() -> None:
+    view, index = make_view()
+    view.apply(decode_payload(payload(stored([901, 902, 903], None, TOKENS))).events)
+    view.apply(decode_payload(payload(removed([902]))).events)
+    assert index.match(PD, ["r"]) == {"r": 1}
+    assert index.num_blocks("r") == 2
+
+
+def test_a_store_whose_parent_is_unknown_is_counted_not_indexed() -> None:
+    view, index = make_view()
+    view.apply(decode_payload(payload(stored([903], 777, TOKENS[8:]))).events)
+    assert index.num_blocks("r") == 0 and view.unchained_blocks == 1
+
+
+def test_all_blocks_cleared_drops_the_replicas_entries() -> None:
+    view, index = make_view()
+    view.apply(decode_payload(payload(stored([901, 902, 903], None, TOKENS))).events)
+    view.apply(decode_payload(payload(CLEARED, dp_rank=None)).events)
+    assert index.num_blocks("r") == 0 and view.num_ids == 0
+
+
+def test_bytes_hashes_and_other_tiers() -> None:
+    view, index = make_view()
+    view.apply(decode_payload(payload(stored([b"\x01" * 32], None, TOKENS[:4]))).events)
+    cpu = {**stored([555], None, TOKENS[:4]), "medium": "CPU"}
+    view.apply(decode_payload(payload(cpu)).events)
+    assert index.num_blocks("r") == 1
+
+
+def test_a_block_size_that_does_not_fit_the_tokens_is_an_error() -> None:
+    view, _ = make_view()
+    with pytest.raises(ValueError, match="token ids"):
+        view.apply(decode_payload(payload(stored([901], None, TOKENS[:3]))).events)
+
+
+def test_seq_tracker_classifies_live_batches() -> None:
+    seq = SeqTracker()
+    assert seq.classify_live(0) == "apply" and seq.accept(0)
+    assert seq.classify_live(2) == "gap"
+    assert seq.accept(1) and seq.accept(2)
+    assert seq.classify_live(3) == "apply"
+    assert seq.classify_live(3) == "restart"
+    seq.restart()
+    assert seq.accept(5) and seq.missed_batches == 5
+
+
+# ---- live: a stand-in vLLM publisher on real sockets ---------------------------------------
+
+
+class FakeVllmPublisher:
+    """PUB + ROUTER on ephemeral ports; `publish` numbers batches, `live=False` keeps one off
+    the live stream (only replay has it)."""
+
+    def __init__(self, topic: bytes = b"kv@127.0.0.1:8000@m") -> None:
+        ctx = zmq.Context.instance()
+        self.topic = topic
+        self.pub = ctx.socket(zmq.PUB)
+        self.pub_port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+        self.router = ctx.socket(zmq.ROUTER)
+        self.replay_port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        self.buffer: list[tuple[int, bytes]] = []
+        self.next_seq = 0
+        self.replay_requests: list[int] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def publish(self, data: bytes, live: bool = True) -> int:
+        with self._lock:
+            seq = self.next_seq
+            self.next_seq += 1
+            self.buffer.append((seq, data))
+            if live:
+                self.pub.send_multipart([self.topic, seq.to_bytes(8, "big"), data])
+        return seq
+
+    def restart(self) -> None:
+        with self._lock:
+            self.buffer.clear()
+            self.next_seq = 0
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self.router.poll(20):
+                continue
+            with self._lock:
+                client, empty, start = self.router.recv_multipart()
+                first = int.from_bytes(start, "big")
+                self.replay_requests.append(first)
+                for seq, data in self.buffer:
+                    if seq >= first:
+                        self.router.send_multipart([client, empty, self.topic, seq.to_bytes(8, "big"), data])  # fmt: skip
+                self.router.send_multipart([client, empty, b"", (-1).to_bytes(8, "big", signed=True), b""])  # fmt: skip
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.pub.close(linger=0)
+        self.router.close(linger=0)
+
+
+@pytest_asyncio.fixture
+async def running() -> AsyncIterator[tuple[FakeVllmPublisher, Replica, KVIndex]]:
+    fake = FakeVllmPublisher()
+    config = make_config(replica_kind="vllm", kv_events_port=fake.pub_port, kv_replay_port=fake.replay_port, event_backoff_max_s=0.05)  # fmt: skip
+    index, replica = KVIndex(), Replica("http://127.0.0.1:8000")
+    subscriber = VllmEventSubscriber(replica, index, config, RouterMetrics("prefix-aware"))
+    task = asyncio.create_task(subscriber.run())
+    await eventually(lambda: replica.kv_synced)
+    await subscription_up(fake, replica)
+    yield fake, replica, index
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    fake.close()
+
+
+async def subscription_up(fake: FakeVllmPublisher, replica: Replica) -> None:
+    """ZMQ drops what is published before a subscription has propagated: publish empty batches
+    until one arrives (the router replays any it missed)."""
+    for _ in range(600):
+        seq = fake.publish(payload())
+        await asyncio.sleep(0.05)
+        if replica.kv_seq >= seq:
+            return
+    raise AssertionError("the subscription never came up")
+
+
+async def publish_until_seen(fake: FakeVllmPublisher, replica: Replica, data: bytes) -> None:
+    seq = fake.publish(data)
+    await eventually(lambda: replica.kv_seq >= seq, what=f"batch {seq} applied")
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    await eventually(condition)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_live_batches_are_indexed_and_the_view_is_complete(running: Any) -> None:
+    fake, replica, index = running
+    await publish_until_seen(fake, replica, payload(stored([901, 902, 903], None, TOKENS)))
+    assert index.match(PD, [replica.url]) == {replica.url: 3}
+    assert replica.block_size == BS
+    assert replica.kv_view() == {"source": "vllm-events", "complete": True, "missed_batches": 0, "unchained_blocks": 0}  # fmt: skip
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_gap_is_replayed_then_duplicates_are_dropped(running: Any) -> None:
+    fake, replica, index = running
+    await publish_until_seen(fake, replica, payload(stored([901], None, TOKENS[:4])))
+    lost = fake.publish(payload(stored([902], 901, TOKENS[4:8])), live=False)  # lost on the way
+    await publish_until_seen(fake, replica, payload(stored([903], 902, TOKENS[8:])))
+    assert fake.replay_requests[-1] == lost
+    assert index.match(PD, [replica.url]) == {replica.url: 3}
+    await publish_until_seen(fake, replica, payload(removed([903])))
+    assert index.num_blocks(replica.url) == 2 and replica.kv_view()["complete"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_seq_going_backwards_resets_the_replicas_view(running: Any) -> None:
+    fake, replica, index = running
+    await publish_until_seen(fake, replica, payload(stored([901, 902, 903], None, TOKENS)))
+    await publish_until_seen(fake, replica, payload(removed([])))
+    fake.restart()
+    fake.publish(payload(stored([701], None, TOKENS[:4])))  # seq 0 of the new publisher
+    await until(lambda: index.num_blocks(replica.url) == 1)
+    assert index.match(PD, [replica.url]) == {replica.url: 1} and replica.kv_seq == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_all_blocks_cleared_drops_the_replica(running: Any) -> None:
+    fake, replica, index = running
+    await publish_until_seen(fake, replica, payload(stored([901, 902, 903], None, TOKENS)))
+    await publish_until_seen(fake, replica, payload(CLEARED))
+    assert index.num_blocks(replica.url) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_late_router_replays_the_buffer_and_says_what_it_lacks() -> None:
+    fake = FakeVllmPublisher()
+    try:
+        fake.publish(payload(stored([901, 902], None, TOKENS[:8])), live=False)
+        fake.publish(payload(stored([903], 902, TOKENS[8:])), live=False)
+        del fake.buffer[0]  # the replay buffer no longer holds batch 0
+        config = make_config(replica_kind="vllm", kv_events_port=fake.pub_port, kv_replay_port=fake.replay_port)  # fmt: skip
+        index, replica = KVIndex(), Replica("http://127.0.0.1:8000")
+        task = asyncio.create_task(VllmEventSubscriber(replica, index, config, RouterMetrics("x")).run())  # fmt: skip
+        await until(lambda: replica.kv_synced)
+        assert fake.replay_requests == [0]
+        assert replica.kv_view() == {"source": "vllm-events", "complete": False, "missed_batches": 1, "unchained_blocks": 1}  # fmt: skip
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    finally:
+        fake.close()
+
+
+def test_vllm_replicas_join_the_static_list_and_are_vllm_kind() -> None:
+    config = make_config(replicas=["http://a:8000"], vllm_replicas=["b:8000", "http://c:8000@6001:0"])  # fmt: skip
+    assert config.replicas == ["http://a:8000", "http://b:8000", "http://c:8000"]
+    assert config.is_vllm("http://b:8000") and not config.is_vllm("http://a:8000")
+    assert config.kv_ports("http://b:8000") == (5557, 5558)
+    assert config.kv_ports("http://c:8000") == (6001, 0)
+    with pytest.raises(ConfigError, match="URL@EVENTS_PORT:REPLAY_PORT"):
+        make_config(vllm_replicas=["http://c:8000@x"])
+    assert make_config(replica_kind="vllm").is_vllm("http://a:8000")
+    with pytest.raises(ConfigError, match="replica_kind"):
+        make_config(replica_kind="sglang")
