@@ -255,7 +255,8 @@ class Proxy:
                 decision = self.dispatcher.decide(resumable.decision.blocks)
             except NoReplicaError:
                 return None
-            replica = next((r for r in decision.replicas if r.url not in tried), None)
+            # Only a pagedock engine resumes a continuation (another restarts the answer).
+            replica = next((r for r in decision.replicas if r.url not in tried and r.kind == "pagedock"), None)  # fmt: skip
             if replica is None:
                 return None
             tried.append(replica.url)
