@@ -102,6 +102,11 @@ class RouterConfig:
     """... and by more than this factor."""
     kv_usage_threshold: float = 0.95
     """Replicas whose KV cache is fuller than this are chosen only when every replica is."""
+    hold_queue_size: int = 256
+    """Requests held (in arrival order) while no replica is ready, e.g. scaled to zero; beyond
+    it, 503 with Retry-After at once. 0 = none held: 503 at once."""
+    hold_timeout_s: float = 60.0
+    """Seconds a held request waits for a ready replica before its 503 with Retry-After."""
 
     def __post_init__(self) -> None:
         self.replicas = [normalize_url(u) for u in self.replicas]
@@ -119,6 +124,8 @@ class RouterConfig:
         _check(self.block_size in BLOCK_SIZES, f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}")  # fmt: skip
         for name in ("health_interval_s", "health_timeout_s", "connect_timeout_s", "request_timeout_s", "stall_eject_s", "prefill_ms_per_token"):  # fmt: skip
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        _check(self.hold_queue_size >= 0, f"hold_queue_size must be 0 or more, got {self.hold_queue_size}")  # fmt: skip
+        _check(self.hold_timeout_s > 0, f"hold_timeout_s must be positive, got {self.hold_timeout_s}")  # fmt: skip
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
         _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")
         # A router that adds the replicas' key for every client would open key-protected engines

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import httpx
 
@@ -38,6 +38,8 @@ class ReplicaSet:
         self.replicas: dict[str, Replica] = {}
         self._subscribers: dict[str, EventSubscriber] = {}
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
+        self.on_ready: Callable[[], None] = lambda: None
+        """Called when a replica joins or turns healthy again (releases held requests)."""
 
     def update(self, urls: Iterable[str]) -> None:
         """Make the set exactly `urls` (discovery's latest view)."""
@@ -74,12 +76,15 @@ class ReplicaSet:
         # the first failed check or request takes it out.
         replica = self.replicas[url] = Replica(url)
         subscriber = EventSubscriber(replica, self.index, self.client, self.config, self.metrics)
-        health = HealthChecker(replica, self.client, self.config, self.mark_unhealthy)
+        health = HealthChecker(
+            replica, self.client, self.config, self.mark_unhealthy, self.on_ready
+        )
         self._subscribers[url] = subscriber
         self._tasks[url] = [
             asyncio.create_task(subscriber.run(), name=f"kv-events {url}"),
             asyncio.create_task(health.run(), name=f"health {url}"),
         ]
+        self.on_ready()
 
     def _remove(self, url: str) -> None:
         logger.info("replica %s left", url)
