@@ -74,8 +74,16 @@ def test_a_short_burst_panics_up_and_panic_never_scales_down() -> None:
     assert after.panicking and after.replicas == 4
 
 
+def test_a_fresh_autoscaler_does_not_scale_down_before_one_stabilization_window() -> None:
+    spec, state = make_spec(minReplicas=1), ScalerState()
+    assert decide(spec, state, observe(100, inflight=0, ready=3, current=3)).replicas == 3
+    assert decide(spec, state, observe(129, inflight=0, ready=3, current=3)).replicas == 3
+    assert decide(spec, state, observe(131, inflight=0, ready=3, current=3)).replicas == 1
+
+
 def test_scale_down_waits_for_the_stabilization_window() -> None:
     spec, state = make_spec(panicThresholdPercentage=1000), ScalerState()
+    decide(spec, state, observe(-100, inflight=6, ready=3, current=3))  # watching for a while
     decide(spec, state, observe(0, inflight=6, ready=3, current=3))
     held: list[Decision] = [decide(spec, state, observe(t, inflight=0, ready=3, current=3)) for t in range(1, 30)]  # fmt: skip
     assert all(d.replicas == 3 for d in held)

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_operator import API_VERSION, KIND
+from llm_operator.autoscaler.events import post_event
 from llm_operator.autoscaler.rule import Decision, Observation, ScalerState, decide
 from llm_operator.autoscaler.scale_down import annotation_patches, coldest
 from llm_operator.autoscaler.signals import RouterDemand, poll_routers, ready_pod_ips
@@ -23,7 +25,7 @@ from llm_operator.conditions import now_rfc3339
 from llm_operator.kube import KubeClient, KubeError
 from llm_operator.leadership import Peering, is_active
 from llm_operator.names import engine_name, selector_labels, selector_string
-from llm_operator.reconcile import InvalidSpecError, emit, parse_spec
+from llm_operator.reconcile import InvalidSpecError, parse_spec
 from llm_operator.resources import KINDS, LLM_DEPLOYMENT, POD
 from llm_operator.resync import collection_paths
 from llm_operator.settings import OperatorSettings
@@ -56,6 +58,8 @@ class Autoscaler:
                 continue
             listing = await self.kube.get(path)
             for body in (listing or {}).get("items", []):
+                body.setdefault("apiVersion", API_VERSION)  # a list's items may omit them
+                body.setdefault("kind", KIND)
                 await self.scale_one(body)
 
     async def scale_one(self, body: Mapping[str, Any]) -> Decision | None:
@@ -105,7 +109,7 @@ class Autoscaler:
         reason = "ScaledToZero" if decision.replicas == 0 else "Scaled"
         message = f"engine replicas {current} -> {decision.replicas}: {decision.reason}{going}"
         logger.info("%s/%s %s", meta["namespace"], meta["name"], message)
-        emit(body, reason, message)
+        await post_event(self.kube, body, reason, message)
 
     async def _mark_coldest(self, namespace: str, name: str, demand: RouterDemand) -> str:
         """Deletion costs on the engine pods, so the coldest cache goes; ' (<pod> first)'."""

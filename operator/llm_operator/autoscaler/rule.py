@@ -10,7 +10,9 @@ style, with the HPA's scale-down stabilization):
     scale-up     at most ceil(maxScaleUpRate x ready) (at least 1), and never above the current
                  replicas while some are still starting: a 7-minute model load is not a reason
                  to ask for more pods every second
-    scale-down   only to the highest want of the last scaleDownStabilizationSeconds
+    scale-down   only to the highest want of the last scaleDownStabilizationSeconds, and not
+                 in the first such window after the autoscaler starts watching (a restarted
+                 operator has no past: it must not read "no want" as "want less")
     zero         minReplicas 0: no request and nothing held or in flight for
                  scaleToZeroAfterSeconds -> 0; at 0 it stays there until a request is held;
                  otherwise at least 1 (a held request brings one at once, no window)
@@ -61,9 +63,13 @@ class ScalerState:
     samples: deque[tuple[float, int]] = field(default_factory=deque)
     wants: deque[tuple[float, int]] = field(default_factory=deque)
     panic_until: float | None = None
+    started_at: float | None = None
+    """The first tick's time: no scale-down within one stabilization window of it."""
 
 
 def decide(spec: AutoscalingSpec, state: ScalerState, obs: Observation) -> Decision:
+    if state.started_at is None:
+        state.started_at = obs.now
     stable_s = float(spec.stable_window_seconds)
     panic_s = stable_s * spec.panic_window_percentage / 100
     _record(state.samples, obs.now, obs.concurrency, stable_s)
@@ -96,6 +102,8 @@ def _bounded(spec: AutoscalingSpec, state: ScalerState, obs: Observation, want: 
             return max(limit, current), f"wants {want}, limited to {max(limit, current)} while {current - obs.ready_replicas} start"  # fmt: skip
         return want, f"concurrency {obs.concurrency} ({obs.num_held} held)"
     if want < current:
+        if obs.now - (state.started_at or obs.now) < spec.scale_down_stabilization_seconds:
+            return current, f"wants {want}, no scale-down in the first stabilization window"
         stabilized = min(current, max(w for _, w in state.wants))
         if stabilized > want:
             return stabilized, f"wants {want}, held at {stabilized} by the scale-down stabilization window"  # fmt: skip
