@@ -118,6 +118,8 @@ async def _generate(
         work = functools.partial(_parse_and_hash, ctx, body, model)
         parsed, blocks = await asyncio.get_running_loop().run_in_executor(ctx.prompt_pool, work)
     session_key = request.headers.get(ctx.config.session_header) or (parsed.user if parsed else None)  # fmt: skip
+    if blocks is not None:
+        ctx.hot.record(blocks.token_ids)
     await _hold_until_ready(ctx, request)
     decision = _decide(ctx, blocks, session_key)
     stream = bool(parsed and parsed.stream)
@@ -214,6 +216,7 @@ def _replica_view(ctx: RouterContext, url: str) -> dict[str, Any]:
     return {
         "url": url,
         "healthy": r.healthy,
+        "warming": r.warming,
         "instance_id": r.instance_id,
         "cached_blocks": ctx.index.num_blocks(url),
         "kv_synced": r.kv_synced,

@@ -19,6 +19,7 @@ from router.health import HealthChecker
 from router.kv_index import KVIndex
 from router.metrics import RouterMetrics
 from router.replica import Replica
+from router.warmer import Warmer
 
 logger = logging.getLogger("pagedock.router")
 
@@ -40,6 +41,8 @@ class ReplicaSet:
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self.on_ready: Callable[[], None] = lambda: None
         """Called when a replica joins or turns healthy again (releases held requests)."""
+        self.warmer: Warmer | None = None
+        """Sends a replica that joins while others serve the hot prefixes first."""
 
     def update(self, urls: Iterable[str]) -> None:
         """Make the set exactly `urls` (discovery's latest view)."""
@@ -50,7 +53,8 @@ class ReplicaSet:
             self._remove(url)
 
     def healthy(self) -> list[Replica]:
-        return [r for r in self.replicas.values() if r.healthy]
+        """The routing candidates: healthy, and not being warmed."""
+        return [r for r in self.replicas.values() if r.healthy and not r.warming]
 
     def mark_unhealthy(self, replica: Replica, why: str) -> None:
         """Out of the candidate set at once, its cache view dropped until a fresh snapshot."""
@@ -84,7 +88,18 @@ class ReplicaSet:
             asyncio.create_task(subscriber.run(), name=f"kv-events {url}"),
             asyncio.create_task(health.run(), name=f"health {url}"),
         ]
+        if self.warmer is not None and self.warmer.wants(others_serving=bool(self.healthy())):
+            replica.warming = True
+            self._tasks[url].append(asyncio.create_task(self._warm(replica), name=f"warm {url}"))
         self.on_ready()
+
+    async def _warm(self, replica: Replica) -> None:
+        assert self.warmer is not None
+        try:
+            await self.warmer.warm(replica)
+        finally:
+            replica.warming = False
+            self.on_ready()
 
     def _remove(self, url: str) -> None:
         logger.info("replica %s left", url)

@@ -113,6 +113,8 @@ class RouterSpec(SpecModel):
     beyond it, 503 with Retry-After. 0 = none held."""
     hold_timeout_seconds: int = Field(300, ge=1, le=3600)
     """Seconds a held request waits for an engine before its 503 (cover a cold start)."""
+    warm_prefixes: int = Field(8, ge=0, le=256)
+    """Hottest prompt prefixes a new engine is sent before it takes its share; 0 = none."""
 
 
 class IngressSpec(SpecModel):

@@ -46,6 +46,7 @@ def router_args(ctx: BuildContext) -> list[str]:
         "--block-size", str(ctx.spec.engine.block_size),
         "--hold-queue-size", str(ctx.spec.router.hold_queue_size),
         "--hold-timeout-s", str(ctx.spec.router.hold_timeout_seconds),
+        "--warm-prefixes", str(ctx.spec.router.warm_prefixes),
         "--host", "0.0.0.0",
         "--port", str(ROUTER_PORT),
     ]  # fmt: skip
