@@ -96,3 +96,9 @@ def test_a_kubectl_scale_is_overridden_by_the_rule() -> None:
     spec, state = make_spec(minReplicas=1, scaleDownStabilizationSeconds=0), ScalerState()
     decision = decide(spec, state, observe(0, inflight=0, ready=5, current=5))
     assert decision.replicas == 1
+
+
+def test_requests_the_engines_report_count_when_they_bypass_the_routers() -> None:
+    obs = Observation(0, 0, 1, 0.0, 1, 1, num_engine_requests=8)
+    assert obs.concurrency == 8
+    assert decide(make_spec(), ScalerState(), obs).replicas == 2

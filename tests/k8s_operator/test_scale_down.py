@@ -43,3 +43,9 @@ def test_several_routers_demand_is_summed_and_the_idle_time_is_the_shortest() ->
 
 def test_only_ready_router_pods_are_polled() -> None:
     assert ready_pod_ips([pod("a", "10.0.0.2"), pod("b", "10.0.0.3", ready=False)]) == ["10.0.0.2"]
+
+
+def test_engine_reported_load_counts_each_engine_once() -> None:
+    replica = {"url": "http://10.0.0.1:8000", "inflight": 0, "num_requests_running": 3, "num_requests_waiting": 2}  # fmt: skip
+    demand = combine([{"replicas": [replica]}, {"replicas": [{**replica, "num_requests_running": 1}]}])  # fmt: skip
+    assert demand is not None and demand.num_engine_requests == 5

@@ -97,6 +97,7 @@ class Autoscaler:
             idle_seconds=demand.idle_seconds,
             ready_replicas=ready,
             current_replicas=spec.replicas,
+            num_engine_requests=demand.num_engine_requests,
         )
 
     async def _scale(self, body: Mapping[str, Any], current: int, decision: Decision, demand: RouterDemand) -> None:  # fmt: skip

@@ -33,6 +33,9 @@ class RouterDemand:
     """Engine pod IP -> recent cached prompt tokens routed to it, summed over the routers."""
     engine_inflight: dict[str, int] = field(default_factory=dict)
     """Engine pod IP -> requests in flight to it, summed over the routers."""
+    num_engine_requests: int = 0
+    """Requests the engines themselves report running or waiting (each engine once: the most any
+    router saw), which also counts clients that reach an engine without a router."""
 
 
 def ready_pod_ips(pods: list[Obj]) -> list[str]:
@@ -54,11 +57,14 @@ def combine(views: list[Obj]) -> RouterDemand | None:
         return None
     scores: dict[str, float] = defaultdict(float)
     inflight: dict[str, int] = defaultdict(int)
+    reported: dict[str, float] = defaultdict(float)
     for view in views:
         for replica in view.get("replicas", []):
             ip = _host(replica["url"])
             scores[ip] += float(replica.get("prefix_hit_score", 0.0))
             inflight[ip] += int(replica.get("inflight", 0))
+            load = float(replica.get("num_requests_running", 0)) + float(replica.get("num_requests_waiting", 0))  # fmt: skip
+            reported[ip] = max(reported[ip], load)
     return RouterDemand(
         num_routers=len(views),
         num_held=sum(int(v.get("num_held", 0)) for v in views),
@@ -66,6 +72,7 @@ def combine(views: list[Obj]) -> RouterDemand | None:
         idle_seconds=min(float(v.get("idle_seconds", 0.0)) for v in views),
         prefix_hit_scores=dict(scores),
         engine_inflight=dict(inflight),
+        num_engine_requests=round(sum(reported.values())),
     )
 
 
