@@ -115,6 +115,8 @@ class RouterSpec(SpecModel):
     """Seconds a held request waits for an engine before its 503 (cover a cold start)."""
     warm_prefixes: int = Field(8, ge=0, le=256)
     """Hottest prompt prefixes a new engine is sent before it takes its share; 0 = none."""
+    warm_timeout_seconds: int = Field(30, ge=1, le=600)
+    """Longest time warming may hold a new engine back."""
 
 
 class IngressSpec(SpecModel):

@@ -47,6 +47,7 @@ def router_args(ctx: BuildContext) -> list[str]:
         "--hold-queue-size", str(ctx.spec.router.hold_queue_size),
         "--hold-timeout-s", str(ctx.spec.router.hold_timeout_seconds),
         "--warm-prefixes", str(ctx.spec.router.warm_prefixes),
+        "--warm-timeout-s", str(ctx.spec.router.warm_timeout_seconds),
         "--host", "0.0.0.0",
         "--port", str(ROUTER_PORT),
     ]  # fmt: skip
