@@ -49,3 +49,13 @@ def test_engine_reported_load_counts_each_engine_once() -> None:
     replica = {"url": "http://10.0.0.1:8000", "inflight": 0, "num_requests_running": 3, "num_requests_waiting": 2}  # fmt: skip
     demand = combine([{"replicas": [replica]}, {"replicas": [{**replica, "num_requests_running": 1}]}])  # fmt: skip
     assert demand is not None and demand.num_engine_requests == 5
+
+
+def test_a_scale_event_is_about_the_llmdeployment_and_says_why() -> None:
+    from llm_operator.autoscaler.events import build_event
+
+    body = {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", "metadata": {"name": "chat", "namespace": "team-a", "uid": "u1"}}  # fmt: skip
+    event = build_event(body, "Scaled", "engine replicas 1 -> 2: concurrency 9 (3 held)")
+    assert event["involvedObject"] == {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", "name": "chat", "namespace": "team-a", "uid": "u1"}  # fmt: skip
+    assert (event["reason"], event["type"], event["metadata"]["namespace"]) == ("Scaled", "Normal", "team-a")  # fmt: skip
+    assert event["metadata"]["name"].startswith("chat.")
