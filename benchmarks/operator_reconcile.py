@@ -32,7 +32,7 @@ SPEC = {
     "model": {"source": "hf://org/model"},
     "resources": {"gpus": 1},
     "ingress": {"enabled": True, "host": "llm.example.com", "tlsSecretName": "tls"},
-    "autoscaling": {"enabled": True},
+    "autoscaling": {"enabled": True, "mode": "hpa"},  # an HPA child (builtin makes none)
 }
 
 

@@ -2,8 +2,10 @@
 
 The router never judges a request's content: input it can't parse is still forwarded, so a client
 gets exactly the engine's answer to bad input. Its own errors are about routing (a missing API
-key 401, no healthy replica 503, every attempt failed 502), in OpenAI's shape through the same
-engine/protocol/errors.py and API-key guard as the engine's server.
+key 401, no replica ready within the hold timeout or a full hold queue 503 with Retry-After,
+every attempt failed 502), in OpenAI's shape through the same engine/protocol/errors.py and API-key
+guard as the engine's server. Its own health does not depend on the replicas: with zero engines
+(scaled to zero) it stays live and ready, holding requests (router/hold_queue.py).
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ from engine.protocol.auth import api_key_guard, docs_urls
 from engine.protocol.errors import APIError, install_api_error_handlers
 from pagedock.limits import MAX_BODY_BYTES  # the engine's default --max-body-bytes too
 from router.context import RouterContext
+from router.demand import demand_view
 from router.dispatcher import Decision, NoReplicaError
+from router.hold_queue import HoldRefused
 from router.prompt_hasher import PromptBlocks
+from router.proxy import until_disconnect
 from router.root_path import RootPathMiddleware
 from router.stream_resume import ResumePlan, resume_plan
 
@@ -79,6 +84,8 @@ def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
 
     @app.get("/v1/models", dependencies=guard)
     async def models(request: Request) -> Response:
+        ctx.demand.arrived()
+        await _hold_until_ready(ctx, request)
         decision = _decide(ctx, None, None)
         return await ctx.proxy.forward(request, b"", decision, False, time.perf_counter())
 
@@ -92,10 +99,16 @@ def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
 def _add_open_routes(app: FastAPI, ctx: RouterContext) -> None:
     @app.get("/health")
     async def health() -> Response:
+        # NOTE: 200 with zero replicas: a router scaled to zero engines must stay in its Service
+        # (and not be restarted) to hold the requests that bring the engines back.
         healthy = len(ctx.replica_set.healthy())
-        status = 200 if healthy else 503
-        body = {"status": "ok" if healthy else "no healthy replica", "healthy_replicas": healthy}
-        return JSONResponse(body, status_code=status)
+        body = {"status": "ok", "healthy_replicas": healthy, "held_requests": len(ctx.hold)}
+        return JSONResponse(body)
+
+    @app.get("/router/demand")
+    async def demand() -> dict[str, Any]:
+        """What the operator's autoscaler reads (counts and per-replica load; no request data)."""
+        return _demand(ctx)
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -108,9 +121,13 @@ async def _generate(
     ctx: RouterContext, request: Request, model: type[ChatCompletionRequest | CompletionRequest]
 ) -> Response:
     arrival = time.perf_counter()
+    ctx.demand.arrived()
     body = await _read_body(request)
     parsed, blocks, plan = await parse_and_hash(ctx, body, model)
     session_key = request.headers.get(ctx.config.session_header) or (parsed.user if parsed else None)  # fmt: skip
+    if blocks is not None:
+        ctx.hot.record(blocks.token_ids)
+    await _hold_until_ready(ctx, request)
     decision = _decide(ctx, blocks, session_key)
     stream = bool(parsed and parsed.stream)
     return await ctx.proxy.forward(request, body, decision, stream, arrival, plan)
@@ -159,6 +176,39 @@ def _decide(ctx: RouterContext, blocks: PromptBlocks | None, session_key: str | 
         raise APIError(503, str(e), code="no_healthy_replica", headers={"Retry-After": "1"}) from e  # fmt: skip
 
 
+async def _hold_until_ready(ctx: RouterContext, request: Request) -> None:
+    """Wait in the hold queue while no replica is ready (a client that leaves, leaves it)."""
+    if not len(ctx.hold) and ctx.replica_set.healthy():
+        return  # the common case: no tasks to watch for a disconnect
+    try:
+        await until_disconnect(request, ctx.hold.wait_for_replica())
+    except HoldRefused as e:
+        raise APIError(503, str(e), code=e.code, headers={"Retry-After": _retry_after(ctx)}) from e
+
+
+def _retry_after(ctx: RouterContext) -> str:
+    """Seconds a refused client should wait: a cold start takes a while, a full queue drains."""
+    return str(max(1, min(30, round(ctx.config.hold_timeout_s / 4))))
+
+
+def _demand(ctx: RouterContext) -> dict[str, Any]:
+    now = time.monotonic()
+    oldest = ctx.hold.oldest_since
+    replicas = [
+        {
+            "url": r.url,
+            "healthy": r.healthy,
+            "inflight": len(r.inflight),
+            "prefix_hit_score": round(ctx.demand.prefix_hit_score(r.url, now), 1),
+            "num_requests_running": r.load.num_requests_running,
+            "num_requests_waiting": r.load.num_requests_waiting,
+            "kv_cache_usage": r.load.kv_cache_usage,
+        }
+        for r in ctx.replica_set.replicas.values()
+    ]
+    return demand_view(ctx.demand, len(ctx.hold), now - oldest if oldest else 0.0, replicas)
+
+
 async def _read_body(request: Request) -> bytes:
     """The body, refused with a 413 as soon as it passes the limit: a chunked body has no length
     to check up front, so it is read as it streams in, never whole."""
@@ -183,6 +233,7 @@ def _replica_view(ctx: RouterContext, url: str) -> dict[str, Any]:
     return {
         "url": url,
         "healthy": r.healthy,
+        "warming": r.warming,
         "instance_id": r.instance_id,
         "cached_blocks": ctx.index.num_blocks(url),
         "kv_synced": r.kv_synced,

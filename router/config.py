@@ -135,6 +135,18 @@ class RouterConfig:
     picker_shed_ttft_ms: float = 0.0
     """Endpoint picker: answer 429 when even the best eligible replica's estimated time to first
     token (the cost model's) exceeds this many ms; 0 = never shed."""
+    hold_queue_size: int = 256
+    """Requests held (in arrival order) while no replica is ready, e.g. scaled to zero; beyond
+    it, 503 with Retry-After at once. 0 = none held: 503 at once."""
+    hold_timeout_s: float = 60.0
+    """Seconds a held request waits for a ready replica before its 503 with Retry-After."""
+    warm_prefixes: int = 8
+    """Hottest prompt prefixes a replica that joins while others serve is sent (one-token
+    completions) before it takes its share; 0 = no warm start."""
+    warm_timeout_s: float = 30.0
+    """Longest time warming may hold a new replica back."""
+    hot_prefix_entries: int = 256
+    """Prompt prefixes (token ids) the router keeps to warm new replicas with."""
 
     def __post_init__(self) -> None:
         self.replicas = [normalize_url(u) for u in self.replicas]
@@ -158,6 +170,10 @@ class RouterConfig:
         _check(self.block_size in BLOCK_SIZES, f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}")  # fmt: skip
         for name in ("health_interval_s", "health_timeout_s", "connect_timeout_s", "request_timeout_s", "stall_eject_s", "prefill_ms_per_token"):  # fmt: skip
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        _check(self.hold_queue_size >= 0, f"hold_queue_size must be 0 or more, got {self.hold_queue_size}")  # fmt: skip
+        _check(self.warm_prefixes >= 0 and self.hot_prefix_entries >= 0, "warm_prefixes and hot_prefix_entries must be 0 or more")  # fmt: skip
+        _check(self.warm_timeout_s > 0, f"warm_timeout_s must be positive, got {self.warm_timeout_s}")  # fmt: skip
+        _check(self.hold_timeout_s > 0, f"hold_timeout_s must be positive, got {self.hold_timeout_s}")  # fmt: skip
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
         _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")
         _check(self.picker_port is None or 1 <= self.picker_port <= 65535, f"picker_port must be in 1..65535, got {self.picker_port}")  # fmt: skip

@@ -10,15 +10,19 @@ from dataclasses import dataclass, field
 import httpx
 
 from router.config import RouterConfig
+from router.demand import DemandTracker
 from router.discovery import Discovery, make_discovery
 from router.dispatcher import Dispatcher
 from router.event_subscriber import cancel_and_wait
+from router.hold_queue import HoldQueue
+from router.hot_prefixes import HotPrefixes
 from router.kv_index import KVIndex
 from router.metrics import RouterMetrics
 from router.policies import make_policy
 from router.prompt_hasher import PromptHasher, load_tokenizer
 from router.proxy import Proxy
 from router.replica_set import ReplicaSet
+from router.warmer import Warmer
 
 logger = logging.getLogger("pagedock.router")
 
@@ -36,6 +40,11 @@ class RouterContext:
     replica_set: ReplicaSet = field(init=False)
     dispatcher: Dispatcher = field(init=False)
     proxy: Proxy = field(init=False)
+    demand: DemandTracker = field(init=False)
+    hold: HoldQueue = field(init=False)
+    """Requests waiting for a first ready replica (router/hold_queue.py)."""
+    hot: HotPrefixes = field(init=False)
+    """Recent hot prompt prefixes, to warm new replicas with (router/warmer.py)."""
     prompt_pool: ThreadPoolExecutor = field(init=False)
     """Parses and hashes large request bodies off the event loop (two threads: bounded work)."""
     _discovery_task: asyncio.Task[None] | None = None
@@ -47,8 +56,13 @@ class RouterContext:
         timeout = httpx.Timeout(c.request_timeout_s, connect=c.connect_timeout_s)
         self.client = httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
         self.replica_set = ReplicaSet(c, self.index, self.client, self.metrics)
+        self.hold = HoldQueue(c.hold_queue_size, c.hold_timeout_s, lambda: bool(self.replica_set.healthy()))  # fmt: skip
+        self.replica_set.on_ready = self.hold.release
+        self.hot = HotPrefixes(c.hot_prefix_entries, c.block_size)
+        self.replica_set.warmer = Warmer(c, self.hot, self.client)
         self.dispatcher = Dispatcher(c, self.replica_set, self.index, make_policy(c))
-        self.proxy = Proxy(self.dispatcher, self.replica_set, self.metrics, c.replica_api_key)
+        self.demand = DemandTracker()
+        self.proxy = Proxy(self.dispatcher, self.replica_set, self.metrics, c.replica_api_key, self.demand)  # fmt: skip
         self.prompt_pool = ThreadPoolExecutor(2, thread_name_prefix="pagedock-prompt")
 
     @classmethod

@@ -28,11 +28,13 @@ class HealthChecker:
         client: httpx.AsyncClient,
         config: RouterConfig,
         on_unhealthy: Callable[[Replica, str], None],
+        on_healthy: Callable[[], None] = lambda: None,
     ) -> None:
         self.replica = replica
         self.client = client
         self.config = config
         self.on_unhealthy = on_unhealthy
+        self.on_healthy = on_healthy
         self._warned_bad_load = False
 
     async def run(self) -> None:
@@ -55,11 +57,14 @@ class HealthChecker:
             return self._failed(f"health check answered {health.status_code}")
         if metrics.status_code == 200:
             self._read_load(metrics.text)
-        if not self.replica.healthy:
+        was_healthy = self.replica.healthy
+        if not was_healthy:
             logger.info("replica %s is healthy again", base)
         self.replica.healthy = True
         self.replica.unhealthy_since = None
         self.replica.failures = 0
+        if not was_healthy:
+            self.on_healthy()
         return True
 
     def _read_load(self, text: str) -> None:

@@ -32,6 +32,7 @@ from starlette.types import Receive
 
 from engine.protocol import CONTINUATION_HEADER
 from engine.protocol.errors import APIError, error_json
+from router.demand import DemandTracker
 from router.dispatcher import Decision, Dispatcher, NoReplicaError
 from router.metrics import RouterMetrics
 from router.replica import Replica
@@ -48,6 +49,7 @@ _FORWARDED_RESPONSE_HEADERS = ("retry-after", "www-authenticate", "x-request-id"
 REPLICA_HEADER = "x-pagedock-replica"  # which replica served the request (debugging, tests)
 # The prompt tokens the router expected the replica to hold (how good its cache view is).
 PREDICTED_CACHED_HEADER = "x-pagedock-predicted-cached-tokens"
+DISPATCH_HEADER = "x-pagedock-dispatch-seq"  # this router's dispatch order (held requests, tests)
 # HTTP allows tab in a field value; other C0 controls and DEL are refused by the upstream client
 # (header injection), which would otherwise surface as a 500.
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -71,7 +73,9 @@ class Proxy:
         replica_set: ReplicaSet,
         metrics: RouterMetrics,
         replica_api_key: str | None,
+        demand: DemandTracker | None = None,
     ) -> None:
+        self.demand = demand or DemandTracker()
         self.dispatcher = dispatcher
         self.replica_set = replica_set
         self.metrics = metrics
@@ -122,6 +126,7 @@ class Proxy:
         request_id = uuid.uuid4().hex
         cached_tokens = self.dispatcher.commit(decision, replica, request_id)
         self.metrics.observe_decision(replica.url, decision.reason, cached_tokens)
+        seq = str(self.demand.dispatched(replica.url, cached_tokens))
         grace_s = self.dispatcher.config.stall_eject_s
         try:
             upstream, content = await until_disconnect(request, unless_stalled(replica, self._exchange(request, headers, body, replica, stream), grace_s))  # fmt: skip
@@ -137,6 +142,7 @@ class Proxy:
             replica.end(request_id)
             response = _buffered(upstream, content, replica)
         response.headers[PREDICTED_CACHED_HEADER] = str(cached_tokens)
+        response.headers[DISPATCH_HEADER] = seq
         return response
 
     async def _exchange(self, request: Request, headers: dict[str, str], body: bytes, replica: Replica, stream: bool) -> tuple[aiohttp.ClientResponse, bytes | None]:  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import httpx
 
@@ -20,6 +20,7 @@ from router.kv_index import KVIndex
 from router.metrics import RouterMetrics
 from router.replica import Replica
 from router.vllm_event_subscriber import VllmEventSubscriber
+from router.warmer import Warmer
 
 logger = logging.getLogger("pagedock.router")
 
@@ -39,6 +40,10 @@ class ReplicaSet:
         self.replicas: dict[str, Replica] = {}
         self._subscribers: dict[str, EventSubscriber | VllmEventSubscriber] = {}
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
+        self.on_ready: Callable[[], None] = lambda: None
+        """Called when a replica joins or turns healthy again (releases held requests)."""
+        self.warmer: Warmer | None = None
+        """Sends a replica that joins while others serve the hot prefixes first."""
 
     def update(self, urls: Iterable[str]) -> None:
         """Make the set exactly `urls` (discovery's latest view)."""
@@ -49,7 +54,8 @@ class ReplicaSet:
             self._remove(url)
 
     def healthy(self) -> list[Replica]:
-        return [r for r in self.replicas.values() if r.healthy]
+        """The routing candidates: healthy, and not being warmed."""
+        return [r for r in self.replicas.values() if r.healthy and not r.warming]
 
     def mark_unhealthy(self, replica: Replica, why: str) -> None:
         """Out of the candidate set at once, its cache view dropped until a fresh snapshot."""
@@ -80,11 +86,27 @@ class ReplicaSet:
         else:
             subscriber = EventSubscriber(replica, self.index, self.client, self.config, self.metrics)  # fmt: skip
         health = HealthChecker(replica, self.client, self.config, self.mark_unhealthy)
+        subscriber = EventSubscriber(replica, self.index, self.client, self.config, self.metrics)
+        health = HealthChecker(
+            replica, self.client, self.config, self.mark_unhealthy, self.on_ready
+        )
         self._subscribers[url] = subscriber
         self._tasks[url] = [
             asyncio.create_task(subscriber.run(), name=f"kv-events {url}"),
             asyncio.create_task(health.run(), name=f"health {url}"),
         ]
+        if self.warmer is not None and self.warmer.wants(others_serving=bool(self.healthy())):
+            replica.warming = True
+            self._tasks[url].append(asyncio.create_task(self._warm(replica), name=f"warm {url}"))
+        self.on_ready()
+
+    async def _warm(self, replica: Replica) -> None:
+        assert self.warmer is not None
+        try:
+            await self.warmer.warm(replica)
+        finally:
+            replica.warming = False
+            self.on_ready()
 
     def _remove(self, url: str) -> None:
         logger.info("replica %s left", url)

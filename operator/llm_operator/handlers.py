@@ -3,6 +3,7 @@
 Triggers (level-based; any of them leads to the same full reconcile):
   create / update / resume of an LLMDeployment   the spec changed or the operator restarted
   a pass every `resync_seconds` (resync.py)      drift repair, metrics into status
+  the built-in autoscaler (autoscaler/loop.py)  writes spec.replicas, which is an update
   an event on a child Deployment, Service,     a child became ready, failed, was edited or
   Pod or Job                                   deleted, or a model download finished
 No handler needs a finalizer, so deletion never waits for the operator: the garbage collector
@@ -21,6 +22,7 @@ from typing import Any
 import kopf
 
 from llm_operator import GROUP, PLURAL, VERSION
+from llm_operator.autoscaler.loop import Autoscaler
 from llm_operator.kube import KubeClient, KubeError
 from llm_operator.leadership import Peering
 from llm_operator.names import MANAGED_BY, OWNER_LABEL
@@ -95,12 +97,15 @@ def make_registry(operator: OperatorSettings) -> kopf.OperatorRegistry:
             peering = Peering(settings.peering.name, memo[PEER_IDENTITY], settings.peering.priority)
         resync = resync_forever(reconciler, operator.namespaces, peering)
         memo["resync"] = asyncio.create_task(resync)
+        autoscaler = Autoscaler(kube, operator)
+        memo["autoscaler"] = asyncio.create_task(autoscaler.run_forever(peering))
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-        memo["resync"].cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await memo["resync"]
+        for task in (memo["resync"], memo["autoscaler"]):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await memo["reconciler"].kube.close()
 
     kopf.on.login(registry=registry)(login)

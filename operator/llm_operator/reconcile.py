@@ -228,6 +228,7 @@ class Reconciler:
             gateway=gateway_state(ctx, live, issues.missing_crds),
             engine_failure=await self._engine_failure(ctx, engine),
             rejection=rejection,
+            zero_by_policy=ctx.spec.autoscaling.enabled and ctx.spec.autoscaling.min_replicas == 0,
         )
 
     async def _engine_failure(self, ctx: BuildContext, engine: Obj | None) -> PodFailure | None:

@@ -39,6 +39,7 @@ KINDS = {
         ResourceKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
         ResourceKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
         ResourceKind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"),
+        ResourceKind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects"),
         ResourceKind("batch/v1", "Job", "jobs"),
         ResourceKind("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
         INFERENCE_POOL,

@@ -44,6 +44,8 @@ class OperatorSettings:
     scraper_namespaces: tuple[str, ...] = ("monitoring",)
     """Namespaces whose pods the engines' NetworkPolicy admits to port 8000 for /metrics
     (Prometheus; the chart adds the operator's own namespace); empty admits the router only."""
+    autoscale_interval_seconds: float = 1.0
+    """How often the built-in autoscaler polls the routers' demand and decides (mode builtin)."""
     liveness_port: int = 8081
     """Port of the operator's own /healthz endpoint (0 disables it)."""
 

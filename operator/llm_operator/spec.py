@@ -6,58 +6,20 @@ becomes the field's description in the CRD. Cross-field rules live twice, on pur
 operator, which also sees objects from servers that skip schema validation).
 """
 
-import re
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
 
 from llm_operator.gateway_spec import GatewaySpec
+from llm_operator.spec_autoscaling import AutoscalingSpec
+from llm_operator.spec_types import Quantity, RawObject, SpecModel, cel_rules, section
 from pagedock.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MODEL, BlockSize, Dtype, RoutingPolicy
 
-QUANTITY_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkMGTPE]i?|Ki|k)?$")
 BUILTIN_RE = r"[a-z0-9][a-z0-9._-]*"
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 MODEL_SOURCE_PATTERN = (
     rf"^({BUILTIN_RE}|hf://[^/\s]+/[^\s]+|pvc://{DNS_LABEL}(/[^\s]*)?|file:///[^\s]+)$"
 )
-
-
-def _check_quantity(value: int | str) -> int | str:
-    if isinstance(value, str) and not QUANTITY_RE.match(value):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 512Mi, 2, 500m)")
-    return value
-
-
-Quantity = Annotated[
-    int | str,
-    AfterValidator(_check_quantity),
-    Field(json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": QUANTITY_RE.pattern}),
-]
-# Kubernetes objects embedded as is (tolerations, affinity, env vars, network peers).
-RawObject = Annotated[
-    dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
-]
-
-
-def section(model: type[BaseModel]) -> Any:
-    """A nested object that defaults to all of its own defaults (CRD `default: {}`)."""
-    return Field(default_factory=model, json_schema_extra={"default": {}})
-
-
-def cel_rules(*rules: tuple[str, str]) -> ConfigDict:
-    """CEL validations (rule, message) that the API server checks on this object."""
-    validations: Any = [{"rule": rule, "message": message} for rule, message in rules]
-    return ConfigDict(json_schema_extra={"x-kubernetes-validations": validations})
-
-
-class SpecModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_attribute_docstrings=True,
-    )
 
 
 class ModelSpec(SpecModel):
@@ -181,6 +143,15 @@ class RouterSpec(SpecModel):
     """Router image; the operator's default when unset."""
     resources: RawObject | None = None
     """Resource requirements of the router container (a core/v1 ResourceRequirements)."""
+    hold_queue_size: int = Field(256, ge=0)
+    """Requests each router pod holds while no engine is ready (scaled to zero, starting);
+    beyond it, 503 with Retry-After. 0 = none held."""
+    hold_timeout_seconds: int = Field(300, ge=1, le=3600)
+    """Seconds a held request waits for an engine before its 503 (cover a cold start)."""
+    warm_prefixes: int = Field(8, ge=0, le=256)
+    """Hottest prompt prefixes a new engine is sent before it takes its share; 0 = none."""
+    warm_timeout_seconds: int = Field(30, ge=1, le=600)
+    """Longest time warming may hold a new engine back."""
 
 
 class IngressSpec(SpecModel):
@@ -206,33 +177,6 @@ class IngressSpec(SpecModel):
     def _tls_needs_host(self) -> "IngressSpec":
         if self.tls_secret_name and not self.host:
             raise ValueError("ingress.tlsSecretName needs ingress.host")
-        return self
-
-
-class AutoscalingSpec(SpecModel):
-    model_config = cel_rules(
-        ("self.maxReplicas >= self.minReplicas", "maxReplicas must be >= minReplicas"),
-    )
-
-    enabled: bool = False
-    """Create a HorizontalPodAutoscaler that scales this LLMDeployment."""
-    min_replicas: int = Field(1, ge=1)
-    """The fewest engine replicas."""
-    max_replicas: int = Field(4, ge=1)
-    """The most engine replicas."""
-    metric_name: str = "vllm:num_requests_waiting"
-    """A per-pod metric (served by a custom-metrics adapter) to scale on."""
-    target_average_value: Quantity = 4
-    """The per-pod average of metricName to hold."""
-    target_cpu_utilization_percentage: int | None = Field(
-        None, ge=1, le=100, alias="targetCPUUtilizationPercentage"
-    )
-    """Also scale on CPU utilisation (useful for CPU-only deployments)."""
-
-    @model_validator(mode="after")
-    def _range(self) -> "AutoscalingSpec":
-        if self.max_replicas < self.min_replicas:
-            raise ValueError("autoscaling.maxReplicas must be >= autoscaling.minReplicas")
         return self
 
 
@@ -270,12 +214,21 @@ class LLMDeploymentSpec(SpecModel):
             "!has(self.gateway) || self.router.enabled",
             "gateway needs the router (it is the endpoint picker)",
         ),
+        (
+            "!self.autoscaling.enabled || self.autoscaling.mode != 'builtin' || self.router.enabled",
+            "autoscaling.mode builtin needs the router (it reads the routers' demand)",
+        ),
+        (
+            "!self.autoscaling.enabled || self.autoscaling.minReplicas >= 1 || self.router.enabled",
+            "autoscaling.minReplicas 0 needs the router (it holds requests while an engine starts)",
+        ),
     )
 
     model: ModelSpec = section(ModelSpec)
     """The model to serve."""
     replicas: int = Field(1, ge=0)
-    """Engine pods (the scale subresource and an HPA drive this field)."""
+    """Engine pods (the scale subresource drives this field; while autoscaling is enabled the
+    autoscaler owns it, and a `kubectl scale` is overridden)."""
     image: str | None = None
     """Engine image; the operator's default when unset."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
@@ -329,4 +282,13 @@ class LLMDeploymentSpec(SpecModel):
     def _gateway_needs_the_router(self) -> "LLMDeploymentSpec":
         if self.gateway is not None and not self.router.enabled:
             raise ValueError("gateway needs the router (it is the endpoint picker)")
+        return self
+
+    @model_validator(mode="after")
+    def _autoscaling_needs_the_router(self) -> "LLMDeploymentSpec":
+        scaling = self.autoscaling
+        if scaling.builtin and not self.router.enabled:
+            raise ValueError("autoscaling.mode builtin needs the router (it reads the routers' demand)")  # fmt: skip
+        if scaling.enabled and scaling.min_replicas == 0 and not self.router.enabled:
+            raise ValueError("autoscaling.minReplicas 0 needs the router (it holds requests while an engine starts)")  # fmt: skip
         return self

@@ -15,6 +15,31 @@ CHILD_REJECTED = "ChildRejected"
 FAILURE_REASONS = frozenset({*SEVERITY, CHILD_REJECTED, GATEWAY_CRD_MISSING})
 
 
+class AutoscalerStatus(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
+    )
+
+    desired_replicas: int | None = None
+    """The replicas the built-in autoscaler last asked for."""
+    reason: str | None = None
+    """Why, in words."""
+    stable_concurrency: float | None = None
+    """Mean requests held or in flight over the stable window."""
+    panic_concurrency: float | None = None
+    """Mean requests held or in flight over the panic window."""
+    panicking: bool | None = None
+    """True while in panic mode (scales up on the panic window, never down)."""
+    num_held: int | None = None
+    """Requests the routers hold for want of a ready engine."""
+    num_inflight: int | None = None
+    """Requests in flight through the routers."""
+    num_routers: int | None = None
+    """Router pods that answered the last poll."""
+    last_scale_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    """When the autoscaler last changed spec.replicas."""
+
+
 class LLMDeploymentStatus(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
@@ -40,6 +65,8 @@ class LLMDeploymentStatus(BaseModel):
     """Requests queued in all engines."""
     num_requests_running: int | None = None
     """Requests running in all engines."""
+    autoscaler: AutoscalerStatus | None = None
+    """The built-in autoscaler's last decision and its inputs (autoscaling.mode builtin)."""
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
@@ -62,6 +89,8 @@ class ChildrenState:
     """Why the engine pods do not come up (read only while the engine is not ready)."""
     rejection: str | None = None
     """`<kind> <name>: <server message>` when the API server refused to create or patch a child."""
+    zero_by_policy: bool = False
+    """autoscaling may scale to zero (minReplicas 0): zero engines is a state, not a failure."""
 
 
 def deployment_counts(deployment: Obj | None) -> tuple[int, int, int]:
@@ -76,14 +105,23 @@ def deployment_counts(deployment: Obj | None) -> tuple[int, int, int]:
     return desired, status.get("replicas", 0), ready
 
 
+SCALED_TO_ZERO = "ScaledToZero"
+ZERO_MESSAGE = "no engine runs; the router holds the next request while the autoscaler starts one"
+
+
 def engine_condition(
-    engine: Obj | None, generation: int | None, failure: PodFailure | None = None
+    engine: Obj | None,
+    generation: int | None,
+    failure: PodFailure | None = None,
+    zero_by_policy: bool = False,
 ) -> Condition:
     desired, _, ready = deployment_counts(engine)
     if engine is None:
         return condition(
             "EngineReady", False, "EngineMissing", "engine Deployment not found", generation
         )
+    if desired == 0 and zero_by_policy:
+        return condition("EngineReady", True, SCALED_TO_ZERO, ZERO_MESSAGE, generation)
     if desired == 0:
         return condition("EngineReady", False, "ScaledToZero", "spec.replicas is 0", generation)
     if failure is not None and ready < desired:
@@ -120,6 +158,8 @@ def ready_condition(parts: list[Condition], generation: int | None) -> Condition
     """Not ready for the first failing part's sake; a named cause (a refused child, a pod
     failure) wins over the generic `<Part>NotReady`, so Ready says what actually went wrong."""
     failing = [part for part in parts if part.status != "True"]
+    if not failing and any(part.reason == SCALED_TO_ZERO for part in parts):
+        return condition("Ready", True, SCALED_TO_ZERO, ZERO_MESSAGE, generation)
     if not failing:
         return condition("Ready", True, "AllReady", "serving", generation)
     causes = [part for part in failing if part.reason in FAILURE_REASONS]
@@ -132,10 +172,16 @@ def ready_condition(parts: list[Condition], generation: int | None) -> Condition
 
 
 def model_condition(
-    engine: Obj | None, source: str, generation: int | None, failure: PodFailure | None = None
+    engine: Obj | None,
+    source: str,
+    generation: int | None,
+    failure: PodFailure | None = None,
+    zero_by_policy: bool = False,
 ) -> Condition:
     """The model counts as loaded once one engine passed its startup and readiness probes."""
-    _, _, ready = deployment_counts(engine)
+    desired, _, ready = deployment_counts(engine)
+    if engine is not None and desired == 0 and zero_by_policy:
+        return condition("ModelReady", True, SCALED_TO_ZERO, f"{source} loads on demand", generation)  # fmt: skip
     if ready:
         return condition("ModelReady", True, "ModelLoaded", f"{source} is served", generation)
     if failure is not None:  # nothing is loading it: say why rather than "loading" for ever
@@ -146,8 +192,10 @@ def model_condition(
 
 def build_conditions(state: ChildrenState, source: str, generation: int | None) -> list[Condition]:
     parts = [
-        model_condition(state.engine, source, generation, state.engine_failure),
-        engine_condition(state.engine, generation, state.engine_failure),
+        model_condition(
+            state.engine, source, generation, state.engine_failure, state.zero_by_policy
+        ),
+        engine_condition(state.engine, generation, state.engine_failure, state.zero_by_policy),
         router_condition(state, generation),
         ingress_condition(state, generation),
         gateway_condition(state.gateway, generation),

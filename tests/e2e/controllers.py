@@ -2,8 +2,9 @@
 pass over the stored objects that writes through the API (so watchers see events):
 
 * deployments: a Deployment's pods, ReplicaSet-like (owned by the Deployment directly, named
-  `<deployment>-<template hash>-<random>`): create up to `spec.replicas`, delete the extra and
-  the ones of an older template; then `status` (replicas, ready, available, updated,
+  `<deployment>-<template hash>-<random>`): create up to `spec.replicas`, delete the extra
+  (unready first, then the lowest `controller.kubernetes.io/pod-deletion-cost`, then the newest)
+  and the ones of an older template; then `status` (replicas, ready, available, updated,
   observedGeneration) from the pods' readiness.
 * endpoint slices: one EndpointSlice per Service with a selector (`kubernetes.io/service-name`),
   an endpoint per selected pod with an IP, `conditions.ready` from the pod's Ready condition.
@@ -64,8 +65,10 @@ async def _sync_deployment(kubelet: Kubelet, deployment: Obj) -> None:
     stale = [p for p in pods if p["metadata"]["labels"].get("pod-template-hash") != current]
     fresh = [p for p in pods if p not in stale]
     wanted = int(deployment["spec"].get("replicas", 1))
-    # Unready pods go first, then the newest (what a ReplicaSet prefers to delete).
-    fresh.sort(key=lambda p: (is_ready(p), p["metadata"].get("creationTimestamp", "")))
+    # Unready pods go first, then the lowest controller.kubernetes.io/pod-deletion-cost, then the
+    # newest (what a ReplicaSet prefers to delete).
+    fresh.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
+    fresh.sort(key=_deletion_order)  # stable: the newest first among equals
     extra = fresh[: max(len(fresh) - wanted, 0)]
     for pod in stale + extra:
         await kubelet.client.delete(PODS, namespace, pod["metadata"]["name"])
@@ -75,6 +78,15 @@ async def _sync_deployment(kubelet: Kubelet, deployment: Obj) -> None:
         await kubelet.client.create(_new_pod(deployment, current))
     kept = fresh[len(extra) :]
     await _write_status(kubelet, deployment, kept, num_stale=len(stale))
+
+
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+
+def _deletion_order(pod: Obj) -> tuple[bool, int]:
+    """Sort key: the first pods are deleted first (ReplicaSet: unready, then lower cost)."""
+    cost = (pod["metadata"].get("annotations") or {}).get(DELETION_COST, "0")
+    return is_ready(pod), int(cost) if cost.lstrip("-").isdigit() else 0
 
 
 def _service_account_exists(kubelet: Kubelet, deployment: Obj) -> bool:

@@ -120,6 +120,7 @@ def test_router_runs_k8s_discovery_against_the_engine_service() -> None:
     args = router["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["route", "--discovery", "k8s", "--service", "chat-engine", "--namespace", "team-a",
                     "--model", "smollm2-135m-instruct", "--policy", "prefix-aware", "--block-size", "16",
+                    "--hold-queue-size", "256", "--hold-timeout-s", "300", "--warm-prefixes", "8", "--warm-timeout-s", "30",
                     "--host", "0.0.0.0", "--port", "8080"]  # fmt: skip
 
 

@@ -81,6 +81,9 @@ INVALID_SPECS = {
     "bad model source": {"model": {"source": "s3://bucket/model"}},
     "zero block size": {"engine": {"blockSize": 0}},
     "bad quantity": {"resources": {"shmSize": "lots"}},
+    "unknown autoscaling mode": {"autoscaling": {"mode": "vpa"}},
+    "negative min replicas": {"autoscaling": {"minReplicas": -1}},
+    "zero target concurrency": {"autoscaling": {"targetConcurrency": 0}},
 }
 CEL_ONLY_SPECS = {
     "gpus differ from tp": {"resources": {"gpus": 4}, "engine": {"tensorParallelSize": 2}},
@@ -89,6 +92,12 @@ CEL_ONLY_SPECS = {
     "budget below seqs": {"engine": {"maxNumSeqs": 512, "maxNumBatchedTokens": 256}},
     "path prefix without router": {
         "ingress": {"enabled": True, "path": "/llm"},
+        "router": {"enabled": False},
+    },
+    "hpa to zero": {"autoscaling": {"enabled": True, "mode": "hpa", "minReplicas": 0}},
+    "builtin without router": {"autoscaling": {"enabled": True}, "router": {"enabled": False}},
+    "zero without router": {
+        "autoscaling": {"enabled": True, "mode": "keda", "minReplicas": 0},
         "router": {"enabled": False},
     },
 }
@@ -138,4 +147,19 @@ def test_cel_rules_are_in_the_schema() -> None:
         for rule in node.get("x-kubernetes-validations", [])
     ]
     assert any("tensorParallelSize" in rule for rule in rules)
-    assert len(rules) == 9
+    assert any("minReplicas >= 1" in rule for rule in rules)
+    assert len(rules) == 12
+
+
+def test_autoscaling_defaults_to_the_builtin_autoscaler_and_allows_zero() -> None:
+    scaling = OPENAPI["properties"]["spec"]["properties"]["autoscaling"]["properties"]
+    assert scaling["mode"]["default"] == "builtin"
+    assert scaling["mode"]["enum"] == ["builtin", "hpa", "keda"]
+    assert scaling["minReplicas"]["minimum"] == 0
+    spec = LLMDeploymentSpec.model_validate({"autoscaling": {"enabled": True, "minReplicas": 0}})
+    assert spec.autoscaling.builtin and spec.autoscaling.scale_to_zero_after_seconds == 300
+    router = OPENAPI["properties"]["spec"]["properties"]["router"]["properties"]
+    assert (router["holdQueueSize"]["default"], router["holdTimeoutSeconds"]["default"]) == (
+        256,
+        300,
+    )

@@ -30,7 +30,7 @@ GPU_SPEC = {
     "resources": {"gpus": 1},
     "engine": {"dtype": "bfloat16", "maxNumSeqs": 128},
     "ingress": {"enabled": True, "host": "llm.example.com", "tlsSecretName": "llm-tls"},
-    "autoscaling": {"enabled": True, "maxReplicas": 3},
+    "autoscaling": {"enabled": True, "mode": "hpa", "maxReplicas": 3},
 }
 CHILDREN = [
     ("v1/configmaps", "chat-engine"),

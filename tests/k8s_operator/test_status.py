@@ -136,3 +136,16 @@ def test_metrics_are_summed_across_engines() -> None:
     assert (stats.kv_cache_usage, stats.prefix_cache_hit_rate) == (0.5, 0.75)
     assert (stats.num_requests_waiting, stats.num_requests_running) == (6, 14)
     assert aggregate([]) is None
+
+
+def test_zero_engines_by_autoscaling_policy_is_ready_scaled_to_zero() -> None:
+    state = ChildrenState(deployment(0, 0), deployment(1, 1), None, True, False, zero_by_policy=True)  # fmt: skip
+    conditions = by_type(build_conditions(state, "m", 3))
+    assert {c.status for c in conditions.values()} == {"True"}
+    assert (conditions["Ready"].reason, conditions["EngineReady"].reason) == ("ScaledToZero", "ScaledToZero")  # fmt: skip
+
+
+def test_zero_engines_without_the_policy_is_not_ready() -> None:
+    state = ChildrenState(deployment(0, 0), deployment(1, 1), None, True, False)
+    conditions = by_type(build_conditions(state, "m", 3))
+    assert (conditions["Ready"].status, conditions["EngineReady"].reason) == ("False", "ScaledToZero")  # fmt: skip

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 def test_connections_over_the_cap_get_a_503_until_others_close(tmp_path: Path) -> None:
     dead_replica = f"http://127.0.0.1:{free_port()}"
     args = ["route", "--port", str(free_port()), "--replica", dead_replica, "--max-connections", "3", "--log-level", "warning"]  # fmt: skip
-    # /health is 503 without a healthy replica: readiness is /metrics answering at all.
+    # Readiness is /metrics answering at all (the router would be ready at /health too).
     router = Process(args, tmp_path / "router.log", health_path="/metrics").start()
     try:
         router.wait_ready(timeout_s=30)

@@ -84,7 +84,7 @@ def test_a_replicas_4xx_is_passed_through_and_not_retried(stack: ExitStack) -> N
 
 
 def test_no_healthy_replica_is_a_503_in_openais_shape(stack: ExitStack) -> None:
-    router = serve_router(stack, [f"http://127.0.0.1:{free_port()}"])
+    router = serve_router(stack, [f"http://127.0.0.1:{free_port()}"], hold_queue_size=0)
     deadline = time.monotonic() + 5
     while (response := httpx.post(router + "/v1/completions", json=PROMPT)).status_code != 503:
         assert time.monotonic() < deadline

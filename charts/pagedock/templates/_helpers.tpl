@@ -46,10 +46,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, patch, delete]
-# Read only: the engine pods' failures (image pulls, crash loops, scheduling) go into status.
+# The engine pods' failures (image pulls, crash loops, scheduling) go into status; the router
+# pods' IPs are where the built-in autoscaler polls demand; patch: only the engine pods'
+# controller.kubernetes.io/pod-deletion-cost annotation (cache-aware scale-down).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 - apiGroups: [""]
   resources: [configmaps, serviceaccounts]
   verbs: [get, create, patch, delete]
@@ -83,6 +85,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [get, create, patch, delete]
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
+  verbs: [get, create, patch, delete]
+# autoscaling.mode keda (the ScaledObject is only created when KEDA's CRD is installed).
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
   verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [events]

@@ -22,7 +22,12 @@ from llm_operator.builders.router import (
     build_router_service,
     build_router_service_account,
 )
-from llm_operator.builders.scaling import build_engine_pdb, build_hpa, build_router_pdb
+from llm_operator.builders.scaling import (
+    build_engine_pdb,
+    build_hpa,
+    build_router_pdb,
+    build_scaled_object,
+)
 
 Builder = Callable[[BuildContext], Obj]
 ROUTER_BUILDERS: tuple[Builder, ...] = (
@@ -65,7 +70,9 @@ def _optional_builders(ctx: BuildContext) -> list[tuple[Builder, bool]]:
     optional: list[tuple[Builder, bool]] = [(b, spec.router.enabled) for b in ROUTER_BUILDERS]
     optional.append((build_router_pdb, spec.router.enabled and spec.router.replicas >= 2))
     optional.append((build_ingress, spec.ingress.enabled))
-    optional.append((build_hpa, spec.autoscaling.enabled))
+    scaling = spec.autoscaling
+    optional.append((build_hpa, scaling.enabled and scaling.mode == "hpa"))
+    optional.append((build_scaled_object, scaling.enabled and scaling.mode == "keda"))
     gateway = spec.gateway
     optional.append((build_picker_service, gateway is not None))
     optional.append((build_inference_pool, gateway is not None))

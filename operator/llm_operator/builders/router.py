@@ -50,6 +50,10 @@ def router_args(ctx: BuildContext) -> list[str]:
         *(["--model", ctx.model_source.model_arg] if tokenizer else []),
         "--policy", ctx.spec.router.policy,
         "--block-size", str(ctx.spec.engine.block_size),
+        "--hold-queue-size", str(ctx.spec.router.hold_queue_size),
+        "--hold-timeout-s", str(ctx.spec.router.hold_timeout_seconds),
+        "--warm-prefixes", str(ctx.spec.router.warm_prefixes),
+        "--warm-timeout-s", str(ctx.spec.router.warm_timeout_seconds),
         "--host", "0.0.0.0",
         "--port", str(ROUTER_PORT),
     ]  # fmt: skip

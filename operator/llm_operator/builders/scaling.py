@@ -1,4 +1,5 @@
-"""Availability and scale: the PodDisruptionBudgets and the HorizontalPodAutoscaler."""
+"""Availability and scale: the PodDisruptionBudgets, and the HorizontalPodAutoscaler (mode hpa)
+or KEDA ScaledObject (mode keda); mode builtin needs neither (llm_operator/autoscaler/)."""
 
 from llm_operator import API_VERSION, KIND
 from llm_operator.builders.common import Obj, metadata
@@ -29,9 +30,14 @@ def _one_at_a_time(ctx: BuildContext, name: str, component: str) -> Obj:
     }
 
 
+def _target_ref(ctx: BuildContext) -> Obj:
+    """The LLMDeployment itself, through its scale subresource (not the Deployment), so that
+    spec.replicas stays the one truth the operator reconciles."""
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": ctx.name}
+
+
 def build_hpa(ctx: BuildContext) -> Obj:
-    """Scales the LLMDeployment itself through its scale subresource (not the Deployment),
-    so that spec.replicas stays the one truth the operator reconciles."""
+    """autoscaling.mode hpa: a per-pod custom metric (a metrics adapter serves it), and CPU."""
     autoscaling = ctx.spec.autoscaling
     metrics: list[Obj] = [
         {
@@ -56,9 +62,54 @@ def build_hpa(ctx: BuildContext) -> Obj:
         "kind": "HorizontalPodAutoscaler",
         "metadata": metadata(ctx, ctx.name, "engine"),
         "spec": {
-            "scaleTargetRef": {"apiVersion": API_VERSION, "kind": KIND, "name": ctx.name},
+            "scaleTargetRef": _target_ref(ctx),
             "minReplicas": autoscaling.min_replicas,
             "maxReplicas": autoscaling.max_replicas,
             "metrics": metrics,
+        },
+    }
+
+
+def build_scaled_object(ctx: BuildContext) -> Obj:
+    """autoscaling.mode keda: a ScaledObject (keda.sh/v1alpha1) whose prometheus trigger reads
+    metricName summed over this deployment's engines; with minReplicas 0, KEDA scales to zero
+    once the trigger is inactive for scaleToZeroAfterSeconds (its cooldownPeriod)."""
+    autoscaling = ctx.spec.autoscaling
+    query = f'sum({autoscaling.metric_name}{{namespace="{ctx.namespace}",pod=~"{engine_name(ctx.name)}-.*"}})'  # fmt: skip
+    triggers: list[Obj] = [
+        {
+            "type": "prometheus",
+            "metricType": "AverageValue",
+            "metadata": {
+                "serverAddress": autoscaling.prometheus_server_address,
+                "query": query,
+                "threshold": str(autoscaling.target_average_value),
+                "activationThreshold": "0",
+            },
+        }
+    ]
+    if autoscaling.target_cpu_utilization_percentage:
+        cpu = str(autoscaling.target_cpu_utilization_percentage)
+        triggers.append({"type": "cpu", "metricType": "Utilization", "metadata": {"value": cpu}})
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": metadata(ctx, ctx.name, "engine"),
+        "spec": {
+            "scaleTargetRef": _target_ref(ctx),
+            "pollingInterval": 15,
+            "cooldownPeriod": autoscaling.scale_to_zero_after_seconds,
+            "minReplicaCount": autoscaling.min_replicas,
+            "maxReplicaCount": autoscaling.max_replicas,
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "behavior": {
+                        "scaleDown": {
+                            "stabilizationWindowSeconds": autoscaling.scale_down_stabilization_seconds
+                        }
+                    }
+                }
+            },
+            "triggers": triggers,
         },
     }

@@ -1,0 +1,145 @@
+"""The built-in autoscaler's task: every autoscale_interval_seconds, for each LLMDeployment with
+autoscaling.mode builtin, poll its routers, decide, and write spec.replicas (the operator owns the
+field while autoscaling is on: a `kubectl scale` is overridden at the next tick), an Event when it
+changes and status.autoscaler with the inputs. The update of spec.replicas reaches the engine
+Deployment through the usual reconcile (the update handler). Of several operator replicas only
+kopf's active peer runs it (leadership.py); the windows live in its memory and start empty after
+a restart or a leader change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_operator import API_VERSION, KIND
+from llm_operator.autoscaler.events import post_event
+from llm_operator.autoscaler.rule import Decision, Observation, ScalerState, decide
+from llm_operator.autoscaler.scale_down import annotation_patches, coldest
+from llm_operator.autoscaler.signals import RouterDemand, poll_routers, ready_pod_ips
+from llm_operator.conditions import now_rfc3339
+from llm_operator.kube import KubeClient, KubeError
+from llm_operator.leadership import Peering, is_active
+from llm_operator.names import engine_name, selector_labels, selector_string
+from llm_operator.reconcile import InvalidSpecError, parse_spec
+from llm_operator.resources import KINDS, LLM_DEPLOYMENT, POD
+from llm_operator.resync import collection_paths
+from llm_operator.settings import OperatorSettings
+from llm_operator.spec import LLMDeploymentSpec
+from llm_operator.status import deployment_counts
+
+Obj = dict[str, Any]
+logger = logging.getLogger(__name__)
+STATUS_EVERY_S = 10.0  # status.autoscaler between scale events: inputs change every tick
+
+
+@dataclass
+class Autoscaler:
+    kube: KubeClient
+    settings: OperatorSettings
+    states: dict[tuple[str, str], ScalerState] = field(default_factory=dict)
+    _status_at: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    async def run_forever(self, peering: Peering | None) -> None:
+        while True:
+            await asyncio.sleep(self.settings.autoscale_interval_seconds)
+            try:
+                await self.tick(peering)
+            except Exception:  # one bad pass must not end the autoscaler
+                logger.exception("autoscaler pass failed")
+
+    async def tick(self, peering: Peering | None = None) -> None:
+        for namespace, path in collection_paths(self.settings.namespaces):
+            if not await is_active(self.kube, peering, namespace):
+                continue
+            listing = await self.kube.get(path)
+            for body in (listing or {}).get("items", []):
+                body.setdefault("apiVersion", API_VERSION)  # a list's items may omit them
+                body.setdefault("kind", KIND)
+                await self.scale_one(body)
+
+    async def scale_one(self, body: Mapping[str, Any]) -> Decision | None:
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        try:
+            spec = parse_spec(body)
+        except InvalidSpecError:
+            return None  # the reconciler says why in status
+        if not spec.autoscaling.builtin or meta.get("deletionTimestamp"):
+            self.states.pop(key, None)
+            return None
+        demand = await self._demand(*key)
+        if demand is None:
+            return None  # no router answered: no decision (status keeps the last one)
+        obs = await self._observe(key, spec, demand)
+        decision = decide(spec.autoscaling, self.states.setdefault(key, ScalerState()), obs)
+        if decision.replicas != spec.replicas:
+            await self._scale(body, spec.replicas, decision, demand)
+        await self._write_status(body, key, decision, demand, decision.replicas != spec.replicas)
+        return decision
+
+    async def _demand(self, namespace: str, name: str) -> RouterDemand | None:
+        selector = selector_string(selector_labels(name, "router"))
+        pods = await self.kube.list(POD.collection_path(namespace), selector)
+        return await poll_routers(ready_pod_ips(pods), self.settings.scrape_timeout_seconds)
+
+    async def _observe(self, key: tuple[str, str], spec: LLMDeploymentSpec, demand: RouterDemand) -> Observation:  # fmt: skip
+        engine = await self.kube.get(KINDS["Deployment"].object_path(key[0], engine_name(key[1])))
+        _, _, ready = deployment_counts(engine)
+        return Observation(
+            now=time.monotonic(),
+            num_held=demand.num_held,
+            num_inflight=demand.num_inflight,
+            idle_seconds=demand.idle_seconds,
+            ready_replicas=ready,
+            current_replicas=spec.replicas,
+            num_engine_requests=demand.num_engine_requests,
+        )
+
+    async def _scale(self, body: Mapping[str, Any], current: int, decision: Decision, demand: RouterDemand) -> None:  # fmt: skip
+        meta = body["metadata"]
+        going = ""
+        if decision.replicas < current:
+            going = await self._mark_coldest(meta["namespace"], meta["name"], demand)
+        path = LLM_DEPLOYMENT.object_path(meta["namespace"], meta["name"])
+        await self.kube.patch(path, {"spec": {"replicas": decision.replicas}})
+        reason = "ScaledToZero" if decision.replicas == 0 else "Scaled"
+        message = f"engine replicas {current} -> {decision.replicas}: {decision.reason}{going}"
+        logger.info("%s/%s %s", meta["namespace"], meta["name"], message)
+        await post_event(self.kube, body, reason, message)
+
+    async def _mark_coldest(self, namespace: str, name: str, demand: RouterDemand) -> str:
+        """Deletion costs on the engine pods, so the coldest cache goes; ' (<pod> first)'."""
+        selector = selector_string(selector_labels(name, "engine"))
+        pods = await self.kube.list(POD.collection_path(namespace), selector)
+        for pod_name, patch in annotation_patches(pods, demand.prefix_hit_scores).items():
+            try:
+                await self.kube.patch(POD.object_path(namespace, pod_name), patch)
+            except KubeError as error:  # e.g. no pods patch RBAC: scale down anyway
+                logger.warning("cannot set the deletion cost of %s: %s", pod_name, error)
+        first = coldest(pods, demand.prefix_hit_scores)
+        return f" ({first} has the coldest cache)" if first else ""
+
+    async def _write_status(self, body: Mapping[str, Any], key: tuple[str, str], decision: Decision, demand: RouterDemand, scaled: bool) -> None:  # fmt: skip
+        now = time.monotonic()
+        if not scaled and now - self._status_at.get(key, -STATUS_EVERY_S) < STATUS_EVERY_S:
+            return
+        self._status_at[key] = now
+        status: Obj = {
+            "desiredReplicas": decision.replicas,
+            "reason": decision.reason,
+            "stableConcurrency": decision.stable_concurrency,
+            "panicConcurrency": decision.panic_concurrency,
+            "panicking": decision.panicking,
+            "numHeld": demand.num_held,
+            "numInflight": demand.num_inflight,
+            "numRouters": demand.num_routers,
+        }
+        if scaled:
+            status["lastScaleTime"] = now_rfc3339()
+        path = LLM_DEPLOYMENT.object_path(key[0], key[1], "status")
+        await self.kube.patch(path, {"status": {"autoscaler": status}})

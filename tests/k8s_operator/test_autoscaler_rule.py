@@ -1,0 +1,104 @@
+"""The built-in autoscaler's rule (llm_operator/autoscaler/rule.py), tick by tick, without a
+cluster: from zero on a held request, stable and panic windows, the scale-up limit while pods
+start, scale-down stabilization, min/max, and back to zero when idle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.autoscaler.rule import Decision, Observation, ScalerState, decide
+from llm_operator.spec_autoscaling import AutoscalingSpec
+
+
+def make_spec(**fields: Any) -> AutoscalingSpec:
+    base: dict[str, Any] = {
+        "enabled": True, "minReplicas": 0, "maxReplicas": 5, "targetConcurrency": 2,
+        "stableWindowSeconds": 60, "scaleDownStabilizationSeconds": 30,
+        "scaleToZeroAfterSeconds": 120,
+    }  # fmt: skip
+    return AutoscalingSpec.model_validate({**base, **fields})
+
+
+def observe(now: float, held: int = 0, inflight: int = 0, ready: int = 1, current: int = 1, idle: float = 0.0) -> Observation:  # fmt: skip
+    return Observation(now, held, inflight, idle, ready, current)
+
+
+def test_a_held_request_scales_from_zero_to_one_at_once() -> None:
+    decision = decide(make_spec(), ScalerState(), observe(0, held=1, ready=0, current=0))
+    assert decision.replicas == 1
+
+
+def test_at_zero_without_demand_it_stays_at_zero() -> None:
+    decision = decide(make_spec(), ScalerState(), observe(0, ready=0, current=0, idle=5))
+    assert decision.replicas == 0
+
+
+def test_idle_for_scale_to_zero_after_seconds_goes_to_zero_and_not_before() -> None:
+    spec, state = make_spec(), ScalerState()
+    assert decide(spec, state, observe(0, idle=119)).replicas == 1
+    assert decide(spec, state, observe(1, idle=120)).replicas == 0
+
+
+def test_min_replicas_above_zero_never_goes_to_zero() -> None:
+    decision = decide(make_spec(minReplicas=1), ScalerState(), observe(0, idle=10_000))
+    assert decision.replicas == 1
+
+
+def test_scale_up_is_limited_while_replicas_are_still_starting() -> None:
+    """A long model load must not turn a growing queue into a runaway of pods."""
+    spec, state = make_spec(), ScalerState()
+    decisions = [
+        decide(spec, state, observe(t, held=50 + t, ready=0, current=1)) for t in range(30)
+    ]
+    assert {d.replicas for d in decisions} == {1}
+
+
+def test_scale_up_asks_at_most_max_scale_up_rate_times_the_ready_replicas() -> None:
+    decision = decide(make_spec(), ScalerState(), observe(0, inflight=40, ready=1, current=1))
+    assert decision.replicas == 2
+    assert decision.panicking
+
+
+def test_never_above_max_replicas() -> None:
+    decision = decide(make_spec(maxReplicas=3), ScalerState(), observe(0, inflight=100, ready=3, current=3))  # fmt: skip
+    assert decision.replicas == 3
+
+
+def test_a_short_burst_panics_up_and_panic_never_scales_down() -> None:
+    spec, state = make_spec(targetConcurrency=1), ScalerState()
+    for t in range(50):
+        decide(spec, state, observe(t, inflight=1, ready=1, current=1))
+    burst = [decide(spec, state, observe(50 + t, inflight=4, ready=2, current=2)) for t in range(6)]
+    assert burst[-1].panicking and burst[-1].replicas == 4
+    after = decide(spec, state, observe(57, inflight=0, ready=4, current=4))
+    assert after.panicking and after.replicas == 4
+
+
+def test_a_fresh_autoscaler_does_not_scale_down_before_one_stabilization_window() -> None:
+    spec, state = make_spec(minReplicas=1), ScalerState()
+    assert decide(spec, state, observe(100, inflight=0, ready=3, current=3)).replicas == 3
+    assert decide(spec, state, observe(129, inflight=0, ready=3, current=3)).replicas == 3
+    assert decide(spec, state, observe(131, inflight=0, ready=3, current=3)).replicas == 1
+
+
+def test_scale_down_waits_for_the_stabilization_window() -> None:
+    spec, state = make_spec(panicThresholdPercentage=1000), ScalerState()
+    decide(spec, state, observe(-100, inflight=6, ready=3, current=3))  # watching for a while
+    decide(spec, state, observe(0, inflight=6, ready=3, current=3))
+    held: list[Decision] = [decide(spec, state, observe(t, inflight=0, ready=3, current=3)) for t in range(1, 30)]  # fmt: skip
+    assert all(d.replicas == 3 for d in held)
+    # the stable window's mean has fallen since: after 30 s the high want has left the window
+    later = decide(spec, state, observe(95, inflight=0, ready=3, current=3))
+    assert later.replicas == 1
+
+
+def test_a_kubectl_scale_is_overridden_by_the_rule() -> None:
+    spec, state = make_spec(minReplicas=1, scaleDownStabilizationSeconds=0), ScalerState()
+    decision = decide(spec, state, observe(0, inflight=0, ready=5, current=5))
+    assert decision.replicas == 1
+
+
+def test_requests_the_engines_report_count_when_they_bypass_the_routers() -> None:
+    obs = Observation(0, 0, 1, 0.0, 1, 1, num_engine_requests=8)
+    assert obs.concurrency == 8
+    assert decide(make_spec(), ScalerState(), obs).replicas == 2
