@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import platform
+import time
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -36,6 +37,9 @@ logger = logging.getLogger("pagedock.cpu_kernels")
 PREBUILT_DIR_ENV = "PAGEDOCK_CPU_KERNELS_DIR"
 _SOURCES = kernel_sources()
 _HEADERS = sorted(CSRC.glob("*.h"))
+# A kernel build takes about a minute (several on a loaded machine): a build lock this old is a
+# dead build's.
+_STALE_BUILD_LOCK_S = 15 * 60
 # NOTE: process-wide, since the layers (norm, rotary, SiLU) look the kernels up on every call
 # through kernels_for(); LLMEngine sets it from EngineConfig.cpu_kernels before building a model.
 _enabled = True
@@ -105,6 +109,7 @@ def _jit_build() -> tuple[ModuleType | None, str]:
         for source in [*_SOURCES, *_HEADERS]:
             digest.update(source.read_bytes())
         name = f"pagedock_cpu_{digest.hexdigest()[:12]}"
+        _remove_stale_build_lock(name)
         module = load(
             name=name,
             sources=[str(s) for s in _SOURCES],
@@ -116,6 +121,22 @@ def _jit_build() -> tuple[ModuleType | None, str]:
         logger.warning("C++ CPU kernels unavailable (%s); using the torch attention path", e)
         return None, "torch"
     return module, "jit -march=native"
+
+
+def _remove_stale_build_lock(name: str) -> None:
+    """torch's build waits for ever on the lock file of a build that was killed (a test run cut
+    short, a pod evicted mid-build); a build takes about a minute, so a lock much older than that
+    is a dead build's and is removed."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    lock = Path(_get_build_directory(name, verbose=False)) / "lock"
+    try:
+        age_s = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age_s > _STALE_BUILD_LOCK_S:
+        logger.warning("removing the lock of a C++ kernel build that died %.0f s ago: %s", age_s, lock)  # fmt: skip
+        lock.unlink(missing_ok=True)
 
 
 def kernels_for(x: torch.Tensor) -> ModuleType | None:
