@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest_asyncio
 
 from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
+from engine.core.scheduler_output import EngineCoreOutput
 from engine.llm_engine import LLMEngine
 from engine.outputs import RequestOutput
 from engine.sampling_params import RequestOutputKind, SamplingParams
@@ -105,7 +107,18 @@ async def test_a_stop_string_finishes_the_request_through_the_output_worker(
 
 
 @pytest.mark.asyncio
-async def test_an_abort_ends_the_stream_and_frees_the_blocks(engine: AsyncEngine) -> None:
+async def test_an_abort_ends_the_stream_and_frees_the_blocks(
+    engine: AsyncEngine, llm_engine: LLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Steps of at least 20 ms: 200 tokens then take 4 s, so the abort lands before the request
+    # ends even when a loaded machine starves the event loop (the tiny model alone steps in ~1 ms).
+    step_core = llm_engine.step_core
+
+    def slow_step() -> list[EngineCoreOutput]:
+        time.sleep(0.02)
+        return step_core()
+
+    monkeypatch.setattr(llm_engine, "step_core", slow_step)
     prompt = list(range(10, 60))
     sampling = SamplingParams(max_tokens=200, ignore_eos=True, output_kind=DELTA, n=2)
     stream = await engine.add_request("doomed", prompt, sampling)
@@ -113,9 +126,7 @@ async def test_an_abort_ends_the_stream_and_frees_the_blocks(engine: AsyncEngine
     async for batch in stream.batches():
         outputs += batch
         if len(outputs) == 1:
-            # At once, with no round trip to the engine thread first: a tiny model's 200 tokens
-            # take only a few hundred steps, which a loaded machine can run before the next await.
-            engine.abort("doomed")
+            engine.abort("doomed")  # at once, with no round trip to the engine thread first
             assert engine.stats.num_free_kv_blocks < NUM_KV_BLOCKS  # as of the last step
     assert outputs[-1].finished
     assert {c.finish_reason for c in outputs[-1].outputs} == {"abort"}
