@@ -121,13 +121,12 @@ def write_report(args: argparse.Namespace, runs: list[dict[str, Any]]) -> dict[s
         "commit": git_commit(Path(__file__).resolve().parents[1]),
         "machine": machine_info(),
         "xgrammar": version("xgrammar"),
-        "note": "measured on a machine shared with five other engineers' builds and tests (2 cores, "
-        "load average above 10): absolute rates are low and noisy; the ratio comes from runs "
-        "interleaved in one process (guided, unguided, unguided, guided per round)",
+        "note": args.note,
         "settings": {
             "model": args.model,
             "workload": f"A's first {args.num_requests} requests (prompts 32-512 tokens, 128 "
-            "generated, greedy, ignore_eos)",
+            "generated, greedy, ignore_eos); each run its own token ids (no prefix-cache hit "
+            "across runs), a warm-up with ids of its own, guided and not, before the first",
             "guided_fraction": 1 / GUIDED_FRACTION_EVERY,
             "schema": SCHEMA,
             "rounds": args.rounds,
@@ -147,7 +146,7 @@ def _guided_over_unguided(runs: list[dict[str, Any]], key: str) -> float | None:
     values = {g: [x[key] for x in runs if x["guided"] == g] for g in (False, True)}
     if not values[True] or not values[False]:
         return None
-    return statistics.mean(values[True]) / statistics.mean(values[False])
+    return statistics.median(values[True]) / statistics.median(values[False])
 
 
 def main() -> None:
@@ -156,14 +155,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--out", default="benchmarks/results/structured_outputs.json")
+    parser.add_argument("--note", default="", help="recorded in the result (e.g. machine load)")
     args = parser.parse_args()
     llm = LLM(model=args.model)
-    workload = workload_a(llm.engine.model_config.vocab_size, num_requests=args.num_requests)
-    llm.generate(workload.prompts[:2], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
+    vocab = llm.engine.model_config.vocab_size
+
+    def workload(content_seed: int) -> Workload:
+        # The same prompt lengths, token ids of their own: no run finds another's prefix cached.
+        return workload_a(vocab, num_requests=args.num_requests, content_seed=content_seed)
+
+    warm_up = workload(1000)
+    for guided in (True, False):
+        run_once(llm, replace(warm_up, prompts=warm_up.prompts[:8]), guided, f"warm-{guided}")
     runs: list[dict[str, Any]] = []
     for r in range(args.rounds):
         for guided in (True, False, False, True):
-            runs.append(run_once(llm, workload, guided, f"r{r}-{len(runs)}"))
+            runs.append(run_once(llm, workload(len(runs) + 1), guided, f"r{r}-{len(runs)}"))
             print(json.dumps(runs[-1]), flush=True)
             write_report(args, runs)  # after every run: a partial result survives an interruption
     report = write_report(args, runs)
