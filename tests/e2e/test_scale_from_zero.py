@@ -62,8 +62,16 @@ async def test_held_requests_bring_an_engine_from_zero_and_idle_takes_it_back(cl
         assert back["status"] == 200 and back["text"], back["raw"]
     reasons = [e["reason"] for e in scale_events(cluster)]
     assert reasons[:2] == ["Scaled", "ScaledToZero"], reasons  # 0 -> 1 -> 0 (-> 1 again)
-    autoscaler = cluster.llmd("default", "smollm2")["status"]["autoscaler"]
-    assert autoscaler["desiredReplicas"] == 1 and autoscaler["numRouters"] == 1
+
+    def autoscaler() -> dict:
+        return cluster.llmd("default", "smollm2")["status"]["autoscaler"]
+
+    # The status is written on the autoscaler's next pass, a moment after its decision.
+    await eventually(
+        lambda: autoscaler()["desiredReplicas"] == 1 and autoscaler()["numRouters"] == 1,
+        60,
+        lambda: f"autoscaler status {autoscaler()}",
+    )
     print(f"scenario took {time.monotonic() - started:.0f} s; events: {reasons}")
 
 
