@@ -10,6 +10,7 @@ from engine.errors import ConfigError
 from pagedock.limits import (
     ATTENTION_BACKENDS,
     BLOCK_SIZES,
+    CPU_GEMM_DTYPES,
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MODEL,
     DTYPES,
@@ -27,6 +28,10 @@ class EngineConfig:
     """Built-in model name, local .gguf file, or local HF directory."""
     dtype: str = "auto"
     """Weights and activations: auto (float32 on CPU, bfloat16 on GPU), float32, float16, bfloat16."""
+    cpu_gemm_dtype: str = "auto"
+    """CPU float32 engines: the dtype the linear layers' weights are packed in and multiplied in
+    (activations, norms, attention and the KV cache stay float32). auto = bfloat16 where the CPU
+    has native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)."""
     tensor_parallel_size: int = 1
@@ -84,6 +89,10 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        _check(
+            self.cpu_gemm_dtype in CPU_GEMM_DTYPES,
+            f"cpu_gemm_dtype must be one of {CPU_GEMM_DTYPES}, got {self.cpu_gemm_dtype!r}",
+        )
         _check(
             self.device in ("auto", "cpu", "cuda"),
             f"device must be auto, cpu or cuda, got {self.device!r}",
