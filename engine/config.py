@@ -57,6 +57,11 @@ class EngineConfig:
         default=True, metadata=option_meta(off_flag="--no-prefix-caching")
     )
     """Reuse the KV blocks of shared prompt prefixes across requests."""
+    max_step_ms: float = 250.0
+    """Inter-token target: a step with running decodes takes only as many prefill tokens as keep
+    it under this many milliseconds, by the step cost the engine measures as it runs (never
+    fewer than 256); 0 = no target (every step may use max_num_batched_tokens). Needs chunked
+    prefill. `LLM` (offline, nobody waits between tokens) defaults to 0."""
     enable_chunked_prefill: bool = field(
         default=True, metadata=option_meta(off_flag="--no-chunked-prefill")
     )
@@ -109,6 +114,7 @@ class EngineConfig:
             self.block_size in BLOCK_SIZES,
             f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}",
         )
+        _check(self.max_step_ms >= 0, f"max_step_ms must be 0 or more, got {self.max_step_ms}")
         _check(self.max_num_seqs >= 1, f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         _check(
             self.max_num_batched_tokens >= 1,
