@@ -209,6 +209,7 @@ class Scheduler:
             else:
                 self.waiting.remove(request)
             request.status = RequestStatus.RUNNING
+            self.kv_cache_manager.record_prefix_lookup(request.num_tokens, num_computed)
             request.num_computed_tokens = num_computed
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_computed

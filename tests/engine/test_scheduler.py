@@ -184,16 +184,16 @@ def test_a_later_wave_never_passes_an_earlier_one() -> None:
 
 
 def test_a_step_target_cuts_prefill_beside_decodes_to_what_the_step_cost_allows() -> None:
-    sched = make_scheduler(max_num_batched_tokens=512, max_step_ms=100)
+    sched = make_scheduler(num_blocks=128, max_model_len=1024, max_num_batched_tokens=2048, max_step_ms=100)  # fmt: skip
     decoding = make_request(4, max_tokens=50)
     sched.add_request(decoding)
     step(sched)
-    # Measured: decodes alone 20 ms, 1 ms per prefill token -> 80 tokens fit beside them.
+    # Measured: decodes alone 20 ms, 0.25 ms per prefill token -> 320 tokens fit beside them.
     sched.step_time.observe(num_decode_tokens=1, num_prefill_tokens=0, seconds=0.020)
-    sched.step_time.observe(num_decode_tokens=0, num_prefill_tokens=400, seconds=0.400)
-    sched.add_request(make_request(300))
+    sched.step_time.observe(num_decode_tokens=0, num_prefill_tokens=400, seconds=0.100)
+    sched.add_request(make_request(600))
     out = sched.schedule()
-    assert [s.num_new_tokens for s in out.scheduled] == [1, 80]
+    assert [s.num_new_tokens for s in out.scheduled] == [1, 320]
 
 
 def test_a_step_target_never_cuts_prefill_below_the_minimum_chunk() -> None:
@@ -216,3 +216,11 @@ def test_without_decodes_a_step_target_leaves_the_whole_budget_to_prefill() -> N
 def step(sched: Scheduler) -> None:
     out = sched.schedule()
     sched.update(out, fake_runner_output(out))
+
+
+def test_a_waiting_request_counts_one_prefix_lookup_however_long_it_waits() -> None:
+    sched = make_scheduler(max_num_seqs=1)
+    sched.add_request(make_request(20, max_tokens=4))
+    sched.add_request(make_request(30, max_tokens=4))
+    run_to_completion(sched)
+    assert sched.make_stats().prefix_cache_queries == 20 + 30
