@@ -5,6 +5,7 @@ the measured peak and the arrival rate), a markdown table and a PNG."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -93,7 +94,7 @@ def _best_hit_tokens(turns: list[ChatTurn]) -> int:
     return _best_cache[key]
 
 
-def write_results(args: argparse.Namespace, shape: WorkloadShape, sizing: KvSizing, turns: list[ChatTurn], peak: dict[str, Any], rate: float, target_s: float, rows: list[dict[str, Any]], wall_s: float) -> None:  # fmt: skip
+def write_results(args: argparse.Namespace, shape: WorkloadShape, sizing: KvSizing, turns: list[ChatTurn], peak: dict[str, Any], rate: float, target_s: float, rows: list[dict[str, Any]], wall_s: float, load_average: dict[str, Any]) -> None:  # fmt: skip
     stem: Path = args.output or RESULTS
     stem.parent.mkdir(parents=True, exist_ok=True)
     result = {
@@ -101,6 +102,10 @@ def write_results(args: argparse.Namespace, shape: WorkloadShape, sizing: KvSizi
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "git_commit": git_commit(ROOT),
         "machine": machine_info(),
+        "load_average": {
+            **load_average,
+            "note": "os.getloadavg() (1, 5, 15 min) at start and end: whatever else ran on the cores",
+        },
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "workload": {
             **as_dict(shape),
@@ -109,22 +114,7 @@ def write_results(args: argparse.Namespace, shape: WorkloadShape, sizing: KvSizi
             "prompt_tokens_max": max(len(t.token_ids) for t in turns),
             "best_possible_hit_tokens": _best_hit_tokens(turns),
         },
-        "replicas": {
-            "count": 2,
-            "torch_threads": 1,
-            "pinned": "replica i to usable core i (sched_setaffinity in the child before exec)",
-            "num_kv_blocks": sizing.num_kv_blocks,
-            "block_size": sizing.block_size,
-            "max_model_len": sizing.max_model_len,
-            "other_engine_flags": "defaults (max_num_seqs 256, max_num_batched_tokens 2048, max_waiting 1024, prefix caching on)",
-        },
-        "kv_sizing": {
-            "num_kv_blocks": sizing.num_kv_blocks,
-            "prefix_blocks": sizing.prefix_blocks,
-            "tail_blocks": sizing.tail_blocks,
-            "reasoning": sizing.reasoning,
-        },
-        "router": "pagedock route --policy P, every other flag at its default (cost model constants as docs/router.md)",
+        **_fleet_record(sizing),
         "peak": peak,
         "arrival_rate_req_per_s": rate,
         "arrival": f"open loop, Poisson at {args.load} x the measured round-robin peak, seed {args.seed}, the same schedule for every policy",
@@ -142,10 +132,36 @@ def write_results(args: argparse.Namespace, shape: WorkloadShape, sizing: KvSizi
     print(markdown(result))
 
 
+def _fleet_record(sizing: KvSizing) -> dict[str, Any]:
+    """Every engine and router setting, as this checkout's config classes resolve the flags the
+    scenario passes (the child processes run the same checkout)."""
+    from engine.config import EngineConfig
+    from engine.server.context import ServerOptions
+    from router.config import RouterConfig
+
+    engine = EngineConfig(num_kv_blocks=sizing.num_kv_blocks, block_size=sizing.block_size, max_model_len=sizing.max_model_len, num_threads=1)  # fmt: skip
+    return {
+        "replicas": {
+            "count": 2,
+            "pinned": "replica i to usable core i (sched_setaffinity in the child before exec)",
+            "engine": dataclasses.asdict(engine),
+            "server": dataclasses.asdict(ServerOptions()),
+        },
+        "kv_sizing": {
+            "num_kv_blocks": sizing.num_kv_blocks,
+            "prefix_blocks": sizing.prefix_blocks,
+            "tail_blocks": sizing.tail_blocks,
+            "max_model_len": sizing.max_model_len,
+            "reasoning": sizing.reasoning,
+        },
+        "router": {**dataclasses.asdict(RouterConfig(replicas=["per run"])), "policy": "per run"},
+    }
+
+
 def markdown(result: dict[str, Any]) -> str:
     w, peak = result["workload"], result["peak"]
     lines = [
-        f"SmolLM2-135M, 2 replicas (1 torch thread each, pinned), {result['replicas']['num_kv_blocks']} KV blocks each; "
+        f"SmolLM2-135M, 2 replicas (1 torch thread each, pinned), {result['kv_sizing']['num_kv_blocks']} KV blocks each; "
         f"{w['num_tenants']} tenants x {w['conversations_per_tenant']} conversations x {w['turns_per_conversation']} turns "
         f"({w['num_requests']} requests, prompts {w['prompt_tokens_min']}-{w['prompt_tokens_max']} tokens), "
         f"{result['settings']['max_tokens']} output tokens each, streamed.",

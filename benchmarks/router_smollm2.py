@@ -198,7 +198,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, help="result path stem (default benchmarks/results/router_smollm2)")  # fmt: skip
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    counts = ("tenants", "conversations", "turns", "system_prompt_tokens", "max_tokens", "peak_requests", "peak_concurrency", "calibration_hits")  # fmt: skip
+    for name in counts:
+        if getattr(args, name) < 1:
+            parser.error(
+                f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
+            )
+    if not 0 < args.load <= 1:
+        parser.error(f"--load is a fraction of the peak in (0, 1], got {args.load}")
+    if unknown := set(args.policies.split(",")) - set(POLICIES):
+        parser.error(f"--policies: unknown {', '.join(sorted(unknown))} (choose from {', '.join(POLICIES)})")  # fmt: skip
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,18 +222,24 @@ def main(argv: list[str] | None = None) -> int:
     assert tokenizer is not None
 
     def render(messages: Messages) -> list[int]:
-        return render_chat(tokenizer, ChatCompletionRequest(model=MODEL, messages=messages)).token_ids  # type: ignore[arg-type]  # fmt: skip
+        return render_chat(tokenizer, ChatCompletionRequest.model_validate({"model": MODEL, "messages": messages})).token_ids  # fmt: skip
 
     shape = WorkloadShape(args.tenants, args.conversations, args.turns, args.system_prompt_tokens)
     turns = chat_turns(tokenizer.encode, render, shape, args.seed)
     sizing = kv_sizing(turns, common_prefix_tokens(turns), args.max_tokens, max(1, args.peak_concurrency // NUM_REPLICAS))  # fmt: skip
-    started = time.time()
+    started, load_before = time.time(), os.getloadavg()
+    print(f"{len(turns)} requests; {sizing.num_kv_blocks} KV blocks per replica; load average {load_before}", flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="router-smollm2-") as tmp:
         logs = Path(tmp)
         peak = measure_peak(turns, sizing, tokenizer.encode, args, logs)
         target_s = args.ttft_target_ms / 1000 if args.ttft_target_ms else ttft_target_s([t / 1000 for t in peak["calibration"]["hit_ttfts_ms"]])  # fmt: skip
         rate = args.load * peak["req_per_s"]
+        print(f"peak {peak['req_per_s']:.2f} req/s (round-robin, closed loop); arrivals at {rate:.2f} req/s; TTFT target {1000 * target_s:.0f} ms [{time.time() - started:.0f} s]", flush=True)  # fmt: skip
         arrivals = poisson_arrivals(rate, len(turns), args.seed)
-        rows = [run_policy(p, turns, arrivals, sizing, target_s, args, logs) for p in args.policies.split(",")]  # fmt: skip
-    write_results(args, shape, sizing, turns, peak, rate, target_s, rows, time.time() - started)
+        rows = []
+        for policy in args.policies.split(","):
+            rows.append(run_policy(policy, turns, arrivals, sizing, target_s, args, logs))
+            print(f"{policy}: TTFT p90 {rows[-1]['ttft_p90_ms']:.0f} ms, hit rate {rows[-1]['hit_rate']:.1%} [{time.time() - started:.0f} s]", flush=True)  # fmt: skip
+    load = {"before": load_before, "after": os.getloadavg()}
+    write_results(args, shape, sizing, turns, peak, rate, target_s, rows, time.time() - started, load)  # fmt: skip
     return 0

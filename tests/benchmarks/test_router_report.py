@@ -3,11 +3,15 @@ measured and the engines counted, turned into hit rates, latency percentiles and
 
 from __future__ import annotations
 
+import argparse
+import json
+from pathlib import Path
+
 import pytest
 
 from benchmarks.router_client import Outcome
-from benchmarks.router_report import policy_row
-from benchmarks.router_workload import ChatTurn
+from benchmarks.router_report import policy_row, write_results
+from benchmarks.router_workload import ChatTurn, KvSizing, WorkloadShape
 
 COUNTERS = {
     "vllm:prefix_cache_hits_total": 96.0,
@@ -49,3 +53,21 @@ def test_throughput_and_latency_come_from_the_answered_requests() -> None:
     assert row["ttft_p99_ms"] == pytest.approx(400.0)
     assert row["goodput"] == pytest.approx(1 / 3)
     assert row["goodput_req_per_s"] == pytest.approx(0.5)
+
+
+def test_the_results_are_written_as_json_markdown_and_png(tmp_path: Path) -> None:
+    turns = make_turns()
+    row = make_row([Outcome("ok", 0.5, 1.0, 8, 0), Outcome("ok", 0.1, 1.0, 8, 48), Outcome("ok", 0.1, 1.0, 8, 48)])  # fmt: skip
+    args = argparse.Namespace(output=tmp_path / "router_smollm2", load=0.8, seed=0, max_tokens=8, ttft_target_ms=None)  # fmt: skip
+    sizing = KvSizing(num_kv_blocks=20, prefix_blocks=3, tail_blocks=2, reasoning="why")
+    peak = {"concurrency": 8, "req_per_s": 1.25, "calibration": {"hit_ttfts_ms": [100.0]}}
+    load = {"before": (1.0, 1.0, 1.0), "after": (1.0, 1.0, 1.0)}
+    write_results(args, WorkloadShape(1, 1, 3), sizing, turns, peak, 1.0, 0.2, [row], 9.0, load)
+    result = json.loads((tmp_path / "router_smollm2.json").read_text())
+    assert result["peak"]["req_per_s"] == 1.25 and result["arrival_rate_req_per_s"] == 1.0
+    assert result["kv_sizing"]["num_kv_blocks"] == result["replicas"]["engine"]["num_kv_blocks"] == 20  # fmt: skip
+    assert result["replicas"]["engine"]["num_threads"] == 1
+    assert result["ttft_target_ms"] == pytest.approx(200.0)
+    assert "cpu_flags" in result["machine"]
+    assert "| prefix-aware | 50.0% |" in (tmp_path / "router_smollm2.md").read_text()
+    assert (tmp_path / "router_smollm2.png").stat().st_size > 0
