@@ -47,7 +47,7 @@ bench: $(STAMP)
 
 # Routing under load on the real model (docs/router.md#benchmark): 2 SmolLM2 replicas, one thread
 # and one core each, prefix-aware vs round-robin vs least-loaded at 80 % of the peak measured first;
-# about 12 minutes on 2 quiet cores. Writes benchmarks/results/router_smollm2.{json,md,png}.
+# sized for about 12 minutes on 2 quiet cores. Writes benchmarks/results/router_smollm2.{json,md,png}.
 bench-router: $(STAMP)
 	$(BIN)/python benchmarks/router_bench.py --model smollm2-135m-instruct
 

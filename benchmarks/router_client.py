@@ -28,6 +28,10 @@ class Outcome:
     num_output_tokens: int = 0
     num_cached_tokens: int = 0
     detail: str | None = None
+    replica: str | None = None
+    """The replica that served it, as the router says (x-pagedock-replica)."""
+    predicted_cached_tokens: int | None = None
+    """The prompt tokens the router expected that replica to hold (its cost model's view)."""
 
 
 def request_body(messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
@@ -46,6 +50,9 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any])
     outcome = Outcome("error")
     try:
         async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+            outcome.replica = response.headers.get("x-pagedock-replica")
+            predicted = response.headers.get("x-pagedock-predicted-cached-tokens")
+            outcome.predicted_cached_tokens = int(predicted) if predicted is not None else None
             if response.status_code != 200:
                 rejected = response.status_code in REJECTION_STATUSES
                 outcome.status = "rejected" if rejected else "error"

@@ -83,6 +83,22 @@ def _ttft_stats(ok: list[Outcome], prefix_tokens: int) -> dict[str, Any]:
     }
 
 
+def routing_stats(outcomes: list[Outcome], turns: list[ChatTurn], replica_urls: list[str]) -> dict[str, Any]:  # fmt: skip
+    """Where the router sent each tenant's requests (from x-pagedock-replica), and how often its
+    prediction of the cached prompt tokens was what the engine then found."""
+    split: list[dict[int, int]] = [{} for _ in replica_urls]
+    for outcome, turn in zip(outcomes, turns, strict=True):
+        if outcome.replica in replica_urls:
+            counts = split[replica_urls.index(outcome.replica)]
+            counts[turn.tenant] = counts.get(turn.tenant, 0) + 1
+    predicted = [o for o in outcomes if o.status == "ok" and o.predicted_cached_tokens is not None]
+    exact = sum(1 for o in predicted if o.predicted_cached_tokens == o.num_cached_tokens)
+    return {
+        "tenants_per_replica": [dict(sorted(c.items())) for c in split],
+        "prediction_exact_share": exact / len(predicted) if predicted else float("nan"),
+    }
+
+
 _best_cache: dict[int, int] = {}
 
 
@@ -178,6 +194,13 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for r in result["policies"]:
         lines.append(f"| {r['policy']} | {r['hit_rate']:.1%} | {r['of_best']:.1%} | {r['engine_hit_rate']:.1%} | {r['ttft_p50_ms']:.0f} | {r['ttft_p90_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['req_per_s']:.2f} | {r['output_tok_per_s']:.1f} | {r['goodput']:.1%} | {r['num_rejected']} | {r['num_errors']} |")  # fmt: skip
+    lines += [
+        "",
+        "Requests per tenant on each replica (tenant: requests), from x-pagedock-replica:",
+    ]
+    for r in result["policies"]:
+        split = "; ".join(f"replica {i}: " + ", ".join(f"{t}: {n}" for t, n in c.items()) for i, c in enumerate(r.get("tenants_per_replica", [])))  # fmt: skip
+        lines.append(f"- {r['policy']}: {split}")
     return "\n".join(lines) + "\n"
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import router_client as rc
-from benchmarks.router_report import policy_row, write_results
+from benchmarks.router_report import policy_row, routing_stats, write_results
 from benchmarks.router_workload import (
     ChatTurn,
     KvSizing,
@@ -176,9 +176,8 @@ def run_policy(policy: str, turns: list[ChatTurn], arrivals_s: list[float], sizi
         time.sleep(1.0)  # the engines' counters are updated at the end of a step
         counters = fleet.counters()
         per_replica = fleet.requests_per_replica()
-    return policy_row(
-        policy, outcomes, duration_s, counters, per_replica, target_s, turns, sizing.prefix_blocks
-    )
+    row = policy_row(policy, outcomes, duration_s, counters, per_replica, target_s, turns, sizing.prefix_blocks)  # fmt: skip
+    return {**row, **routing_stats(outcomes, turns, [r.url for r in fleet.replicas])}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

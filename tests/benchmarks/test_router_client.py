@@ -39,6 +39,12 @@ def test_a_streamed_answer_gives_its_first_token_time_and_usage() -> None:
     assert (outcome.num_output_tokens, outcome.num_cached_tokens) == (2, 32)
 
 
+def test_the_router_s_replica_and_predicted_cached_tokens_are_kept() -> None:
+    headers = {"x-pagedock-replica": "http://127.0.0.1:8001", "x-pagedock-predicted-cached-tokens": "32"}  # fmt: skip
+    outcome = send(httpx.Response(200, headers=headers, content=sse(chunk("Hi"), USAGE)))
+    assert (outcome.replica, outcome.predicted_cached_tokens) == ("http://127.0.0.1:8001", 32)
+
+
 def test_a_role_chunk_alone_is_not_a_first_token() -> None:
     outcome = send(httpx.Response(200, content=sse(chunk("", role="assistant"), USAGE)))
     assert outcome.ttft_s is None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.router_client import Outcome
-from benchmarks.router_report import policy_row, write_results
+from benchmarks.router_report import policy_row, routing_stats, write_results
 from benchmarks.router_workload import ChatTurn, KvSizing, WorkloadShape
 
 COUNTERS = {
@@ -71,3 +71,17 @@ def test_the_results_are_written_as_json_markdown_and_png(tmp_path: Path) -> Non
     assert "cpu_flags" in result["machine"]
     assert "| prefix-aware | 50.0% |" in (tmp_path / "router_smollm2.md").read_text()
     assert (tmp_path / "router_smollm2.png").stat().st_size > 0
+
+
+def test_routing_stats_give_each_replica_s_tenants_and_the_router_s_prediction_accuracy() -> None:
+    turns = [ChatTurn(t, 0, k, [], [1] * 64) for t, k in [(0, 0), (1, 0), (0, 1), (1, 1)]]
+    a, b = "http://127.0.0.1:1", "http://127.0.0.1:2"
+    outcomes = [
+        Outcome("ok", 0.5, 1.0, 8, 0, replica=a, predicted_cached_tokens=0),
+        Outcome("ok", 0.5, 1.0, 8, 0, replica=b, predicted_cached_tokens=0),
+        Outcome("ok", 0.1, 1.0, 8, 48, replica=a, predicted_cached_tokens=48),
+        Outcome("ok", 0.1, 1.0, 8, 32, replica=a, predicted_cached_tokens=48),
+    ]
+    stats = routing_stats(outcomes, turns, [a, b])
+    assert stats["tenants_per_replica"] == [{0: 2, 1: 1}, {1: 1}]
+    assert stats["prediction_exact_share"] == pytest.approx(3 / 4)
