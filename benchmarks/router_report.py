@@ -159,7 +159,7 @@ def _fleet_record(sizing: KvSizing) -> dict[str, Any]:
     return {
         "replicas": {
             "count": 2,
-            "pinned": "replica i to usable core i (sched_setaffinity in the child before exec)",
+            "pinned": "replica i to usable core i (sched_setaffinity in the child before exec); the router and this client are not pinned and share those cores",
             "engine": dataclasses.asdict(engine),
             "server": dataclasses.asdict(ServerOptions()),
         },
