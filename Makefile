@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test e2e lint demo bench serve images images-check e2e-images clean
+.PHONY: test e2e lint demo bench bench-router serve images images-check e2e-images clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +44,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/offline_throughput.py
 	$(BIN)/python benchmarks/online_throughput.py --skip-offline --concurrency 32 --also-concurrency 16 \
 		--json benchmarks/results/online_smollm2-135m-instruct.json
+
+# Routing under load on the real model (docs/router.md#benchmark): 2 SmolLM2 replicas, one thread
+# and one core each, prefix-aware vs round-robin vs least-loaded at 80 % of the peak measured first;
+# sized for about 12 minutes on 2 quiet cores. Writes benchmarks/results/router_smollm2.{json,md,png}.
+bench-router: $(STAMP)
+	$(BIN)/python benchmarks/router_bench.py --model smollm2-135m-instruct
 
 # Container images with buildah, no Docker engine needed (images/build.sh; run as root): engine-cpu,
 # router and operator as localhost/pagedock/<target>:dev. images-check runs the engine and router
