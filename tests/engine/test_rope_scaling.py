@@ -33,7 +33,7 @@ def test_prefill_logits_match_transformers_with_rope_scaling(kind: str, tmp_path
     rope = {"rope_theta": 10000.0, **SCALINGS[kind]}
     model_dir = make_tiny_llama_dir(tmp_path, rope_parameters=rope)
     hf = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    llm = LLM(model=str(model_dir), num_kv_blocks=64, max_model_len=1024)
+    llm = LLM(model=str(model_dir), dtype="float32", num_kv_blocks=64, max_model_len=1024)
     prompt = make_prompts(1, 300, 300, seed=3)[0]  # beyond the original 256 positions
     with torch.inference_mode():
         theirs = hf(torch.tensor([prompt])).logits[0]
