@@ -89,38 +89,54 @@ def measure(
     return {k: v for k, v in report.__dict__.items()}, results
 
 
+def measure_beside_idle(
+    servers: dict[str, Server], name: str, rep: int, args: argparse.Namespace
+) -> tuple[dict[str, Any], list[RequestResult]]:
+    """One measured run on `name`'s server, and the CPU seconds every other (idle) server used
+    meanwhile."""
+    idle_before = {n: tree_cpu_seconds(s.process.pid) for n, s in servers.items() if n != name}
+    workload = workload_a(SMOLLM2_VOCAB, args.num_requests, content_seed=100 + rep)
+    figures, results = measure(servers[name], workload, args.concurrency)
+    idle = {n: tree_cpu_seconds(servers[n].process.pid) - t for n, t in idle_before.items()}
+    run = {"system": name, "repetition": rep, "idle_servers_cpu_s": idle, **figures}
+    print(json.dumps({k: v for k, v in run.items() if k != "errors"}), flush=True)
+    return run, results
+
+
 def run_repetitions(
     args: argparse.Namespace, systems: list[System], fresh: bool
 ) -> tuple[list[dict[str, Any]], dict[str, list[RequestResult]], list[dict[str, Any]], bool]:
     """Every (repetition, system) in interleaved order; returns the runs, each system's request
     results pooled, the servers' memory, and whether an idle server was seen spinning."""
     servers: dict[str, Server] = {}
-    if not fresh:
-        for system in systems:
-            servers[system.name] = start(system, args)
-            warm_up(servers[system.name], args.warmup_prompts)
-    by_name = {s.name: s for s in systems}
-    runs, memory, pooled = [], [], {s.name: [] for s in systems}
+    runs: list[dict[str, Any]] = []
+    memory: list[dict[str, Any]] = []
+    pooled: dict[str, list[RequestResult]] = {s.name: [] for s in systems}
     spinning = False
-    for rep, name in interleaved_order(list(by_name), args.repetitions):
-        if fresh:
-            servers[name] = start(by_name[name], args)
-            warm_up(servers[name], args.warmup_prompts)
-        idle_before = {n: tree_cpu_seconds(s.process.pid) for n, s in servers.items() if n != name}
-        workload = workload_a(SMOLLM2_VOCAB, args.num_requests, content_seed=100 + rep)
-        figures, results = measure(servers[name], workload, args.concurrency)
-        idle = {n: tree_cpu_seconds(servers[n].process.pid) - t for n, t in idle_before.items()}
-        spinning |= any(cpu > IDLE_CPU_LIMIT * figures["duration_s"] for cpu in idle.values())
-        pooled[name] += results
-        run = {"system": name, "repetition": rep, "idle_servers_cpu_s": idle, **figures}
-        runs.append(run)
-        print(json.dumps({k: v for k, v in run.items() if k != "errors"}), flush=True)
-        if fresh:
-            memory.append({"system": name, "repetition": rep, **servers.pop(name).stop()})
-        elif spinning and not args.keep_servers:
-            break  # measured with a spinning neighbour: start again, a fresh server per run
-    for name, server in servers.items():
-        memory.append({"system": name, "repetition": None, **server.stop()})
+    try:
+        if not fresh:
+            for system in systems:
+                servers[system.name] = start(system, args)
+                warm_up(servers[system.name], args.warmup_prompts)
+        by_name = {s.name: s for s in systems}
+        for rep, name in interleaved_order(list(by_name), args.repetitions):
+            if fresh:
+                servers[name] = start(by_name[name], args)
+                warm_up(servers[name], args.warmup_prompts)
+            run, results = measure_beside_idle(servers, name, rep, args)
+            spinning |= any(
+                cpu > IDLE_CPU_LIMIT * run["duration_s"]
+                for cpu in run["idle_servers_cpu_s"].values()
+            )
+            runs.append(run)
+            pooled[name] += results
+            if fresh:
+                memory.append({"system": name, "repetition": rep, **servers.pop(name).stop()})
+            elif spinning and not args.keep_servers:
+                break  # measured beside a spinning neighbour: again, a fresh server per run
+    finally:
+        for name, server in servers.items():
+            memory.append({"system": name, "repetition": None, **server.stop()})
     return runs, pooled, memory, spinning
 
 
