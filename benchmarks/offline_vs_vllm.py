@@ -47,7 +47,7 @@ from benchmarks.comparison_report import (
 from benchmarks.fresh_process import run_spec
 from benchmarks.machine import git_commit, machine_info, vllm_version
 from benchmarks.repetitions import interleaved_order
-from benchmarks.workloads import check_no_shared_block, workload_a
+from benchmarks.workloads import Workload, check_no_shared_block, workload_a
 
 HERE = Path(__file__).resolve().parent
 PAGEDOCK_MODEL = "smollm2-135m-instruct"
@@ -57,10 +57,11 @@ WARMUP_CONTENT_SEED = 1_000
 # no shared block at any size.
 SMALLEST_BLOCK = 8
 FIGURES = ["generated_tok_s", "total_tok_s", "elapsed_s", "load_s", "peak_pss_mb", "peak_rss_mb"]
-FIGURES += ["prefix_cache_hits", "preemptions"]
+FIGURES += ["gflop_s", "prefix_cache_hits", "preemptions"]
 COLUMNS = [
     ("generated_tok_s", "generated tok/s", 1),
     ("total_tok_s", "total tok/s", 1),
+    ("gflop_s", "GFLOP/s", 0),
     ("load_s", "load s", 1),
     ("peak_pss_mb", "peak PSS MB", 0),
     ("peak_rss_mb", "peak RSS MB", 0),
@@ -87,12 +88,22 @@ def build_specs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
         "prompt_tokens": measured.num_prompt_tokens,
         "max_tokens": measured.max_tokens,
         "sampling": "greedy, ignore_eos",
+        "flop": workload_flop(measured),
         "seed": 0,
         "warmup": f"the first {len(warmup_prompts)} prompts of workload A with content seed "
         f"{WARMUP_CONTENT_SEED} (other token ids), 16 tokens each; no first "
         f"{SMALLEST_BLOCK}-token block shared with the measured prompts (checked)",
     }
     return spec, described
+
+
+def workload_flop(workload: Workload) -> float:
+    """The arithmetic the workload needs at least (benchmarks/flops.py), for GFLOP/s."""
+    from benchmarks.flops import workload_flops
+    from engine.loader.model_loader import read_model_config
+    from engine.loader.registry import resolve_model
+
+    return workload_flops(read_model_config(resolve_model(PAGEDOCK_MODEL).path), workload)["total"]
 
 
 def command_and_spec(
@@ -119,6 +130,7 @@ def run_all(
         log = args.log_dir / f"offline_{name.replace(' ', '_')}_{rep}.log"
         started = time.strftime("%H:%M:%S", time.gmtime())
         result = run_spec(command, full_spec, env or dict(os.environ), log, args.timeout_s)
+        result["gflop_s"] = args.flop / result["elapsed_s"] / 1e9
         runs.append({"system": name, "repetition": rep, "started_utc": started, **result})
         print(json.dumps({k: v for k, v in runs[-1].items() if k != "resolved"}), flush=True)
     return runs
@@ -155,6 +167,7 @@ def main() -> None:
     try:
         systems = pick_systems(args.systems, vllm_python() is not None)
         spec, workload = build_specs(args)
+        args.flop = workload["flop"]
     except ValueError as e:
         raise SystemExit(f"offline_vs_vllm: {e}") from None
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -43,14 +43,21 @@ def resolved_settings(llm: LLM) -> dict[str, Any]:
         "enable_prefix_caching": config.enable_prefix_caching,
         "num_threads": config.num_threads,
         "max_step_ms": getattr(config, "max_step_ms", None),
+        "cpu_gemm_dtype": getattr(config, "cpu_gemm_dtype", None),
     }
 
 
 def _weight_dtype(engine: Any) -> str | None:
-    """The dtype the GEMM weights are held in, where the engine says (`auto` on a CPU with native
-    bf16 holds bf16 weights under float32 activations)."""
-    value = getattr(engine, "weight_dtype", None)
-    return None if value is None else str(value).removeprefix("torch.")
+    """The dtype the CPU GEMMs multiply in (`auto` on a CPU with native bf16: bf16 weights under
+    float32 activations), decided as the engine decides it; None where this engine has no such
+    choice."""
+    try:
+        from engine.device import pick_cpu_gemm_dtype  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return None
+    config = engine.config
+    gemm = pick_cpu_gemm_dtype(config.cpu_gemm_dtype, config.dtype, engine.dtype, engine.device)
+    return str(gemm).removeprefix("torch.")
 
 
 def measured_counters(before: SchedulerStats, after: SchedulerStats) -> dict[str, int]:
