@@ -42,10 +42,14 @@ def resolved_settings(llm: Any) -> dict[str, Any]:
     if config is None:
         return {}
     cache, scheduler, model = config.cache_config, config.scheduler_config, config.model_config
+    dtype = str(model.dtype).removeprefix("torch.")
+    kv_dtype = str(cache.cache_dtype)
     return {
-        "dtype_resolved": str(model.dtype).removeprefix("torch."),
-        "kv_cache_dtype": str(cache.cache_dtype),
+        "dtype_resolved": dtype,
+        # "auto": the KV cache holds the model's dtype.
+        "kv_cache_dtype": f"auto ({dtype})" if kv_dtype == "auto" else kv_dtype,
         "block_size": cache.block_size,
+        "num_kv_blocks": getattr(cache, "num_gpu_blocks", None),
         "enable_chunked_prefill": scheduler.enable_chunked_prefill,
         "max_num_batched_tokens": scheduler.max_num_batched_tokens,
         "max_num_seqs": scheduler.max_num_seqs,
