@@ -103,7 +103,7 @@ def save_chart(
         low = [e["median"] - e["min"] if e else 0.0 for e in entries]
         high = [e["max"] - e["median"] if e else 0.0 for e in entries]
         ax.barh(systems, medians, xerr=[low, high], color="#4477aa", capsize=3)
-        ax.set_title(title, fontsize=9)
+        ax.set_title(f"{title}\nmedian, bars: min-max", fontsize=9)
         ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -215,8 +215,8 @@ def write_results(
     text += own_settings_lines(result["own_settings"]) + "\n"
     args.out.with_suffix(".md").write_text(text)
     print("\n" + text)
-    panels = [("generated_tok_s", "generated tok/s (median, min-max)")]
-    panels.append(("peak_pss_mb", "peak PSS MB (median, min-max)"))
+    panels = [("generated_tok_s", "generated tok/s (higher is better)")]
+    panels.append(("peak_pss_mb", "peak PSS MB (lower is better)"))
     save_chart(summary, panels, args.out.with_suffix(".png"))
 
 

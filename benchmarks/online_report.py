@@ -85,8 +85,9 @@ def write_online_results(
     text = online_markdown(result, summary, ratios)
     args.out.with_suffix(".md").write_text(text)
     print("\n" + text)
-    panels = [("output_tok_s", "output tok/s"), ("ttft_p99_ms", "TTFT p99 ms")]
-    panels.append(("itl_p99_ms", "ITL p99 ms"))
+    panels = [("output_tok_s", "output tok/s (higher is better)")]
+    panels += [("ttft_p99_ms", "TTFT p99 ms (lower is better)")]
+    panels += [("itl_p99_ms", "inter-token p99 ms (lower is better)")]
     save_chart(summary, panels, args.out.with_suffix(".png"))
 
 
