@@ -89,7 +89,16 @@ def parse_pagedock_args(pairs: list[str]) -> dict[str, Any]:
 def pagedock_engine_args(
     settings: EqualSettings, system: System, extra: dict[str, Any]
 ) -> dict[str, Any]:
-    """Keyword arguments of pagedock's `LLM(...)` (EngineConfig fields)."""
+    """Keyword arguments of pagedock's `LLM(...)` (EngineConfig fields); `extra` may add
+    pagedock-only levers but not change what is held equal."""
+    held = {"dtype", "kv_cache_memory", "num_kv_blocks", "max_num_seqs", "max_num_batched_tokens"}
+    held |= {"enable_prefix_caching", "num_threads"}
+    overlap = sorted(held & set(extra))
+    if overlap:
+        raise ValueError(
+            f"--pagedock-arg {', '.join(overlap)}: held equal for both systems; set it with the "
+            "benchmark's own option (--kv-cache-gib, --max-num-seqs, ...) or the system's dtype"
+        )
     return {
         "dtype": system.dtype,
         "kv_cache_memory": f"{settings.kv_cache_gib}GiB",

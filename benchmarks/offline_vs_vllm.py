@@ -166,6 +166,8 @@ def main() -> None:
     )
     try:
         systems = pick_systems(args.systems, vllm_python() is not None)
+        # Refuses a pagedock lever on a setting held equal, before anything runs.
+        pagedock_engine_args(settings, systems[0], parse_pagedock_args(args.pagedock_arg))
         spec, workload = build_specs(args)
         args.flop = workload["flop"]
     except ValueError as e:

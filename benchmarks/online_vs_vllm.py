@@ -176,6 +176,10 @@ def main() -> None:
     args = parse_args()
     try:
         systems = pick_systems(args.systems or ONLINE_SYSTEMS, vllm_python() is not None)
+        extra = parse_pagedock_args(args.pagedock_arg)
+        pagedock_engine_args(
+            args.settings, systems[0], extra
+        )  # refuses a lever on an equal setting
     except ValueError as e:
         raise SystemExit(f"online_vs_vllm: {e}") from None
     args.warmup_prompts = warmup_prompts(args.warmup_requests, args.repetitions, args.num_requests)

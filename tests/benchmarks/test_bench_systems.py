@@ -70,3 +70,8 @@ def test_pagedock_args_are_key_value_read_as_json_when_they_parse() -> None:
     }
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_pagedock_args(["max_step_ms"])
+
+
+def test_a_pagedock_lever_may_not_change_a_setting_held_equal() -> None:
+    with pytest.raises(ValueError, match="max_num_seqs: held equal"):
+        pagedock_engine_args(EqualSettings(), System("pagedock", "auto"), {"max_num_seqs": 64})
