@@ -2,6 +2,11 @@
 router's own added latency.
 
     python benchmarks/router_bench.py [--tenants 8 --turns 16 --concurrency 4]
+    python benchmarks/router_bench.py --model smollm2-135m-instruct   # `make bench-router`
+
+`--model smollm2-135m-instruct` runs the real-model scenario instead (benchmarks/router_smollm2.py:
+2 pinned single-thread replicas, open-loop arrivals at 80 % of the measured peak; `--help` with it
+lists its own flags). What follows is the tiny-model scenario.
 
 Part 1 — 3 `pagedock serve` replicas of a tiny random llama on loopback (restarted per policy, so
 every policy starts from empty caches) behind `pagedock route --policy P`; the workload is
@@ -231,7 +236,15 @@ def overhead_report(overhead: dict[str, float], num_requests: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    model = argparse.ArgumentParser(add_help=False)
+    model.add_argument("--model", default="tiny")
+    if model.parse_known_args(argv)[0].model != "tiny":
+        from benchmarks.router_smollm2 import main as smollm2_main
+
+        return smollm2_main(argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--model", default="tiny", choices=["tiny", "smollm2-135m-instruct"], help="tiny: 3 tiny random replicas (this scenario); smollm2-135m-instruct: the real-model scenario")  # fmt: skip
     parser.add_argument("--tenants", type=int, default=8)
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=4)

@@ -10,6 +10,7 @@ from engine.errors import ConfigError
 from pagedock.limits import (
     ATTENTION_BACKENDS,
     BLOCK_SIZES,
+    CPU_GEMM_DTYPES,
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MODEL,
     DTYPES,
@@ -27,6 +28,10 @@ class EngineConfig:
     """Built-in model name, local .gguf file, or local HF directory."""
     dtype: str = "auto"
     """Weights and activations: auto (float32 on CPU, bfloat16 on GPU), float32, float16, bfloat16."""
+    cpu_gemm_dtype: str = "auto"
+    """CPU float32 engines: the dtype the linear layers' weights are packed in and multiplied in
+    (activations, norms, attention and the KV cache stay float32). auto = bfloat16 where the CPU
+    has native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)."""
     tensor_parallel_size: int = 1
@@ -52,6 +57,11 @@ class EngineConfig:
         default=True, metadata=option_meta(off_flag="--no-prefix-caching")
     )
     """Reuse the KV blocks of shared prompt prefixes across requests."""
+    max_step_ms: float = 250.0
+    """Inter-token target: a step with running decodes takes only as many prefill tokens as keep
+    it under this many milliseconds, by the step cost the engine measures as it runs (never
+    fewer than 256); 0 = no target (every step may use max_num_batched_tokens). Needs chunked
+    prefill. `LLM` (offline, nobody waits between tokens) defaults to 0."""
     enable_chunked_prefill: bool = field(
         default=True, metadata=option_meta(off_flag="--no-chunked-prefill")
     )
@@ -85,6 +95,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         _check(
+            self.cpu_gemm_dtype in CPU_GEMM_DTYPES,
+            f"cpu_gemm_dtype must be one of {CPU_GEMM_DTYPES}, got {self.cpu_gemm_dtype!r}",
+        )
+        _check(
             self.device in ("auto", "cpu", "cuda"),
             f"device must be auto, cpu or cuda, got {self.device!r}",
         )
@@ -100,6 +114,7 @@ class EngineConfig:
             self.block_size in BLOCK_SIZES,
             f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}",
         )
+        _check(self.max_step_ms >= 0, f"max_step_ms must be 0 or more, got {self.max_step_ms}")
         _check(self.max_num_seqs >= 1, f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         _check(
             self.max_num_batched_tokens >= 1,

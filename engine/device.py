@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
+
 import torch
 
 from engine.errors import ConfigError
@@ -21,4 +24,39 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         # bf16 is 2-5x slower than fp32 on CPUs without AMX; GPUs want bf16.
         return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[name]
+
+
+# The instructions that multiply bf16 in hardware; without them oneDNN emulates bf16 and a bf16
+# GEMM runs slower than a float32 one.
+_NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+@cache
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (Linux: /proc/cpuinfo's flags)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return bool(_NATIVE_BF16_FLAGS & set(flags.partition(":")[2].split()))
+
+
+def pick_cpu_gemm_dtype(name: str, dtype_name: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:  # fmt: skip
+    """The dtype a CPU engine's linear layers multiply in. bf16 weights with float32 activations
+    halve the bytes each GEMM reads and run the multiply on the bf16 units (~1.8x a float32 GEMM
+    on an AVX512-BF16 EPYC); everything numerically delicate (norms, softmax, the KV cache, the
+    logits' sampling) stays float32. Only `auto` dtype opts in on its own: an explicit float32
+    means float32 throughout (the parity tests' setting)."""
+    if device.type != "cpu" or dtype != torch.float32:
+        return dtype
+    if name == "auto":
+        native = dtype_name == "auto" and cpu_has_native_bf16()
+        return torch.bfloat16 if native else torch.float32
+    if name == "bfloat16" and not cpu_has_native_bf16():
+        raise ConfigError(
+            "cpu_gemm_dtype bfloat16 needs a CPU with native bf16 (avx512_bf16 or amx_bf16 in "
+            "/proc/cpuinfo); this one would emulate it, slower than float32"
+        )
     return _DTYPES[name]

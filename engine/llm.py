@@ -18,6 +18,9 @@ Prompt = str | list[int]
 
 class LLM:
     def __init__(self, model: str = DEFAULT_MODEL, **engine_args: Any) -> None:
+        # Offline, nobody waits between tokens: steps may take the whole token budget (vLLM's
+        # offline LLM likewise schedules for throughput, its server for latency).
+        engine_args.setdefault("max_step_ms", 0.0)
         self.engine = LLMEngine(EngineConfig(model=model, **engine_args))
         self._ids = itertools.count()
 

@@ -233,9 +233,11 @@ class LLMEngine:
         """The engine half of a step: schedule, run the model, advance the requests, publish the
         KV events; children of n > 1 waiting for their sibling's prompt blocks join here. Token
         ids, finish reasons and logprobs only: no text."""
+        started = time.perf_counter()
         scheduler_output = self.scheduler.schedule()
         runner_output = self._execute(scheduler_output)
         core_outputs = self.scheduler.update(scheduler_output, runner_output)
+        self.scheduler.observe_step(scheduler_output, time.perf_counter() - started)
         self.kv_events.publish(self.scheduler.take_kv_events())
         for child in self.parallel.on_core_outputs(core_outputs):
             self.scheduler.add_request(child)

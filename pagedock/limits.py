@@ -17,7 +17,13 @@ DEFAULT_BLOCK_SIZE: Final = 16
 
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 DTYPES: Final[tuple[str, ...]] = get_args(Dtype)
-"""Weight and activation dtypes; auto = float32 on CPU, bfloat16 on GPU."""
+"""Weight and activation dtypes; auto = float32 on CPU (its GEMMs in bf16 where the CPU has native
+bf16: CPU_GEMM_DTYPES), bfloat16 on GPU."""
+
+CpuGemmDtype = Literal["auto", "float32", "bfloat16"]
+CPU_GEMM_DTYPES: Final[tuple[str, ...]] = get_args(CpuGemmDtype)
+"""The dtype a float32 CPU engine's linear layers hold their weights and multiply in; auto =
+bfloat16 where the CPU multiplies bf16 natively (AVX512-BF16 or AMX) and dtype is auto."""
 
 AttentionBackendName = Literal["torch", "torch-sdpa", "triton"]
 ATTENTION_BACKENDS: Final[tuple[str, ...]] = get_args(AttentionBackendName)

@@ -79,10 +79,15 @@ class KVCacheManager:
             if block is None:
                 break
             blocks.append(block)
-        num_tokens = len(blocks) * self.block_size
-        self.prefix_cache_stats.queries += request.num_tokens
-        self.prefix_cache_stats.hits += num_tokens
-        return blocks, num_tokens
+        return blocks, len(blocks) * self.block_size
+
+    def record_prefix_lookup(self, num_queried: int, num_hit: int) -> None:
+        """Count one admitted request's lookup (queried tokens, tokens found cached). Only at
+        admission: a request that waits is looked up again every step, and counting each of
+        those would inflate both counters."""
+        if self.enable_caching:
+            self.prefix_cache_stats.queries += num_queried
+            self.prefix_cache_stats.hits += num_hit
 
     def allocate_slots(
         self,

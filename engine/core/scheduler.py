@@ -1,13 +1,17 @@
 """Continuous batching: every step re-forms the batch under a token budget.
 
-Each step, running requests go first (a decode token each, or their next prefill chunk), then
-waiting requests join while budget, sequence slots and KV blocks last. Prefill and decode share one
-step. When the pool runs dry for a running request, the lowest-priority (then newest) running
-request is preempted by recompute: its blocks are freed and it returns to the front of the queue.
+Each step, running requests go first: their decodes (a token each), then their prefill chunks,
+the shortest remaining first, so a long prompt never holds a decode back; then waiting requests
+join while budget, sequence slots and KV blocks last. Prefill and decode share one step. With an
+inter-token target (EngineConfig.max_step_ms), a step with running decodes takes only as many
+prefill tokens as the learned step cost (engine/core/step_time.py) fits under it. When the pool
+runs dry for a running request, the lowest-priority (then newest) running request is preempted by
+recompute: its blocks are freed and it returns to the front of the queue.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from engine.config import EngineConfig
@@ -24,7 +28,17 @@ from engine.core.scheduler_output import (
     SchedulerOutput,
 )
 from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
+from engine.core.step_time import StepTimeModel
 from engine.errors import UnknownRequestError
+
+# The smallest prefill chunk a step target may cut a step's prefill to: smaller GEMMs lose their
+# efficiency, and prompts must keep their pace where the decodes alone take longer than the
+# target (a slow or crowded machine), else every time to first token would balloon.
+MIN_PREFILL_CHUNK = 256
+# Requests that arrive within this many seconds of the waiting queue's head form its wave, served
+# shortest prompt first; at most MAX_WAVE_SCAN of them are compared (a step's admission stays cheap).
+WAVE_S = 0.1
+MAX_WAVE_SCAN = 64
 
 
 class Scheduler:
@@ -47,6 +61,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
         self.num_preemptions = 0
+        self.step_time = StepTimeModel()
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -112,33 +127,61 @@ class Scheduler:
     # ---- one step ------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        budget = self.token_budget
         if self.config.scheduling_policy == "priority":
             # Serve the most important first; the victim of a preemption is then the last.
             self.running.sort(key=lambda r: (r.priority, r.arrival_time))
+        decodes = [r for r in self.running if _remaining(r) <= 1]
+        prefills = sorted((r for r in self.running if _remaining(r) > 1), key=_remaining)
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
-        budget = self._schedule_running(budget, scheduled, preempted)
+        budget = self._schedule_running(
+            decodes + prefills, self._step_budget(len(decodes)), scheduled, preempted
+        )
         if not preempted:
             # A step that had to preempt has no blocks to spare for newcomers.
             self._schedule_waiting(budget, scheduled)
         finished, self.finished_req_ids = self.finished_req_ids, set()
+        num_tokens = sum(s.num_new_tokens for s in scheduled)
         return SchedulerOutput(
             scheduled=scheduled,
-            num_scheduled_tokens=sum(s.num_new_tokens for s in scheduled),
+            num_scheduled_tokens=num_tokens,
             preempted_req_ids=preempted,
             finished_req_ids=finished,
+            num_decode_tokens=sum(s.num_new_tokens == 1 for s in scheduled),
         )
 
+    def observe_step(self, output: SchedulerOutput, seconds: float) -> None:
+        """The step `output` took `seconds` (schedule to update): teaches the step-cost model."""
+        num_prefill = output.num_scheduled_tokens - output.num_decode_tokens
+        self.step_time.observe(output.num_decode_tokens, num_prefill, seconds)
+
+    def _step_budget(self, num_decodes: int) -> int:
+        """The step's token budget: max_num_batched_tokens, or with decodes running and a step
+        target set, the decodes plus the prefill tokens the learned step cost fits under it."""
+        target_ms = self.config.max_step_ms
+        if not target_ms or not num_decodes or not self.config.enable_chunked_prefill:
+            return self.token_budget  # (a whole prompt per step cannot be cut to a target)
+        fits = self.step_time.prefill_tokens_within(target_ms / 1000)
+        if fits is None:
+            return self.token_budget
+        return min(self.token_budget, num_decodes + max(fits, MIN_PREFILL_CHUNK))
+
     def _schedule_running(
-        self, budget: int, scheduled: list[ScheduledRequest], preempted: list[str]
+        self,
+        order: list[Request],
+        budget: int,
+        scheduled: list[ScheduledRequest],
+        preempted: list[str],
     ) -> int:
-        index = 0
-        while index < len(self.running) and budget > 0:
-            request = self.running[index]
-            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+        for request in order:
+            if budget <= 0:
+                break
+            if request.status != RequestStatus.RUNNING:
+                continue  # preempted earlier in this step
+            num_new = min(_remaining(request), budget)
             while self.kv_cache_manager.allocate_slots(request, num_new) is None:
                 victim = self._pick_victim()
+                budget += _unschedule(victim, scheduled)
                 self._preempt(victim)
                 preempted.append(victim.request_id)
                 if victim is request:
@@ -146,15 +189,11 @@ class Scheduler:
             else:
                 scheduled.append(self._scheduled(request, num_new))
                 budget -= num_new
-                index += 1
-                continue
-            # The request preempted itself: everything after it was preempted first.
-            break
         return budget
 
     def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest]) -> None:
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = self.waiting.peek()
+            request = self._next_waiting()
             computed_blocks, num_computed = self.kv_cache_manager.get_computed_blocks(request)
             num_new = request.num_tokens - num_computed
             if num_new > budget and not self.config.enable_chunked_prefill:
@@ -165,8 +204,12 @@ class Scheduler:
             )
             if new_blocks is None:
                 break
-            self.waiting.pop()
+            if request is self.waiting.peek():
+                self.waiting.pop()
+            else:
+                self.waiting.remove(request)
             request.status = RequestStatus.RUNNING
+            self.kv_cache_manager.record_prefix_lookup(request.num_tokens, num_computed)
             request.num_computed_tokens = num_computed
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_computed
@@ -175,6 +218,17 @@ class Scheduler:
             self.running.append(request)
             scheduled.append(self._scheduled(request, num_new))
             budget -= num_new
+
+    def _next_waiting(self) -> Request:
+        """FCFS: the shortest prompt of the head's wave (the requests that arrived within
+        WAVE_S of it), so a burst's short prompts reach their first token before its long
+        ones, while a later arrival never passes an earlier wave. Priority: the head."""
+        head = self.waiting.peek()
+        if self.config.scheduling_policy != "fcfs":
+            return head
+        wave_end = head.arrival_time + WAVE_S
+        wave = itertools.takewhile(lambda r: r.arrival_time <= wave_end, self.waiting)
+        return min(itertools.islice(wave, MAX_WAVE_SCAN), key=_remaining)  # first of equals
 
     def _scheduled(self, request: Request, num_new: int) -> ScheduledRequest:
         start = request.num_computed_tokens
@@ -279,3 +333,18 @@ class Scheduler:
         self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
         self.finished_req_ids.add(request.request_id)
+
+
+def _remaining(request: Request) -> int:
+    """Tokens the request has yet to compute: 1 for a decode, more for a prompt (or a preempted
+    request's recompute)."""
+    return request.num_tokens - request.num_computed_tokens
+
+
+def _unschedule(victim: Request, scheduled: list[ScheduledRequest]) -> int:
+    """Take a preemption victim back out of this step, if it was in it; the tokens it gives back."""
+    for index, item in enumerate(scheduled):
+        if item.request_id == victim.request_id:
+            del scheduled[index]
+            return item.num_new_tokens
+    return 0

@@ -37,6 +37,8 @@ class SchedulerOutput:
     preempted_req_ids: list[str] = field(default_factory=list)
     # Requests finished since the previous step: the runner drops its state for them.
     finished_req_ids: set[str] = field(default_factory=set)
+    # Of num_scheduled_tokens, those in one-token pieces (decodes): the step-cost model's input.
+    num_decode_tokens: int = 0
 
     @property
     def is_empty(self) -> bool:

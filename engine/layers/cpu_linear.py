@@ -5,6 +5,10 @@ slow path for the skinny shapes of a decode step: 64 x 576 x 960 ran at ~15 GFLO
 with the weight reordered once into its blocked layout, ran at ~190. Inductor's freezing pass does
 the same reorder; doing it at load time keeps start-up free of compilation. EngineConfig.onednn
 (`--no-onednn`, `PAGEDOCK_ONEDNN=false`) turns it off; the loader passes it to `pack_linears`.
+
+With a bf16 `gemm_dtype` (EngineConfig.cpu_gemm_dtype) the packed weight is bf16 and each call
+casts its float32 input to bf16 and the product back: the casts cost a pass over the activations,
+the GEMM runs on the CPU's bf16 units and reads half the weight bytes.
 """
 
 from __future__ import annotations
@@ -30,22 +34,32 @@ def onednn_available() -> bool:
 class PackedLinear(nn.Module):
     """y = x W^T + b with W held in oneDNN's blocked layout (inference only)."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, gemm_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
+        self.gemm_dtype = gemm_dtype
         self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(
-            linear.weight.detach(), _PACK_BATCH_HINT
+            linear.weight.detach().to(gemm_dtype), _PACK_BATCH_HINT
         )
-        self.bias = None if linear.bias is None else linear.bias.detach()
+        self.bias = None if linear.bias is None else linear.bias.detach().to(gemm_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+        if self.gemm_dtype == x.dtype:
+            return torch.ops.mkldnn._linear_pointwise(
+                x, self.packed_weight, self.bias, "none", [], ""
+            )
+        product = torch.ops.mkldnn._linear_pointwise(
+            x.to(self.gemm_dtype), self.packed_weight, self.bias, "none", [], ""
+        )
+        return product.to(x.dtype)
 
 
-def pack_linears(model: nn.Module, enabled: bool = True) -> int:
-    """Swap every float32 CPU nn.Linear in `model` for a PackedLinear; returns how many (0 when
-    not `enabled` or oneDNN is unavailable)."""
+def pack_linears(
+    model: nn.Module, enabled: bool = True, gemm_dtype: torch.dtype = torch.float32
+) -> int:
+    """Swap every float32 CPU nn.Linear in `model` for a PackedLinear multiplying in `gemm_dtype`;
+    returns how many (0 when not `enabled` or oneDNN is unavailable)."""
     if not enabled or not onednn_available():
         return 0
     swaps = [
@@ -57,6 +71,6 @@ def pack_linears(model: nn.Module, enabled: bool = True) -> int:
         and child.weight.dtype == torch.float32
     ]
     for parent, name, child in swaps:
-        setattr(parent, name, PackedLinear(child))
-    logger.debug("packed %d linear layers for oneDNN", len(swaps))
+        setattr(parent, name, PackedLinear(child, gemm_dtype))
+    logger.debug("packed %d linear layers for oneDNN (%s)", len(swaps), gemm_dtype)
     return len(swaps)

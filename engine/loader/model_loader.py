@@ -117,11 +117,13 @@ def load_model(
     max_positions: int,
     *,
     onednn: bool = True,
+    gemm_dtype: torch.dtype | None = None,
     weight_cache: bool = True,
     tp: TPGroup | None = None,
 ) -> LlamaForCausalLM:
     """Build the model without initialising weights (meta device), then fill it from the file.
-    `onednn` packs CPU float32 linears for oneDNN; `weight_cache` reads and writes a GGUF's
+    `onednn` packs CPU float32 linears for oneDNN, their weights in `gemm_dtype` (default: `dtype`);
+    `weight_cache` reads and writes a GGUF's
     dequantized weights in the pagedock cache (EngineConfig's fields of those names). With `tp`,
     this rank's shard only."""
     started = time.perf_counter()
@@ -136,13 +138,14 @@ def load_model(
     model.eval()
     num_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if device.type == "cpu":
-        pack_linears(model, enabled=onednn)
+        pack_linears(model, enabled=onednn, gemm_dtype=gemm_dtype or dtype)
     # ru_maxrss is in KiB on Linux: the process's peak resident size so far.
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rank = "" if tp is None else f" (rank {tp.rank} of {tp.world_size})"
+    gemms = f", GEMMs in {gemm_dtype}" if gemm_dtype not in (None, dtype) and onednn else ""
     print(
         f"pagedock: loaded {path.name}{rank} in {time.perf_counter() - started:.1f}s "
-        f"({num_bytes / 1e6:.0f} MB of weights, {dtype}; peak RSS {peak_rss_mb:.0f} MB)",
+        f"({num_bytes / 1e6:.0f} MB of weights, {dtype}{gemms}; peak RSS {peak_rss_mb:.0f} MB)",
         file=sys.stderr,
     )
     return model

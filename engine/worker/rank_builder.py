@@ -16,6 +16,7 @@ import torch
 from engine.attention.backend import get_attention_backend
 from engine.config import EngineConfig
 from engine.core.scheduler_output import ScheduledRequest
+from engine.device import pick_cpu_gemm_dtype
 from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
 from engine.loader.model_loader import load_model
 from engine.models.model_config import ModelConfig
@@ -46,6 +47,7 @@ def build_runner(
         backend,
         max_model_len,
         onednn=config.onednn,
+        gemm_dtype=pick_cpu_gemm_dtype(config.cpu_gemm_dtype, config.dtype, dtype, device),
         weight_cache=config.weight_cache,
         tp=tp,
     )

@@ -92,6 +92,9 @@ class EngineSpec(SpecModel):
     """Reuse cached KV blocks of shared prompt prefixes."""
     enable_chunked_prefill: bool = True
     """Split long prompts into chunks that share a step with decodes."""
+    max_step_ms: float | None = Field(None, ge=0)
+    """Inter-token target in milliseconds: a step with running decodes takes only the prefill
+    that keeps it under this (0 = none); the engine's default (250) when unset."""
     tensor_parallel_size: int = Field(1, ge=1)
     """Ranks one engine shards the model over (one GPU each): resources.gpus must equal it when
     GPUs are requested; on CPU the ranks share the pod's cores."""

@@ -1,4 +1,4 @@
-"""EngineConfig's CPU switches (onednn, cpu_kernels) reach the model the engine builds."""
+"""EngineConfig's CPU switches (onednn, cpu_gemm_dtype, cpu_kernels) reach the model the engine builds."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from engine import LLM, SamplingParams
+from engine.device import cpu_has_native_bf16
 from engine.kernels import cpu_kernels
 from engine.layers.cpu_linear import PackedLinear, onednn_available
 
@@ -42,3 +44,21 @@ def test_cpu_kernels_off_runs_pure_torch(tiny_model_dir: Path) -> None:
     assert cpu_kernels.load_cpu_kernels() is None
     (out,) = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=3, ignore_eos=True), use_tqdm=False)  # fmt: skip
     assert len(out.token_ids) == 3
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this torch has no oneDNN")
+@pytest.mark.parametrize("setting", ["float32", "bfloat16"])
+def test_cpu_gemm_dtype_sets_the_packed_weights_dtype(tiny_model_dir: Path, setting: str) -> None:
+    if setting == "bfloat16" and not cpu_has_native_bf16():
+        pytest.skip("this CPU has no native bf16")
+    layers = [
+        m
+        for m in make_llm(tiny_model_dir, cpu_gemm_dtype=setting).engine.model.modules()
+        if isinstance(m, PackedLinear)
+    ]
+    assert layers and {str(m.packed_weight.dtype) for m in layers} == {f"torch.{setting}"}
+
+
+def test_an_explicit_float32_dtype_keeps_every_gemm_in_float32(tiny_model_dir: Path) -> None:
+    llm = make_llm(tiny_model_dir, dtype="float32")
+    assert all(m.gemm_dtype == torch.float32 for m in llm.engine.model.modules() if isinstance(m, PackedLinear))  # fmt: skip

@@ -1,4 +1,5 @@
 from engine.core.request import RequestStatus
+from engine.core.scheduler import MIN_PREFILL_CHUNK, Scheduler
 from tests.engine.factories import (
     EOS,
     fake_runner_output,
@@ -146,3 +147,80 @@ def test_a_full_prefix_hit_still_recomputes_the_last_token() -> None:
     out = sched.schedule()
     # The last block is recomputed whole: a cached block is never written into.
     assert (out.scheduled[0].num_computed_tokens, out.scheduled[0].num_new_tokens) == (16, 16)
+
+
+def test_decodes_go_before_a_long_prefill_that_would_use_the_whole_budget() -> None:
+    sched = make_scheduler(max_num_batched_tokens=40, scheduling_policy="priority")
+    decoding = make_request(4, max_tokens=20, priority=1)
+    sched.add_request(decoding)
+    step(sched)
+    sched.add_request(make_request(200, priority=0))  # more important, so first in running
+    step(sched)
+    out = sched.schedule()
+    first = out.scheduled[0]
+    assert (first.request_id, first.num_new_tokens) == (decoding.request_id, 1)
+    assert out.num_scheduled_tokens == 40
+
+
+def test_a_wave_of_prompts_is_prefilled_shortest_first() -> None:
+    sched = make_scheduler(max_num_batched_tokens=64)
+    long, short, middle = (make_request(n, arrival_time=100.0 + i / 1000) for i, n in enumerate((100, 10, 30)))  # fmt: skip
+    for request in (long, short, middle):
+        sched.add_request(request)
+    out = sched.schedule()
+    assert [(s.request_id, s.num_new_tokens) for s in out.scheduled] == [
+        (short.request_id, 10),
+        (middle.request_id, 30),
+        (long.request_id, 24),
+    ]
+
+
+def test_a_later_wave_never_passes_an_earlier_one() -> None:
+    sched = make_scheduler(max_num_batched_tokens=64)
+    early, late = make_request(100, arrival_time=100.0), make_request(10, arrival_time=101.0)
+    sched.add_request(early)
+    sched.add_request(late)
+    assert [s.request_id for s in sched.schedule().scheduled] == [early.request_id]
+
+
+def test_a_step_target_cuts_prefill_beside_decodes_to_what_the_step_cost_allows() -> None:
+    sched = make_scheduler(num_blocks=128, max_model_len=1024, max_num_batched_tokens=2048, max_step_ms=100)  # fmt: skip
+    decoding = make_request(4, max_tokens=50)
+    sched.add_request(decoding)
+    step(sched)
+    # Measured: decodes alone 20 ms, 0.25 ms per prefill token -> 320 tokens fit beside them.
+    sched.step_time.observe(num_decode_tokens=1, num_prefill_tokens=0, seconds=0.020)
+    sched.step_time.observe(num_decode_tokens=0, num_prefill_tokens=400, seconds=0.100)
+    sched.add_request(make_request(600))
+    out = sched.schedule()
+    assert [s.num_new_tokens for s in out.scheduled] == [1, 320]
+
+
+def test_a_step_target_never_cuts_prefill_below_the_minimum_chunk() -> None:
+    sched = make_scheduler(max_num_batched_tokens=512, max_step_ms=10)
+    sched.add_request(make_request(4, max_tokens=50))
+    step(sched)
+    sched.step_time.observe(num_decode_tokens=1, num_prefill_tokens=0, seconds=0.050)  # over it
+    sched.step_time.observe(num_decode_tokens=0, num_prefill_tokens=400, seconds=0.400)
+    sched.add_request(make_request(300))
+    assert [s.num_new_tokens for s in sched.schedule().scheduled] == [1, MIN_PREFILL_CHUNK]
+
+
+def test_without_decodes_a_step_target_leaves_the_whole_budget_to_prefill() -> None:
+    sched = make_scheduler(max_num_batched_tokens=512, max_step_ms=100)
+    sched.step_time.observe(num_decode_tokens=0, num_prefill_tokens=400, seconds=0.400)
+    sched.add_request(make_request(300))
+    assert [s.num_new_tokens for s in sched.schedule().scheduled] == [300]
+
+
+def step(sched: Scheduler) -> None:
+    out = sched.schedule()
+    sched.update(out, fake_runner_output(out))
+
+
+def test_a_waiting_request_counts_one_prefix_lookup_however_long_it_waits() -> None:
+    sched = make_scheduler(max_num_seqs=1)
+    sched.add_request(make_request(20, max_tokens=4))
+    sched.add_request(make_request(30, max_tokens=4))
+    run_to_completion(sched)
+    assert sched.make_stats().prefix_cache_queries == 20 + 30

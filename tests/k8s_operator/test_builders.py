@@ -115,6 +115,12 @@ def test_engine_args_mirror_the_engine_settings() -> None:
     assert "--no-prefix-caching" in args and "--no-chunked-prefill" in args
 
 
+def test_a_step_target_is_passed_only_when_set() -> None:
+    assert "--max-step-ms" not in engine_args(make_context({}))
+    args = engine_args(make_context({"engine": {"maxStepMs": 120}}))
+    assert args[args.index("--max-step-ms") + 1] == "120.0"
+
+
 def test_router_runs_k8s_discovery_against_the_engine_service() -> None:
     router = find(build_children(make_context({})), "Deployment", "chat-router")
     args = router["spec"]["template"]["spec"]["containers"][0]["args"]

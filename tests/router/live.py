@@ -49,8 +49,10 @@ def free_port() -> int:
 class Process:
     """One `pagedock` subcommand as a child process, with its log in a file."""
 
-    def __init__(self, args: list[str], log: Path, health_path: str = "/health") -> None:
+    def __init__(self, args: list[str], log: Path, health_path: str = "/health", cpus: set[int] | None = None) -> None:  # fmt: skip
         self.args = args
+        self.cpus = cpus
+        """Cores the process (and every thread it starts) may run on; None = any."""
         self.log = log
         self.port = int(args[args.index("--port") + 1])
         self.url = f"http://127.0.0.1:{self.port}"
@@ -60,8 +62,14 @@ class Process:
     def start(self) -> Process:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pagedock", *self.args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+            self.proc = subprocess.Popen([sys.executable, "-m", "pagedock", *self.args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=self._pin if self.cpus is not None else None)  # fmt: skip
         return self
+
+    def _pin(self) -> None:
+        # In the child before exec: the affinity holds from the first instruction, so no thread
+        # (torch's, uvicorn's) ever runs elsewhere.
+        assert self.cpus is not None
+        os.sched_setaffinity(0, self.cpus)
 
     def wait_ready(self, timeout_s: float = 90.0) -> Process:
         deadline = time.monotonic() + timeout_s

@@ -36,6 +36,7 @@ def _optional_args(ctx: BuildContext) -> list[str]:
         "--dtype": engine.dtype if engine.dtype != "auto" else None,
         "--kv-cache-memory": engine.kv_cache_memory,
         "--num-kv-blocks": engine.num_kv_blocks,
+        "--max-step-ms": engine.max_step_ms,
     }
     args: list[str] = []
     for flag, value in optional.items():
