@@ -31,8 +31,8 @@ class EngineConfig:
     """Weights and activations: auto (float32 on CPU, bfloat16 on GPU), float32, float16, bfloat16."""
     cpu_gemm_dtype: str = "auto"
     """CPU float32 engines: the dtype the linear layers' weights are packed in and multiplied in
-    (activations, norms, attention and the KV cache stay float32). auto = bfloat16 where the CPU
-    has native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
+    (activations, norms and attention stay float32; the KV cache's is kv_cache_dtype). auto =
+    bfloat16 where the CPU has native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
     kv_cache_dtype: str = "auto"
     """The dtype K and V are stored in: auto (the activation dtype), float32, or bfloat16. On a
     float32 CPU engine bfloat16 halves the bytes per token (the same kv_cache_memory holds twice

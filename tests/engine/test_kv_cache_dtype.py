@@ -88,3 +88,26 @@ def test_an_engine_with_a_bf16_cache_generates_and_frees_every_block(
     outputs = llm.generate(prompts, params, use_tqdm=False)
     assert [len(o.token_ids) for o in outputs] == [20] * 6
     assert llm.engine.stats().num_free_kv_blocks == 32
+
+
+@pytest.mark.timeout(600)
+def test_tensor_parallel_ranks_with_bf16_caches_match_one_rank_under_pressure(
+    tiny_model_dir: Path,
+) -> None:
+    # Each rank stores its own KV heads in bf16; with prompts chunked, a prefix shared, and a
+    # pool small enough to preempt, two ranks give one rank's greedy tokens and free every block.
+    pressure: dict[str, Any] = dict(
+        num_kv_blocks=12, max_num_batched_tokens=16, kv_cache_dtype="bfloat16"
+    )
+    shared = list(range(10, 50))
+    prompts = [[*shared, 5, 6, 7], [*shared, 8, 9], list(range(60, 95)), list(range(100, 112))]
+    greedy = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    expected = [o.token_ids for o in make_llm(tiny_model_dir, **pressure).generate(prompts, greedy, use_tqdm=False)]  # fmt: skip
+    tp2 = make_llm(tiny_model_dir, tensor_parallel_size=2, **pressure)
+    try:
+        assert [o.token_ids for o in tp2.generate(prompts, greedy, use_tqdm=False)] == expected
+        stats = tp2.stats()
+        assert stats.num_preemptions > 0 and stats.prefix_cache_hits > 0
+        assert tp2.engine.stats().num_free_kv_blocks == 12
+    finally:
+        tp2.shutdown()
