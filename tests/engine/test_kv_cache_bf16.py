@@ -117,3 +117,23 @@ def test_cpu_backend_over_a_bf16_cache_matches_the_torch_path_on_a_mixed_step(
     # And within bf16's precision of the same step over a float32 cache.
     unrounded = TorchAttentionBackend().forward(query, key, value, k32, v32, meta, 0.125)
     torch.testing.assert_close(out, unrounded, **LOOSE)
+
+
+def test_prefills_through_sdpa_see_the_same_rounded_kv_as_the_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The same step twice over a bf16 cache: every row through the C++ kernel (which reads K/V
+    # back from the cache), then every prefill through SDPA, the fresh prompt's from the step's
+    # own K/V without a gather. Both attend to the bf16-rounded K/V: float32-tight agreement.
+    gen = torch.Generator().manual_seed(4)
+    query_lens, seq_lens = [1, 12, 30], [40, 12, 30 + 16]
+    meta, num_blocks = attention_metadata(query_lens, seq_lens, 16, gen)
+    k_cache, v_cache = bf16(*torch.randn(2, num_blocks, 16, 2, 32, generator=gen))
+    qkv = torch.randn(meta.num_tokens, 6 + 2 + 2, 32, generator=gen)
+    query, key, value = qkv.split([6, 2, 2], dim=1)
+    per_row = TorchAttentionBackend().forward(query, key, value, k_cache, v_cache, meta, 0.2)
+    monkeypatch.setattr(torch_attention, "PER_ROW_PREFILL_MAX_CONTEXT", 1)
+    meta.backend_cache.clear()
+    through_sdpa = TorchAttentionBackend().forward(query, key, value, k_cache, v_cache, meta, 0.2)
+    assert torch_attention.per_token_context(meta)[2] == [1, 2]
+    torch.testing.assert_close(through_sdpa, per_row, **TIGHT)
