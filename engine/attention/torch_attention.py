@@ -56,9 +56,8 @@ def paged_decode_attention(
     num_seqs, num_heads, head_dim = query.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     num_blocks = (max_seq_len + block_size - 1) // block_size
-    keys = gather_kv(k_cache, block_tables, num_blocks, query.dtype).transpose(
-        1, 2
-    )  # [S, Hkv, L, D]
+    # [S, Hkv, L, D] in the query's dtype.
+    keys = gather_kv(k_cache, block_tables, num_blocks, query.dtype).transpose(1, 2)
     values = gather_kv(v_cache, block_tables, num_blocks, query.dtype).transpose(1, 2)
     # GQA: the group of query heads sharing a KV head becomes SDPA's "query length".
     group = num_heads // num_kv_heads
