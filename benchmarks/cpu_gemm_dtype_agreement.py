@@ -65,6 +65,7 @@ def compare(
     same = total = 0
     first_differences: list[int] = []
     logprob_gaps: list[float] = []
+    identical = 0
     for (ref_ids, ref_lp), (ids, lp) in zip(reference, other, strict=True):
         same += sum(a == b for a, b in zip(ref_ids, ids, strict=True))
         total += len(ref_ids)
@@ -72,11 +73,12 @@ def compare(
             (i for i, (a, b) in enumerate(zip(ref_ids, ids, strict=True)) if a != b), len(ref_ids)
         )
         first_differences.append(first)
+        identical += first == len(ref_ids)
         logprob_gaps += [abs(a - b) for a, b in zip(ref_lp[:first], lp[:first], strict=True)]
     return {
         "requests": len(reference),
         "identical_token_share": same / total,
-        "identical_outputs": sum(f == MAX_TOKENS for f in first_differences),
+        "identical_outputs": identical,
         "first_difference_median": statistics.median(first_differences),
         "first_difference_min": min(first_differences),
         "chosen_logprob_abs_diff_max": max(logprob_gaps),

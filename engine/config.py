@@ -14,6 +14,7 @@ from pagedock.limits import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MODEL,
     DTYPES,
+    KV_CACHE_DTYPES,
 )
 from pagedock.options import option_meta
 
@@ -30,8 +31,13 @@ class EngineConfig:
     """Weights and activations: auto (float32 on CPU, bfloat16 on GPU), float32, float16, bfloat16."""
     cpu_gemm_dtype: str = "auto"
     """CPU float32 engines: the dtype the linear layers' weights are packed in and multiplied in
-    (activations, norms, attention and the KV cache stay float32). auto = bfloat16 where the CPU
-    has native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
+    (activations, norms and attention stay float32; the KV cache's is kv_cache_dtype). auto =
+    bfloat16 where the CPU has native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
+    kv_cache_dtype: str = "auto"
+    """The dtype K and V are stored in: auto (the activation dtype), float32, or bfloat16. On a
+    float32 CPU engine bfloat16 halves the bytes per token (the same kv_cache_memory holds twice
+    the blocks, decode attention reads half the bytes) at bf16's precision for K and V; attention
+    still computes in float32. GPUs store the activation dtype (bfloat16) only."""
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)."""
     tensor_parallel_size: int = 1
@@ -97,6 +103,10 @@ class EngineConfig:
         _check(
             self.cpu_gemm_dtype in CPU_GEMM_DTYPES,
             f"cpu_gemm_dtype must be one of {CPU_GEMM_DTYPES}, got {self.cpu_gemm_dtype!r}",
+        )
+        _check(
+            self.kv_cache_dtype in KV_CACHE_DTYPES,
+            f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}",
         )
         _check(
             self.device in ("auto", "cpu", "cuda"),

@@ -60,3 +60,19 @@ def pick_cpu_gemm_dtype(name: str, dtype_name: str, dtype: torch.dtype, device: 
             "/proc/cpuinfo); this one would emulate it, slower than float32"
         )
     return _DTYPES[name]
+
+
+def pick_kv_cache_dtype(name: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype the KV cache stores: the activation dtype (auto, or named), or bf16 under float32
+    activations on the CPU, where the C++ kernels round K/V into bf16 as they write and widen
+    them back to float32 as they read (and the torch paths convert likewise). Any other pairing
+    has no read path and is refused by name."""
+    if name == "auto" or _DTYPES[name] == dtype:
+        return dtype
+    if device.type == "cpu" and dtype == torch.float32 and name == "bfloat16":
+        return torch.bfloat16
+    raise ConfigError(
+        f"kv_cache_dtype {name} is not supported with {str(dtype).removeprefix('torch.')} "
+        f"activations on {device.type}: use auto (the activation dtype)"
+        + (", or bfloat16 with float32 activations" if device.type == "cpu" else "")
+    )

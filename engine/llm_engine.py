@@ -66,7 +66,7 @@ class LLMEngine:
             raise
         self.tokenizer = load_tokenizer(self.model_path, chat_template)
         self.eos_token_ids = self._eos_token_ids()
-        self.root_hash = root_hash(f"{self.model_config.name}:{self.dtype}")
+        self.root_hash = root_hash(self._hash_root_name())
         self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
         self.guided = GuidedDecoding(
             self.tokenizer, self.model_config.vocab_size, self.eos_token_ids
@@ -94,6 +94,14 @@ class LLMEngine:
             tp.wait_ready()
 
     # ---- configuration ---------------------------------------------------------------------
+
+    def _hash_root_name(self) -> str:
+        """What every block hash of this engine descends from: the model and dtype, and the KV
+        cache's dtype where it differs (a bf16 cache's blocks hold other K/V than a float32 one's,
+        so the router must not count one replica's blocks as another's)."""
+        name = f"{self.model_config.name}:{self.dtype}"
+        kv_dtype = self.runner.kv_cache_dtype
+        return name if kv_dtype == self.dtype else f"{name}:kv={kv_dtype}"
 
     def _pick_max_model_len(self) -> int:
         model_len = self.model_config.max_position_embeddings

@@ -1,4 +1,8 @@
-"""Paged attention in plain torch: the CPU path, and the reference the Triton kernels are tested against."""
+"""Paged attention in plain torch: the CPU path, and the reference the Triton kernels are tested against.
+
+The cache may hold K/V in a narrower dtype than the activations (a bf16 cache under float32 on
+the CPU, EngineConfig.kv_cache_dtype): writes round into the cache's dtype, and attention always
+reads the K/V as the cache holds them, widened back to the query's dtype."""
 
 from __future__ import annotations
 
@@ -15,18 +19,28 @@ def write_kv_cache(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    """Scatter the step's K/V ([num_tokens, num_kv_heads, head_dim]) into their slots."""
+    """Scatter the step's K/V ([num_tokens, num_kv_heads, head_dim]) into their slots, rounded
+    to the cache's dtype (round-to-nearest-even for bf16)."""
     num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
     flat_shape = (num_blocks * block_size, num_kv_heads, head_dim)
-    k_cache.view(flat_shape).index_copy_(0, slot_mapping, key)
-    v_cache.view(flat_shape).index_copy_(0, slot_mapping, value)
+    k_cache.view(flat_shape).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
+    v_cache.view(flat_shape).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
 
 
-def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, num_blocks: int) -> torch.Tensor:
-    """[num_seqs, num_blocks * block_size, num_kv_heads, head_dim]: each sequence's first slots."""
+def as_cached(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+    """`x` as the cache stores it (rounded to its dtype), back in x's dtype: what a later read of
+    the cache would give. No copy when the dtypes agree."""
+    return x if cache.dtype == x.dtype else x.to(cache.dtype).to(x.dtype)
+
+
+def gather_kv(
+    cache: torch.Tensor, block_tables: torch.Tensor, num_blocks: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """[num_seqs, num_blocks * block_size, num_kv_heads, head_dim] in `dtype`: each sequence's
+    first slots (a bf16 cache's gathered rows widened; no extra copy when the dtypes agree)."""
     blocks = cache[block_tables[:, :num_blocks].long()]  # [S, nb, bs, H, D]
     num_seqs, nb, bs, heads, dim = blocks.shape
-    return blocks.view(num_seqs, nb * bs, heads, dim)
+    return blocks.view(num_seqs, nb * bs, heads, dim).to(dtype)
 
 
 def paged_decode_attention(
@@ -42,8 +56,9 @@ def paged_decode_attention(
     num_seqs, num_heads, head_dim = query.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     num_blocks = (max_seq_len + block_size - 1) // block_size
-    keys = gather_kv(k_cache, block_tables, num_blocks).transpose(1, 2)  # [S, Hkv, L, D]
-    values = gather_kv(v_cache, block_tables, num_blocks).transpose(1, 2)
+    # [S, Hkv, L, D] in the query's dtype.
+    keys = gather_kv(k_cache, block_tables, num_blocks, query.dtype).transpose(1, 2)
+    values = gather_kv(v_cache, block_tables, num_blocks, query.dtype).transpose(1, 2)
     # GQA: the group of query heads sharing a KV head becomes SDPA's "query length".
     group = num_heads // num_kv_heads
     q = query.view(num_seqs, num_kv_heads, group, head_dim)
@@ -119,19 +134,21 @@ def _prefill_attention(
     for s in range(meta.num_decodes, meta.num_seqs) if seqs is None else seqs:
         begin, end, seq_len = starts[s], starts[s + 1], seq_lens[s]
         if end - begin == seq_len:
-            # No cached prefix: the step's own K/V are the whole context; skip the gather.
-            keys, values = key[begin:end], value[begin:end]
+            # No cached prefix: the step's own K/V are the whole context; skip the gather (but
+            # see them as the cache holds them, so that every path attends to the same K/V).
+            keys, values = as_cached(key[begin:end], k_cache), as_cached(value[begin:end], v_cache)
         else:
             num_blocks = (seq_len + block_size - 1) // block_size
             table = meta.block_tables[s : s + 1]
-            keys = gather_kv(k_cache, table, num_blocks)[0, :seq_len]
-            values = gather_kv(v_cache, table, num_blocks)[0, :seq_len]
+            keys = gather_kv(k_cache, table, num_blocks, query.dtype)[0, :seq_len]
+            values = gather_kv(v_cache, table, num_blocks, query.dtype)[0, :seq_len]
         out[begin:end] = prefill_attention_one(query[begin:end], keys, values, scale)
 
 
 class TorchAttentionBackend:
-    """The CPU backend: index_copy_ into the cache; decodes through the C++ paged kernel when it
-    is available (float32), prefill chunks through SDPA over gathered blocks."""
+    """The CPU backend: with the C++ kernels (float32 activations, a float32 or bf16 cache) the
+    step's K/V are scattered and every row of short contexts attends through the paged kernel,
+    long prefills through SDPA over gathered blocks; without them, all in torch."""
 
     name = "torch"
 
@@ -174,7 +191,7 @@ class TorchAttentionBackend:
             self.cpu_kernels is not None
             and query.device.type == "cpu"
             and query.dtype == torch.float32
-            and k_cache.dtype == torch.float32
+            and k_cache.dtype in (torch.float32, torch.bfloat16)
             and self.cpu_kernels.supports(query.shape[2], query.shape[1] // k_cache.shape[2])
         )
 

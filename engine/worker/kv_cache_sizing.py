@@ -24,16 +24,17 @@ def pick_num_kv_blocks(
     config: EngineConfig,
     model_config: ModelConfig,
     max_model_len: int,
-    dtype: torch.dtype,
+    kv_dtype: torch.dtype,
     device: torch.device,
     num_kv_heads: int,
     tp: TPGroup | None = None,
 ) -> int:
-    """The pool size every rank agrees on; ConfigError when one max_model_len sequence won't fit."""
+    """The pool size every rank agrees on, at the KV cache's own element size (a bf16 cache fits
+    twice the blocks of a float32 one); ConfigError when one max_model_len sequence won't fit."""
     num_blocks = config.num_kv_blocks
     if num_blocks is None:
         num_blocks = _blocks_that_fit(
-            config, model_config, max_model_len, dtype, device, num_kv_heads
+            config, model_config, max_model_len, kv_dtype, device, num_kv_heads
         )
     if tp is not None:
         num_blocks = tp.min_over_ranks(num_blocks)
@@ -52,7 +53,7 @@ def _blocks_that_fit(
     config: EngineConfig,
     model_config: ModelConfig,
     max_model_len: int,
-    dtype: torch.dtype,
+    kv_dtype: torch.dtype,
     device: torch.device,
     num_kv_heads: int,
 ) -> int:
@@ -62,6 +63,6 @@ def _blocks_that_fit(
         free, _ = torch.cuda.mem_get_info(device)
         budget = int(free * 0.9)
     assert isinstance(budget, int)
-    per_block = kv_cache_bytes_per_block(model_config, bs, dtype, num_kv_heads)
+    per_block = kv_cache_bytes_per_block(model_config, bs, kv_dtype, num_kv_heads)
     # No point holding more than max_num_seqs full-length sequences.
     return min(budget // per_block, config.max_num_seqs * -(-max_model_len // bs) + 1)

@@ -28,7 +28,7 @@ class ModelRunner:
         backend: AttentionBackend,
         num_kv_blocks: int,
         block_size: int,
-        dtype: torch.dtype,
+        kv_cache_dtype: torch.dtype,
         device: torch.device,
         seed: int = 0,
         send_step: Callable[[list[ScheduledRequest]], None] | None = None,
@@ -39,9 +39,10 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.num_kv_blocks = num_kv_blocks
+        self.kv_cache_dtype = kv_cache_dtype
         # This rank's KV heads only: every rank's cache has the same blocks, fewer heads.
         self.kv_caches = allocate_kv_caches(
-            config, num_kv_blocks, block_size, dtype, device, model.layout.num_kv_heads
+            config, num_kv_blocks, block_size, kv_cache_dtype, device, model.layout.num_kv_heads
         )
         # Tensor parallelism: hands each step's batch to the other ranks before rank 0 runs it.
         self.send_step = send_step

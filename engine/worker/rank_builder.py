@@ -16,7 +16,7 @@ import torch
 from engine.attention.backend import get_attention_backend
 from engine.config import EngineConfig
 from engine.core.scheduler_output import ScheduledRequest
-from engine.device import pick_cpu_gemm_dtype
+from engine.device import pick_cpu_gemm_dtype, pick_kv_cache_dtype
 from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
 from engine.loader.model_loader import load_model
 from engine.models.model_config import ModelConfig
@@ -38,6 +38,7 @@ def build_runner(
     send_step: Callable[[list[ScheduledRequest]], None] | None = None,
 ) -> ModelRunner:
     set_cpu_kernels_enabled(config.cpu_kernels)  # before the backend and layers ask for them
+    kv_dtype = pick_kv_cache_dtype(config.kv_cache_dtype, dtype, device)
     backend = get_attention_backend(device, config.attention_backend)
     model = load_model(
         model_path,
@@ -52,7 +53,7 @@ def build_runner(
         tp=tp,
     )
     num_kv_blocks = pick_num_kv_blocks(
-        config, model_config, max_model_len, dtype, device, model.layout.num_kv_heads, tp
+        config, model_config, max_model_len, kv_dtype, device, model.layout.num_kv_heads, tp
     )
     runner = ModelRunner(
         model,
@@ -60,7 +61,7 @@ def build_runner(
         backend,
         num_kv_blocks,
         config.block_size,
-        dtype,
+        kv_dtype,
         device,
         seed=config.seed,
         send_step=send_step,

@@ -1,5 +1,6 @@
 """The paged decode kernel under random shapes and metadata: every layout the loader accepts
-matches the torch reference, and invalid metadata raises (a RuntimeError, never a signal)."""
+matches the torch reference (over a float32 cache, or a bf16 one against float32 attention over
+the same rounded K/V), and invalid metadata raises (a RuntimeError, never a signal)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def decode_problems(draw: st.DrawFn) -> dict[str, object]:
         "block_size": draw(st.sampled_from([8, 16, 32, 64, 128])),
         "seq_lens": draw(st.lists(st.integers(0, 300), min_size=1, max_size=12)),
         "seed": draw(st.integers(0, 2**16)),
+        "kv_dtype": draw(st.sampled_from([torch.float32, torch.bfloat16])),
     }
 
 
@@ -35,15 +37,16 @@ def run_kernel(query, k_cache, v_cache, tables, lens, out=None):  # type: ignore
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(decode_problems())
 def test_any_accepted_layout_matches_the_reference(problem: dict) -> None:
     torch.manual_seed(problem["seed"])
     seq_lens, heads = problem["seq_lens"], problem["num_kv_heads"] * problem["group"]
     k_cache, v_cache, tables = random_paged_cache(seq_lens, problem["block_size"], problem["num_kv_heads"], problem["head_dim"])  # fmt: skip
+    k_cache, v_cache = k_cache.to(problem["kv_dtype"]), v_cache.to(problem["kv_dtype"])
     query = torch.randn(len(seq_lens), heads, problem["head_dim"])
     lens = torch.tensor(seq_lens, dtype=torch.int32)
-    expected = paged_decode_attention(query, k_cache, v_cache, tables, lens, max(max(seq_lens), 1), 0.1)  # fmt: skip
+    expected = paged_decode_attention(query, k_cache.float(), v_cache.float(), tables, lens, max(max(seq_lens), 1), 0.1)  # fmt: skip
     out = run_kernel(query, k_cache, v_cache, tables, lens)
     rows = lens > 0  # an empty context has no defined output; the reference gives NaN there
     torch.testing.assert_close(out[rows], expected[rows], rtol=1e-4, atol=1e-5)
@@ -105,11 +108,12 @@ def with_query(query: torch.Tensor) -> tuple[torch.Tensor, ...]:
         "query-rank",
     ],
 )
-def test_invalid_metadata_raises_instead_of_reading_past_the_cache(problem: tuple[torch.Tensor, ...], message: str) -> None:  # fmt: skip
-    query = problem[0]
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
+def test_invalid_metadata_raises_instead_of_reading_past_the_cache(problem: tuple[torch.Tensor, ...], message: str, kv_dtype: torch.dtype) -> None:  # fmt: skip
+    query, k_cache, v_cache, tables, lens = problem
     out = torch.empty_like(query)
     with pytest.raises(RuntimeError, match=message):
-        run_kernel(*problem, out=out)
+        run_kernel(query, k_cache.to(kv_dtype), v_cache.to(kv_dtype), tables, lens, out=out)
 
 
 def test_an_output_of_the_wrong_shape_is_refused() -> None:

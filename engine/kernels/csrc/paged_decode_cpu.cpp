@@ -9,7 +9,8 @@
 // across items so that both cores still work. The G = num_heads / num_kv_heads query heads of a
 // KV head share every K/V row read. Online softmax keeps one pass over the context.
 //
-//   k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]  (contiguous, float)
+//   k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]  (contiguous, float32 or
+//                     bfloat16: a bf16 row is widened to float32 as it is read, kv_element.h)
 //   query, out:       [num_seqs, num_heads, head_dim]  (query's rows may be strided)
 //   block_tables:     [num_seqs, max_blocks] int32;  seq_lens: [num_seqs] int32
 #include <omp.h>
@@ -20,6 +21,7 @@
 
 #include "cpu_check.h"
 #include "cpu_ops.h"
+#include "kv_element.h"
 
 namespace {
 
@@ -27,18 +29,18 @@ constexpr int kMaxBlock = 128;      // largest block_size
 constexpr int kMaxItemHeads = 64;   // query heads one work item holds state for
 constexpr int kItemsPerThread = 8;  // enough items per thread to even out ragged lengths
 
-template <int D>
-inline float dot(const float* __restrict a, const float* __restrict b) {
+template <int D, typename T>
+inline float dot(const float* __restrict a, const T* __restrict b) {
   float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < D; ++i) sum += a[i] * b[i];
+  for (int i = 0; i < D; ++i) sum += a[i] * kv_load(b[i]);
   return sum;
 }
 
-template <int D>
-inline void add_scaled(float* __restrict acc, const float* __restrict v, float p) {
+template <int D, typename T>
+inline void add_scaled(float* __restrict acc, const T* __restrict v, float p) {
 #pragma omp simd
-  for (int i = 0; i < D; ++i) acc[i] += p * v[i];
+  for (int i = 0; i < D; ++i) acc[i] += p * kv_load(v[i]);
 }
 
 // Running softmax state of one work item: H query heads over [kv_begin, kv_begin + H / G).
@@ -75,8 +77,8 @@ inline void softmax_block(DecodeState<D>& s, int heads, int n) {
   }
 }
 
-template <int D, int G>
-void decode_item(const float* q, const float* k_cache, const float* v_cache, const int* table,
+template <int D, int G, typename T>
+void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* table,
                  int seq_len, int block_size, int num_kv_heads, int kv_begin, int kv_end,
                  float scale, float* out) {
   // q and out point at the sequence's first query head; heads are [kv_head][g] contiguous.
@@ -98,19 +100,19 @@ void decode_item(const float* q, const float* k_cache, const float* v_cache, con
     const int n = std::min(block_size, seq_len - b * block_size);
     const int64_t base = static_cast<int64_t>(table[b]) * block_size * row_stride +
                          static_cast<int64_t>(kv_begin) * D;
-    const float* k = k_cache + base;
-    const float* v = v_cache + base;
+    const T* k = k_cache + base;
+    const T* v = v_cache + base;
     for (int t = 0; t < n; ++t) {
-      const float* row = k + t * row_stride;
+      const T* row = k + t * row_stride;
       for (int kh = 0; kh < kv_heads; ++kh)
-        for (int g = 0; g < G; ++g) s.p[kh * G + g][t] = dot<D>(s.q[kh * G + g], row + kh * D);
+        for (int g = 0; g < G; ++g) s.p[kh * G + g][t] = dot<D, T>(s.q[kh * G + g], row + kh * D);
     }
     softmax_block<D>(s, heads, n);
     for (int t = 0; t < n; ++t) {
-      const float* row = v + t * row_stride;
+      const T* row = v + t * row_stride;
       for (int kh = 0; kh < kv_heads; ++kh)
         for (int g = 0; g < G; ++g)
-          add_scaled<D>(s.acc[kh * G + g], row + kh * D, s.p[kh * G + g][t]);
+          add_scaled<D, T>(s.acc[kh * G + g], row + kh * D, s.p[kh * G + g][t]);
     }
   }
   float* out_item = out + static_cast<int64_t>(kv_begin) * G * D;
@@ -133,7 +135,7 @@ int head_slices(int num_seqs, int num_kv_heads, int group) {
   return std::min(num_kv_heads, std::max({1, wanted, min_for_state}));
 }
 
-template <int D, int G>
+template <int D, int G, typename T>
 void decode_all(const at::Tensor& query, const at::Tensor& k_cache,
                 const at::Tensor& v_cache, const at::Tensor& block_tables,
                 const at::Tensor& seq_lens, double scale, at::Tensor& out) {
@@ -143,8 +145,8 @@ void decode_all(const at::Tensor& query, const at::Tensor& k_cache,
   const int block_size = k_cache.size(1);
   const int max_blocks = block_tables.size(1);
   const float* q = query.data_ptr<float>();
-  const float* kc = k_cache.data_ptr<float>();
-  const float* vc = v_cache.data_ptr<float>();
+  const T* kc = kv_data<T>(k_cache);
+  const T* vc = kv_data<T>(v_cache);
   const int* tables = block_tables.data_ptr<int>();
   const int* lens = seq_lens.data_ptr<int>();
   float* o = out.data_ptr<float>();
@@ -157,7 +159,7 @@ void decode_all(const at::Tensor& query, const at::Tensor& k_cache,
       const int kv_begin = slice * num_kv_heads / slices;
       const int kv_end = (slice + 1) * num_kv_heads / slices;
       const int64_t offset = static_cast<int64_t>(s) * num_heads * D;
-      decode_item<D, G>(q + s * q_stride, kc, vc, tables + static_cast<int64_t>(s) * max_blocks,
+      decode_item<D, G, T>(q + s * q_stride, kc, vc, tables + static_cast<int64_t>(s) * max_blocks,
                         lens[s], block_size, num_kv_heads, kv_begin, kv_end,
                         static_cast<float>(scale), o + offset);
     }
@@ -167,19 +169,28 @@ void decode_all(const at::Tensor& query, const at::Tensor& k_cache,
 using DecodeFn = void (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                           const at::Tensor&, const at::Tensor&, double, at::Tensor&);
 
-template <int D>
+template <int D, typename T>
 DecodeFn pick_group(int group) {
   switch (group) {
-    case 1: return decode_all<D, 1>;
-    case 2: return decode_all<D, 2>;
-    case 3: return decode_all<D, 3>;
-    case 4: return decode_all<D, 4>;
-    case 5: return decode_all<D, 5>;
-    case 6: return decode_all<D, 6>;
-    case 7: return decode_all<D, 7>;
-    case 8: return decode_all<D, 8>;
+    case 1: return decode_all<D, 1, T>;
+    case 2: return decode_all<D, 2, T>;
+    case 3: return decode_all<D, 3, T>;
+    case 4: return decode_all<D, 4, T>;
+    case 5: return decode_all<D, 5, T>;
+    case 6: return decode_all<D, 6, T>;
+    case 7: return decode_all<D, 7, T>;
+    case 8: return decode_all<D, 8, T>;
     default: return nullptr;
   }
+}
+
+template <typename T>
+DecodeFn pick_decode(int64_t head_dim, int64_t group) {
+  const int g = static_cast<int>(group);
+  return head_dim == 16   ? pick_group<16, T>(g)
+         : head_dim == 32 ? pick_group<32, T>(g)
+         : head_dim == 64 ? pick_group<64, T>(g)
+                          : pick_group<128, T>(g);
 }
 
 }  // namespace
@@ -232,9 +243,9 @@ void check_shapes(const at::Tensor& query, const at::Tensor& k_cache, const at::
 void paged_decode(at::Tensor query, at::Tensor k_cache, at::Tensor v_cache,
                   at::Tensor block_tables, at::Tensor seq_lens, double scale,
                   at::Tensor out) {
-  TORCH_CHECK(query.dtype() == at::kFloat && k_cache.dtype() == at::kFloat &&
-                  v_cache.dtype() == at::kFloat && out.dtype() == at::kFloat,
-              "paged_decode: float32 only");
+  TORCH_CHECK(query.dtype() == at::kFloat && out.dtype() == at::kFloat,
+              "paged_decode: query and out must be float32");
+  const bool bf16 = kv_cache_is_bf16(k_cache, v_cache, "paged_decode");
   check_rows(query, "paged_decode query");
   TORCH_CHECK(out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous() &&
                   block_tables.is_contiguous() && seq_lens.is_contiguous(),
@@ -247,9 +258,7 @@ void paged_decode(at::Tensor query, at::Tensor k_cache, at::Tensor v_cache,
   TORCH_CHECK(paged_decode_supports(head_dim, group), "paged_decode: unsupported head_dim/group");
   TORCH_CHECK(k_cache.size(1) <= kMaxBlock, "paged_decode: block_size above 128");
   check_block_tables(block_tables, seq_lens, k_cache.size(0), k_cache.size(1));
-  DecodeFn fn = head_dim == 16   ? pick_group<16>(group)
-                : head_dim == 32 ? pick_group<32>(group)
-                : head_dim == 64 ? pick_group<64>(group)
-                                 : pick_group<128>(group);
+  DecodeFn fn = bf16 ? pick_decode<bf16_bits>(head_dim, group)
+                     : pick_decode<float>(head_dim, group);
   fn(query, k_cache, v_cache, block_tables, seq_lens, scale, out);
 }
