@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import offline_vs_vllm, online_report, prefix_caching_online
+from benchmarks import offline_vs_vllm, online_report, prefix_caching_online, router_report
 from benchmarks.comparison_report import markdown_table, ratio_lines
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -55,6 +55,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "offline_vs_vllm.json": render_offline,
     "online_vs_vllm.json": render_online,
     "prefix_caching_online.json": render_prefix_caching,
+    "router_smollm2.json": lambda result: router_report.markdown(result).strip(),
 }
 
 

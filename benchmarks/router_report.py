@@ -185,8 +185,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"arrivals Poisson at {result['arrival_rate_req_per_s']:.2f} req/s ({result['settings']['load']:.0%} of it). "
         f"Goodput: share of requests with TTFT <= {result['ttft_target_ms']:.0f} ms. Prefix hit "
         "rate: cached / prompt tokens as each response reports them (of best: against an unbounded "
-        "cache); engine counters: vllm:prefix_cache_hits / queries, which count a waiting request's "
-        "lookup again at every step it waits for KV blocks.",
+        "cache); engine counters: vllm:prefix_cache_hits / queries (one lookup per admission).",
         f"Machine: {result['machine']['cpu_model']}, commit {result['git_commit']}; full record in the JSON.",
         "",
         "| policy | prefix hit rate | of best | engine counters | TTFT p50 ms | p90 ms | p99 ms | req/s | output tok/s | goodput | rejected | errors |",
