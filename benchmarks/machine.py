@@ -30,7 +30,8 @@ def machine_info() -> dict[str, Any]:
 
 
 def git_commit(checkout: Path) -> str | None:
-    """The checked-out commit, with `+dirty` when the work tree has uncommitted changes."""
+    """The checked-out commit, with `+dirty` when tracked files have uncommitted changes (result
+    files a run is writing are untracked, and do not count)."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -40,7 +41,10 @@ def git_commit(checkout: Path) -> str | None:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=checkout, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=checkout,
+            capture_output=True,
+            text=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
