@@ -26,6 +26,13 @@ DEFAULT_SYSTEMS = (
 KV_VARIANTS = {"kv-bfloat16": "bfloat16"}
 
 
+PAGEDOCK_MODEL = "smollm2-135m-instruct"
+SMOLLM2_VOCAB = 49152
+# The smallest KV block either system can run with: warm-up prompts that share no first block of
+# this size with the measured ones share no block at any size.
+SMALLEST_BLOCK = 8
+
+
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 

@@ -25,6 +25,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_systems import (
+    PAGEDOCK_MODEL,
+    SMALLEST_BLOCK,
+    SMOLLM2_VOCAB,
     EqualSettings,
     System,
     pagedock_engine_args,
@@ -50,12 +53,7 @@ from benchmarks.repetitions import interleaved_order
 from benchmarks.workloads import Workload, check_no_shared_block, workload_a
 
 HERE = Path(__file__).resolve().parent
-PAGEDOCK_MODEL = "smollm2-135m-instruct"
-SMOLLM2_VOCAB = 49152
 WARMUP_CONTENT_SEED = 1_000
-# The smallest KV block either system can run with: no shared first block at this size means
-# no shared block at any size.
-SMALLEST_BLOCK = 8
 FIGURES = ["generated_tok_s", "total_tok_s", "elapsed_s", "load_s", "peak_pss_mb", "peak_rss_mb"]
 FIGURES += ["gflop_s", "prefix_cache_hits", "preemptions"]
 COLUMNS = [

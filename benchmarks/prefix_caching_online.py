@@ -24,6 +24,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_systems import (
+    PAGEDOCK_MODEL,
+    SMOLLM2_VOCAB,
     EqualSettings,
     pagedock_engine_args,
     parse_pagedock_args,
@@ -43,8 +45,6 @@ from benchmarks.servers import Server, start_pagedock
 from benchmarks.workloads import Workload, shared_prefix_workload, workload_a
 
 HERE = Path(__file__).resolve().parent
-PAGEDOCK_MODEL = "smollm2-135m-instruct"
-SMOLLM2_VOCAB = 49152
 ARMS = {"prefix caching on": True, "prefix caching off": False}
 FIGURES = ["ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "output_tok_s", "num_errors"]
 COLUMNS = [

@@ -155,11 +155,12 @@ def common_prefix_tokens(turns: Sequence[ChatTurn]) -> int:
     by_tenant: dict[int, list[int]] = {}
     for t in turns:
         seen = by_tenant.setdefault(t.tenant, t.token_ids)
-        by_tenant[t.tenant] = seen[: _common_prefix(seen, t.token_ids)]
+        by_tenant[t.tenant] = seen[: common_prefix_length(seen, t.token_ids)]
     return min(len(ids) for ids in by_tenant.values())
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading token ids `a` and `b` share."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:

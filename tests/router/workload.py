@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.router_workload import common_prefix_length
 from tests.router.live import system_prompt
 
 
@@ -43,20 +44,11 @@ def best_possible_hit_tokens(turns: list[Turn], block_size: int = 16) -> int:
     best = 0
     for i, turn in enumerate(turns):
         earlier = [t.token_ids for t in turns[:i] if t.tenant == turn.tenant]
-        shared = max((_common_prefix(turn.token_ids, e) for e in earlier), default=0)
+        shared = max((common_prefix_length(turn.token_ids, e) for e in earlier), default=0)
         # A prompt that is all cached still recomputes its last token (the engine needs logits).
         shared = min(shared, len(turn.token_ids) - 1)
         best += shared // block_size * block_size
     return best
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 async def send_all(url: str, bodies: list[dict[str, Any]], concurrency: int, path: str = "/v1/chat/completions") -> list[httpx.Response]:  # fmt: skip
