@@ -74,9 +74,15 @@ def scale_events(cluster: Cluster) -> list[Obj]:
 
 
 async def wait_scaled_to_zero(cluster: Cluster, timeout: float) -> None:
-    def at_zero() -> bool:
+    """At zero as a client sees it: no engine pod, Ready says ScaledToZero, and the router knows no
+    replica (a draining engine it still lists would answer the next request with no scale-up)."""
+
+    async def at_zero() -> bool:
         ready = cluster.condition("default", "smollm2", "Ready")
         gone = not cluster.kubelet.pods("smollm2-engine-")
-        return spec_replicas(cluster) == 0 and gone and ready.get("reason") == "ScaledToZero" and ready.get("status") == "True"  # fmt: skip
+        if not (spec_replicas(cluster) == 0 and gone and ready.get("reason") == "ScaledToZero" and ready.get("status") == "True"):  # fmt: skip
+            return False
+        known = [(await demand(r.ip))["replicas"] for r in cluster.kubelet.pods("smollm2-router-")]
+        return not any(known)
 
     await eventually(at_zero, timeout, lambda: f"scaled to zero, Ready={cluster.condition('default', 'smollm2', 'Ready')}")  # fmt: skip
