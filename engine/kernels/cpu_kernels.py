@@ -139,8 +139,10 @@ def _remove_stale_build_lock(name: str) -> None:
         lock.unlink(missing_ok=True)
 
 
-def kernels_for(x: torch.Tensor) -> ModuleType | None:
-    """The compiled kernels when they apply to `x` (float32 on the CPU), else None."""
-    if x.device.type != "cpu" or x.dtype != torch.float32:
+def kernels_for(x: torch.Tensor, bf16_ok: bool = False) -> ModuleType | None:
+    """The compiled kernels when they apply to `x` (float32 on the CPU, or bfloat16 for the
+    kernels that take `bf16_ok` inputs), else None."""
+    dtypes = (torch.float32, torch.bfloat16) if bf16_ok else (torch.float32,)
+    if x.device.type != "cpu" or x.dtype not in dtypes:
         return None
     return load_cpu_kernels()

@@ -6,9 +6,12 @@ with the weight reordered once into its blocked layout, ran at ~190. Inductor's 
 the same reorder; doing it at load time keeps start-up free of compilation. EngineConfig.onednn
 (`--no-onednn`, `PAGEDOCK_ONEDNN=false`) turns it off; the loader passes it to `pack_linears`.
 
-With a bf16 `gemm_dtype` (EngineConfig.cpu_gemm_dtype) the packed weight is bf16 and each call
-casts its float32 input to bf16 and the product back: the casts cost a pass over the activations,
-the GEMM runs on the CPU's bf16 units and reads half the weight bytes.
+With a bf16 `gemm_dtype` (EngineConfig.cpu_gemm_dtype) the packed weight is bf16, a float32
+input is cast to bf16, and the product stays bf16: the GEMM runs on the CPU's bf16 units and reads
+half the weight bytes. The product's consumers take it as it is where they can (the fused
+add-and-norm and SiLU kernels widen it as they read and round their output back to bf16, the next
+GEMM's input), so most GEMMs need no cast pass on either side; the model casts the rest (the QKV
+product before rotary and the cache) back to its activation dtype.
 """
 
 from __future__ import annotations
@@ -45,14 +48,10 @@ class PackedLinear(nn.Module):
         self.bias = None if linear.bias is None else linear.bias.detach().to(gemm_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gemm_dtype == x.dtype:
-            return torch.ops.mkldnn._linear_pointwise(
-                x, self.packed_weight, self.bias, "none", [], ""
-            )
-        product = torch.ops.mkldnn._linear_pointwise(
+        """The product in the GEMM dtype (the caller casts it where it needs another)."""
+        return torch.ops.mkldnn._linear_pointwise(
             x.to(self.gemm_dtype), self.packed_weight, self.bias, "none", [], ""
         )
-        return product.to(x.dtype)
 
 
 def pack_linears(

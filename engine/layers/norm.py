@@ -2,7 +2,9 @@
 
 A layer carries two streams, vLLM-style: `hidden` (the last sublayer's output) and `residual`
 (the running sum). `add_and_norm` folds the add into the norm's pass over the row; on the CPU
-in float32 both run as the C++ kernels (one pass per row where torch runs five kernels).
+in float32 both run as the C++ kernels (one pass per row where torch runs five kernels). With
+bf16 GEMMs under float32 activations, `hidden` is the GEMM's bf16 product: the kernel widens it
+into the float32 residual and rounds the normalised row back into it, the next GEMM's input.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ class RMSNorm(nn.Module):
         self, x: torch.Tensor, residual: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """residual += x, then (RMSNorm(residual), residual). Both tensors are the caller's to
-        overwrite: the kernel path writes the result into x."""
-        kernels = kernels_for(x)
-        if kernels is not None:
+        overwrite: the kernel path writes the result into x, in x's dtype."""
+        kernels = kernels_for(residual)
+        if kernels is not None and x.dtype in (torch.float32, torch.bfloat16):
             kernels.fused_add_rms_norm_(x, residual, self.weight, self.eps)
             return x, residual
         residual.add_(x)

@@ -3,6 +3,10 @@
 One forward pass computes one step's flat varlen batch: tokens of every scheduled request side by
 side, no padding. QKV and gate/up projections are fused into one GEMM each; logits are computed
 only at the positions that sample.
+
+The residual stream is in the activation dtype. A GEMM's product may come out in another (bf16
+GEMMs under float32 activations on the CPU, engine/layers/cpu_linear.py): the norms and SiLU
+take it as it is, and the QKV product and the tensor-parallel all-reduces are cast back.
 """
 
 from __future__ import annotations
@@ -56,16 +60,20 @@ class LlamaAttention(nn.Module):
         hidden: torch.Tensor,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         meta: AttentionMetadata,
+        dtype: torch.dtype,
     ) -> torch.Tensor:
+        """The attention sublayer's output; `dtype` is the activations' (rotary and the cache
+        take q, k and v in it)."""
         num_tokens = hidden.shape[0]
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        qkv = self.qkv_proj(hidden).to(dtype)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(q, k, cos_sin)
         out = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
         out = self.o_proj(out.reshape(num_tokens, self.q_size))
-        return out if self.tp is None else self.tp.all_reduce(out)
+        return out if self.tp is None else self.tp.all_reduce(out.to(dtype))
 
 
 class LlamaMLP(nn.Module):
@@ -82,9 +90,9 @@ class LlamaMLP(nn.Module):
         self.down_proj = nn.Linear(self.intermediate_size, config.hidden_size, bias=down_bias)
         self.tp = tp
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         out = self.down_proj(silu_and_mul(self.gate_up_proj(x)))
-        return out if self.tp is None else self.tp.all_reduce(out)
+        return out if self.tp is None else self.tp.all_reduce(out.to(dtype))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -106,14 +114,15 @@ class LlamaDecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(hidden, residual) in, (hidden, residual) out: each residual add is fused into the
         norm that follows it. The first layer's residual is the embedding itself."""
+        dtype = (hidden if residual is None else residual).dtype  # the activations'
         if residual is None:
             residual = hidden
             hidden = self.input_layernorm(hidden)
         else:
             hidden, residual = self.input_layernorm.add_and_norm(hidden, residual)
-        hidden = self.self_attn(cos_sin, hidden, kv_cache, meta)
+        hidden = self.self_attn(cos_sin, hidden, kv_cache, meta, dtype)
         hidden, residual = self.post_attention_layernorm.add_and_norm(hidden, residual)
-        return self.mlp(hidden), residual
+        return self.mlp(hidden, dtype), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -164,10 +173,10 @@ class LlamaForCausalLM(nn.Module):
         assert residual is not None
         # The last add and norm only at the rows that sample (indexing copies them).
         hidden, _ = self.norm.add_and_norm(hidden[sample_indices], residual[sample_indices])
-        logits = self.lm_head(hidden)
+        logits = self.lm_head(hidden).float()
         if self.tp is not None:  # rank 0 gets the whole vocabulary, the others nothing
             logits = self.tp.gather_vocab(logits, self.config.vocab_size)
-        return logits.float()
+        return logits
 
     # ---- weights -------------------------------------------------------------------------
 

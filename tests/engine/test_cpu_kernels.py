@@ -162,10 +162,46 @@ def test_silu_and_mul_matches_torch(rows: int) -> None:
     )
 
 
+@pytest.mark.parametrize("rows", [1, 64, 300])
+def test_a_bf16_gemm_product_is_added_to_the_float32_residual_and_normalised_back_into_bf16(
+    rows: int,
+) -> None:
+    torch.manual_seed(rows)
+    product = torch.randn(rows, 576).to(torch.bfloat16)
+    residual, weight = torch.randn(rows, 576), torch.randn(576)
+    expected_residual = residual + product.float()
+    # What the unfused path computed: a float32 norm, then the next GEMM's cast to bf16.
+    expected = rms_norm_reference(expected_residual, weight, 1e-5).to(torch.bfloat16)
+    assert kernels is not None
+    kernels.fused_add_rms_norm_(product, residual, weight, 1e-5)
+    assert product.dtype == torch.bfloat16 and residual.dtype == torch.float32
+    torch.testing.assert_close(residual, expected_residual)
+    # float32 sums in another order may round a rare element to the neighbouring bf16 value.
+    torch.testing.assert_close(product.float(), expected.float(), rtol=2**-7, atol=1e-5)
+    assert (product == expected).float().mean() > 0.99
+
+
+@pytest.mark.parametrize("rows", [1, 64, 300])
+def test_silu_and_mul_of_a_bf16_product_computes_in_float32_and_rounds_once(rows: int) -> None:
+    torch.manual_seed(rows)
+    gate_up = (torch.randn(rows, 2 * 1536) * 4).to(torch.bfloat16)
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    expected = (F.silu(gate) * up).to(torch.bfloat16)
+    assert kernels is not None
+    out = kernels.silu_and_mul(gate_up)
+    assert out.dtype == torch.bfloat16 and out.shape == expected.shape
+    torch.testing.assert_close(out.float(), expected.float(), rtol=2**-7, atol=1e-5)
+    assert (out == expected).float().mean() > 0.99
+
+
 def test_row_kernels_refuse_tensors_they_cannot_read() -> None:
     assert kernels is not None
-    with pytest.raises(RuntimeError, match="float32"):
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
         kernels.silu_and_mul(torch.randn(2, 8, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="float32 CPU tensor"):  # the residual stays float32
+        kernels.fused_add_rms_norm_(
+            torch.randn(2, 8), torch.randn(2, 8, dtype=torch.bfloat16), torch.ones(8), 1e-5
+        )
     with pytest.raises(RuntimeError, match="contiguous"):
         kernels.rms_norm(torch.randn(8, 4).t(), torch.ones(8), 1e-5)
     with pytest.raises(RuntimeError, match="weight"):

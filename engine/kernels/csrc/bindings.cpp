@@ -13,6 +13,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rotary_embedding_", &rotary_embedding_, "rotate-half rotary, in place on q and k");
   m.def("rms_norm", &rms_norm, "RMSNorm of every row");
   m.def("fused_add_rms_norm_", &fused_add_rms_norm_,
-        "residual += x, then x = RMSNorm(residual), in place");
-  m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up of a fused [gate | up] projection");
+        "residual += x, then x = RMSNorm(residual), in place (x float32 or bfloat16)");
+  m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up of a fused [gate | up] projection (float32 or bfloat16)");
 }

@@ -7,11 +7,14 @@
 
 #include <algorithm>
 
-// A [rows, ..., width] float32 CPU tensor whose rows may be strided (views into a fused
-// projection's output) but whose elements within a row are contiguous.
-inline void check_rows(const at::Tensor& t, const char* what) {
-  TORCH_CHECK(t.device().is_cpu() && t.dtype() == at::kFloat, what,
-              ": float32 CPU tensor expected");
+// A [rows, ..., width] float32 CPU tensor (or bfloat16 where `bf16_ok`) whose rows may be
+// strided (views into a fused projection's output) but whose elements within a row are
+// contiguous.
+inline void check_rows(const at::Tensor& t, const char* what, bool bf16_ok = false) {
+  const bool dtype_ok = t.dtype() == at::kFloat || (bf16_ok && t.dtype() == at::kBFloat16);
+  TORCH_CHECK(t.device().is_cpu() && dtype_ok, what,
+              bf16_ok ? ": float32 or bfloat16 CPU tensor expected"
+                      : ": float32 CPU tensor expected");
   TORCH_CHECK(t.dim() >= 2, what, ": expected at least 2 dimensions");
   int64_t expected = 1;
   for (int64_t d = t.dim() - 1; d >= 1; --d) {

@@ -20,7 +20,7 @@ inline void copy_row(float* __restrict dst, const float* __restrict src, int64_t
 
 inline void copy_row(bf16_bits* __restrict dst, const float* __restrict src, int64_t width) {
 #pragma omp simd
-  for (int64_t i = 0; i < width; ++i) dst[i] = kv_round_bf16(src[i]);
+  for (int64_t i = 0; i < width; ++i) dst[i] = round_bf16(src[i]);
 }
 
 template <typename T>
@@ -29,8 +29,8 @@ void scatter_rows(const at::Tensor& key, const at::Tensor& value, const at::Tens
   const int64_t tokens = key.size(0);
   const float* k = key.data_ptr<float>();
   const float* v = value.data_ptr<float>();
-  T* kc = kv_data<T>(k_cache);
-  T* vc = kv_data<T>(v_cache);
+  T* kc = elements<T>(k_cache);
+  T* vc = elements<T>(v_cache);
   const int64_t k_stride = key.stride(0), v_stride = value.stride(0);
 #pragma omp parallel for if (tokens * width > kParallelGrain)
   for (int64_t t = 0; t < tokens; ++t) {

@@ -33,14 +33,14 @@ template <int D, typename T>
 inline float dot(const float* __restrict a, const T* __restrict b) {
   float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < D; ++i) sum += a[i] * kv_load(b[i]);
+  for (int i = 0; i < D; ++i) sum += a[i] * to_float(b[i]);
   return sum;
 }
 
 template <int D, typename T>
 inline void add_scaled(float* __restrict acc, const T* __restrict v, float p) {
 #pragma omp simd
-  for (int i = 0; i < D; ++i) acc[i] += p * kv_load(v[i]);
+  for (int i = 0; i < D; ++i) acc[i] += p * to_float(v[i]);
 }
 
 // Running softmax state of one work item: H query heads over [kv_begin, kv_begin + H / G).
@@ -145,8 +145,8 @@ void decode_all(const at::Tensor& query, const at::Tensor& k_cache,
   const int block_size = k_cache.size(1);
   const int max_blocks = block_tables.size(1);
   const float* q = query.data_ptr<float>();
-  const T* kc = kv_data<T>(k_cache);
-  const T* vc = kv_data<T>(v_cache);
+  const T* kc = elements<T>(k_cache);
+  const T* vc = elements<T>(v_cache);
   const int* tables = block_tables.data_ptr<int>();
   const int* lens = seq_lens.data_ptr<int>();
   float* o = out.data_ptr<float>();
