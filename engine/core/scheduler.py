@@ -4,7 +4,8 @@ Each step, running requests go first: their decodes (a token each), then their p
 the shortest remaining first, so a long prompt never holds a decode back; then waiting requests
 join while budget, sequence slots and KV blocks last. Prefill and decode share one step. With an
 inter-token target (EngineConfig.max_step_ms), a step with running decodes takes only as many
-prefill tokens as the learned step cost (engine/core/step_time.py) fits under it. When the pool
+prefill tokens as the learned step cost (engine/core/step_time.py) fits under it; while prompts
+awaiting their first token outnumber the decodes, the target stretches by that ratio. When the pool
 runs dry for a running request, the lowest-priority (then newest) running request is preempted by
 recompute: its blocks are freed and it returns to the front of the queue.
 """
@@ -134,9 +135,8 @@ class Scheduler:
         prefills = sorted((r for r in self.running if _remaining(r) > 1), key=_remaining)
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
-        budget = self._schedule_running(
-            decodes + prefills, self._step_budget(len(decodes)), scheduled, preempted
-        )
+        step_budget = self._step_budget(len(decodes), len(prefills) + len(self.waiting))
+        budget = self._schedule_running(decodes + prefills, step_budget, scheduled, preempted)
         if not preempted:
             # A step that had to preempt has no blocks to spare for newcomers.
             self._schedule_waiting(budget, scheduled)
@@ -155,13 +155,19 @@ class Scheduler:
         num_prefill = output.num_scheduled_tokens - output.num_decode_tokens
         self.step_time.observe(output.num_decode_tokens, num_prefill, seconds)
 
-    def _step_budget(self, num_decodes: int) -> int:
+    def _step_budget(self, num_decodes: int, num_prompts: int) -> int:
         """The step's token budget: max_num_batched_tokens, or with decodes running and a step
-        target set, the decodes plus the prefill tokens the learned step cost fits under it."""
+        target set, the decodes plus the prefill tokens the learned step cost fits under it.
+
+        A longer step delays each of the `num_decodes` running decodes once and brings each of
+        the `num_prompts` still without a first token nearer to it, so while prompts outnumber
+        decodes the target stretches by their ratio: a burst of new prompts is prefilled at full
+        pace beside its first few decodes, and one new prompt among many decodes keeps to it."""
         target_ms = self.config.max_step_ms
         if not target_ms or not num_decodes or not self.config.enable_chunked_prefill:
             return self.token_budget  # (a whole prompt per step cannot be cut to a target)
-        fits = self.step_time.prefill_tokens_within(target_ms / 1000)
+        stretch = max(1.0, num_prompts / num_decodes)
+        fits = self.step_time.prefill_tokens_within(target_ms * stretch / 1000)
         if fits is None:
             return self.token_budget
         return min(self.token_budget, num_decodes + max(fits, MIN_PREFILL_CHUNK))

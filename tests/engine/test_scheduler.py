@@ -196,6 +196,18 @@ def test_a_step_target_cuts_prefill_beside_decodes_to_what_the_step_cost_allows(
     assert [s.num_new_tokens for s in out.scheduled] == [1, 320]
 
 
+def test_prompts_outnumbering_the_decodes_stretch_the_step_target_by_their_ratio() -> None:
+    sched = make_scheduler(num_blocks=256, max_model_len=1024, max_num_batched_tokens=2048, max_step_ms=100)  # fmt: skip
+    sched.add_request(make_request(4, max_tokens=50))
+    step(sched)
+    sched.step_time.observe(num_decode_tokens=1, num_prefill_tokens=0, seconds=0.020)
+    sched.step_time.observe(num_decode_tokens=0, num_prefill_tokens=400, seconds=0.100)
+    for _ in range(3):
+        sched.add_request(make_request(600))
+    # 3 prompts beside 1 decode: a 300 ms step, (300 - 20) / 0.25 = 1,120 prefill tokens.
+    assert [s.num_new_tokens for s in sched.schedule().scheduled] == [1, 600, 520]
+
+
 def test_a_step_target_never_cuts_prefill_below_the_minimum_chunk() -> None:
     sched = make_scheduler(max_num_batched_tokens=512, max_step_ms=10)
     sched.add_request(make_request(4, max_tokens=50))
