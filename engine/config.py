@@ -34,10 +34,11 @@ class EngineConfig:
     (activations, norms and attention stay float32; the KV cache's is kv_cache_dtype). auto =
     bfloat16 where the CPU has native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
     kv_cache_dtype: str = "auto"
-    """The dtype K and V are stored in: auto (the activation dtype), float32, or bfloat16. On a
-    float32 CPU engine bfloat16 halves the bytes per token (the same kv_cache_memory holds twice
-    the blocks, decode attention reads half the bytes) at bf16's precision for K and V; attention
-    still computes in float32. GPUs store the activation dtype (bfloat16) only."""
+    """The dtype K and V are stored in: auto, float32, or bfloat16. On a float32 CPU engine
+    bfloat16 halves the bytes per token (the same kv_cache_memory holds twice the blocks, decode
+    attention reads half the bytes) at bf16's precision for K and V; attention still computes in
+    float32. auto = bfloat16 where the GEMMs are bf16 (cpu_gemm_dtype), else the activation
+    dtype. GPUs store the activation dtype (bfloat16) only."""
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)."""
     tensor_parallel_size: int = 1

@@ -62,12 +62,19 @@ def pick_cpu_gemm_dtype(name: str, dtype_name: str, dtype: torch.dtype, device: 
     return _DTYPES[name]
 
 
-def pick_kv_cache_dtype(name: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:
-    """The dtype the KV cache stores: the activation dtype (auto, or named), or bf16 under float32
+def pick_kv_cache_dtype(
+    name: str, dtype: torch.dtype, device: torch.device, gemm_dtype: torch.dtype | None = None
+) -> torch.dtype:
+    """The dtype the KV cache stores: the activation dtype (named, or auto), or bf16 under float32
     activations on the CPU, where the C++ kernels round K/V into bf16 as they write and widen
-    them back to float32 as they read (and the torch paths convert likewise). Any other pairing
+    them back to float32 as they read (and the torch paths convert likewise). auto picks bf16
+    there when the GEMMs multiply in bf16 (pick_cpu_gemm_dtype): K and V are then products of
+    bf16 GEMMs, and the cache holds twice the tokens and reads half the bytes. Any other pairing
     has no read path and is refused by name."""
-    if name == "auto" or _DTYPES[name] == dtype:
+    if name == "auto":
+        bf16_gemms = gemm_dtype == torch.bfloat16 and dtype == torch.float32
+        return torch.bfloat16 if device.type == "cpu" and bf16_gemms else dtype
+    if _DTYPES[name] == dtype:
         return dtype
     if device.type == "cpu" and dtype == torch.float32 and name == "bfloat16":
         return torch.bfloat16

@@ -38,7 +38,8 @@ def build_runner(
     send_step: Callable[[list[ScheduledRequest]], None] | None = None,
 ) -> ModelRunner:
     set_cpu_kernels_enabled(config.cpu_kernels)  # before the backend and layers ask for them
-    kv_dtype = pick_kv_cache_dtype(config.kv_cache_dtype, dtype, device)
+    gemm_dtype = pick_cpu_gemm_dtype(config.cpu_gemm_dtype, config.dtype, dtype, device)
+    kv_dtype = pick_kv_cache_dtype(config.kv_cache_dtype, dtype, device, gemm_dtype)
     backend = get_attention_backend(device, config.attention_backend)
     model = load_model(
         model_path,
@@ -48,7 +49,7 @@ def build_runner(
         backend,
         max_model_len,
         onednn=config.onednn,
-        gemm_dtype=pick_cpu_gemm_dtype(config.cpu_gemm_dtype, config.dtype, dtype, device),
+        gemm_dtype=gemm_dtype,
         weight_cache=config.weight_cache,
         tp=tp,
     )

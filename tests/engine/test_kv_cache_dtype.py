@@ -32,15 +32,22 @@ def test_an_unknown_kv_cache_dtype_is_a_config_error_naming_it() -> None:
         EngineConfig(kv_cache_dtype="int8")
 
 
-def test_auto_stores_the_activation_dtype() -> None:
+def test_auto_stores_the_activation_dtype_under_float32_gemms_and_on_gpus() -> None:
     assert pick_kv_cache_dtype("auto", torch.float32, CPU) == torch.float32
-    assert pick_kv_cache_dtype("auto", torch.bfloat16, CUDA) == torch.bfloat16
+    assert pick_kv_cache_dtype("auto", torch.float32, CPU, torch.float32) == torch.float32
+    assert pick_kv_cache_dtype("auto", torch.bfloat16, CUDA, torch.bfloat16) == torch.bfloat16
     assert pick_kv_cache_dtype("float32", torch.float32, CPU) == torch.float32
     assert pick_kv_cache_dtype("bfloat16", torch.bfloat16, CUDA) == torch.bfloat16
 
 
 def test_bf16_under_float32_activations_on_the_cpu() -> None:
     assert pick_kv_cache_dtype("bfloat16", torch.float32, CPU) == torch.bfloat16
+
+
+def test_auto_stores_bf16_where_a_cpu_engine_multiplies_in_bf16() -> None:
+    assert pick_kv_cache_dtype("auto", torch.float32, CPU, torch.bfloat16) == torch.bfloat16
+    # An explicit float32 cache keeps float32 beside bf16 GEMMs.
+    assert pick_kv_cache_dtype("float32", torch.float32, CPU, torch.bfloat16) == torch.float32
 
 
 @pytest.mark.parametrize(
