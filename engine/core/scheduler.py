@@ -32,10 +32,6 @@ from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
 from engine.core.step_time import StepTimeModel
 from engine.errors import UnknownRequestError
 
-# The smallest prefill chunk a step target may cut a step's prefill to: smaller GEMMs lose their
-# efficiency, and prompts must keep their pace where the decodes alone take longer than the
-# target (a slow or crowded machine), else every time to first token would balloon.
-MIN_PREFILL_CHUNK = 256
 # Requests that arrive within this many seconds of the waiting queue's head form its wave, served
 # shortest prompt first; at most MAX_WAVE_SCAN of them are compared (a step's admission stays cheap).
 WAVE_S = 0.1
@@ -157,20 +153,14 @@ class Scheduler:
 
     def _step_budget(self, num_decodes: int, num_prompts: int) -> int:
         """The step's token budget: max_num_batched_tokens, or with decodes running and a step
-        target set, the decodes plus the prefill tokens the learned step cost fits under it.
-
-        A longer step delays each of the `num_decodes` running decodes once and brings each of
-        the `num_prompts` still without a first token nearer to it, so while prompts outnumber
-        decodes the target stretches by their ratio: a burst of new prompts is prefilled at full
-        pace beside its first few decodes, and one new prompt among many decodes keeps to it."""
+        target set, the decodes plus the prefill the learned step cost allows beside them."""
         target_ms = self.config.max_step_ms
         if not target_ms or not num_decodes or not self.config.enable_chunked_prefill:
             return self.token_budget  # (a whole prompt per step cannot be cut to a target)
-        stretch = max(1.0, num_prompts / num_decodes)
-        fits = self.step_time.prefill_tokens_within(target_ms * stretch / 1000)
-        if fits is None:
-            return self.token_budget
-        return min(self.token_budget, num_decodes + max(fits, MIN_PREFILL_CHUNK))
+        prefill = self.step_time.prefill_budget(target_ms / 1000, num_decodes, num_prompts)
+        return (
+            self.token_budget if prefill is None else min(self.token_budget, num_decodes + prefill)
+        )
 
     def _schedule_running(
         self,

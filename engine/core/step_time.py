@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 # Prefill pieces smaller than this say more about the step's fixed costs than about a token's.
 MIN_MEASURED_PREFILL = 32
+# The smallest prefill chunk a step target may cut a step's prefill to: smaller GEMMs lose their
+# efficiency, and prompts must keep their pace where the decodes alone take longer than the
+# target (a slow or crowded machine), else every time to first token would balloon.
+MIN_PREFILL_CHUNK = 256
 
 
 @dataclass
@@ -38,6 +42,19 @@ class StepTimeModel:
         decode_part = (self.decode_step_s or 0.0) if num_decode_tokens else 0.0
         per_token = max(seconds - decode_part, 0.0) / num_prefill_tokens
         self.prefill_token_s = self._average(self.prefill_token_s, per_token)
+
+    def prefill_budget(self, target_s: float, num_decodes: int, num_prompts: int) -> int | None:
+        """The prefill tokens a step beside `num_decodes` running decodes may take under an
+        inter-token target of `target_s`, never fewer than MIN_PREFILL_CHUNK; None while no
+        prefill has been measured.
+
+        A longer step delays each running decode once and brings each of the `num_prompts`
+        still without a first token nearer to it, so while prompts outnumber decodes the target
+        stretches by their ratio: a burst of new prompts is prefilled at full pace beside its
+        first few decodes, and one new prompt among many decodes keeps to the target."""
+        stretch = max(1.0, num_prompts / max(num_decodes, 1))
+        fits = self.prefill_tokens_within(target_s * stretch)
+        return None if fits is None else max(fits, MIN_PREFILL_CHUNK)
 
     def prefill_tokens_within(self, step_s: float) -> int | None:
         """How many prefill tokens fit beside the running decodes in a step of `step_s`; None

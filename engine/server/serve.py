@@ -10,6 +10,7 @@ main thread).
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -68,11 +69,21 @@ def build_context(
     )
 
 
+def freeze_startup_heap() -> None:
+    """Move everything built so far (the model, the tokenizer, the app: hundreds of thousands of
+    objects that live as long as the process) out of the cyclic collector's reach, so that a full
+    collection while serving scans only what requests allocate. One server per process, so
+    nothing frozen here is ever garbage; vLLM's engine does the same."""
+    gc.collect()
+    gc.freeze()
+
+
 def run_server(config: EngineConfig, options: ServerOptions) -> int:
     configure_logging(options.log_level)
     engine = LLMEngine(config)
     ctx = build_context(engine, options, own_thread=False)
     uv_config = build_uvicorn_config(build_app(ctx), options)
+    freeze_startup_heap()
     server = DrainingServer(uv_config, drain=lambda: drain(ctx), on_ready=lambda: _print_ready(ctx))
 
     def serve_http() -> None:

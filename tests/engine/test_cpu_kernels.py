@@ -38,7 +38,7 @@ def random_paged_cache(seq_lens: list[int], block_size: int, num_kv_heads: int, 
 
 @pytest.mark.parametrize("head_dim", [16, 32, 64, 128])
 @pytest.mark.parametrize("group", [1, 3, 4, 8])
-@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("block_size", [8, 16, 32, 128])
 def test_paged_decode_matches_the_torch_reference(
     head_dim: int, group: int, block_size: int
 ) -> None:

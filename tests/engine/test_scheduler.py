@@ -1,5 +1,6 @@
 from engine.core.request import RequestStatus
-from engine.core.scheduler import MIN_PREFILL_CHUNK, Scheduler
+from engine.core.scheduler import Scheduler
+from engine.core.step_time import MIN_PREFILL_CHUNK
 from tests.engine.factories import (
     EOS,
     fake_runner_output,
