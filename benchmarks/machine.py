@@ -31,7 +31,7 @@ def machine_info() -> dict[str, Any]:
 
 def git_commit(checkout: Path) -> str | None:
     """The checked-out commit, with `+dirty` when tracked files have uncommitted changes (result
-    files a run is writing are untracked, and do not count)."""
+    files, which an earlier part of `make bench` may just have rewritten, do not count)."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -41,7 +41,15 @@ def git_commit(checkout: Path) -> str | None:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":(exclude)benchmarks/results",
+            ],
             cwd=checkout,
             capture_output=True,
             text=True,

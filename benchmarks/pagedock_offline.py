@@ -32,9 +32,7 @@ def resolved_settings(llm: LLM) -> dict[str, Any]:
         "dtype_requested": config.dtype,
         "dtype_resolved": str(engine.dtype).removeprefix("torch."),
         "weight_dtype": _weight_dtype(engine),
-        "kv_cache_dtype": str(getattr(config, "kv_cache_dtype", None) or engine.dtype).removeprefix(
-            "torch."
-        ),
+        "kv_cache_dtype": _kv_cache_dtype(engine),
         "block_size": config.block_size,
         "num_kv_blocks": engine.stats().num_kv_blocks,
         "enable_chunked_prefill": config.enable_chunked_prefill,
@@ -45,6 +43,14 @@ def resolved_settings(llm: LLM) -> dict[str, Any]:
         "max_step_ms": getattr(config, "max_step_ms", None),
         "cpu_gemm_dtype": getattr(config, "cpu_gemm_dtype", None),
     }
+
+
+def _kv_cache_dtype(engine: Any) -> str:
+    """The dtype the KV cache holds, `auto` resolved (older engines: the one asked for)."""
+    runner = getattr(engine, "runner", None)
+    resolved = getattr(runner, "kv_cache_dtype", None)
+    asked = getattr(engine.config, "kv_cache_dtype", None)
+    return str(resolved or asked or engine.dtype).removeprefix("torch.")
 
 
 def _weight_dtype(engine: Any) -> str | None:
