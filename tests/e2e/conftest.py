@@ -61,6 +61,9 @@ def exposed_checkout() -> Iterator[None]:
     reason = can_make_namespaces()
     if reason:
         pytest.skip(f"e2e {reason}")
+    # A run killed before its teardown (a CI job cut short) leaves its mount behind, possibly of
+    # a checkout deleted since: mounting over that fails, so it goes first.
+    subprocess.run(["umount", "--lazy", str(CHECKOUT)], check=False, capture_output=True)
     CHECKOUT.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", "--bind", str(REPO), str(CHECKOUT)], check=True)
     try:
