@@ -57,6 +57,9 @@ class Kubelet:
         self._hosts: dict[str, list[str]] = {}
         self._task: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
+        # False leaves new pods Pending, as a node still being provisioned would: a test can then
+        # act while no new pod can possibly be ready, whatever the machine's speed.
+        self.admitting = True
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -99,7 +102,7 @@ class Kubelet:
     async def _sync_pods(self) -> None:
         live = {p["metadata"]["uid"]: p for p in self.api.all_live(controllers.PODS)}
         for uid, pod in live.items():
-            if uid not in self.runners:
+            if uid not in self.runners and self.admitting:
                 self.runners[uid] = runner = PodRunner(pod, self)
                 runner.start()
         for uid in [uid for uid in self.runners if uid not in live]:
