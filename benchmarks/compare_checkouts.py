@@ -27,7 +27,8 @@ from typing import Any
 from benchmarks.machine import git_commit, machine_info
 
 ENGINE_SETTINGS = (
-    "LLM() defaults (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix caching on)"
+    "LLM() defaults but the dtype (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix"
+    " caching on)"
 )
 ENGINE_SETTINGS_ONLINE = "each checkout's `pagedock serve` defaults, as its benchmarks/online_throughput.py starts it (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix caching on, max_waiting 1024); load generator streaming, 64 requests of workload A"
 
@@ -37,8 +38,8 @@ import json, sys, time
 from benchmarks.workloads import workload_a
 from engine import LLM, SamplingParams
 
-model, num_requests, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-llm = LLM(model=model, dtype="float32", device="cpu")
+model, num_requests, seed, dtype = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+llm = LLM(model=model, dtype=dtype, device="cpu")
 vocab_size = llm.engine.model_config.vocab_size
 workload = workload_a(vocab_size, num_requests=num_requests, seed=seed)
 warmup = workload_a(vocab_size, num_requests=4, seed=seed, content_seed=seed + 1000)
@@ -52,10 +53,10 @@ print(json.dumps({"elapsed_s": elapsed, "generated_tokens": generated, "generate
 """
 
 
-def run_once(checkout: Path, model: str, num_requests: int, seed: int) -> dict[str, Any]:
+def run_once(checkout: Path, model: str, num_requests: int, seed: int, dtype: str) -> dict[str, Any]:  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     result = subprocess.run(
-        [sys.executable, "-c", _RUN, model, str(num_requests), str(seed)],
+        [sys.executable, "-c", _RUN, model, str(num_requests), str(seed), dtype],
         cwd=checkout,
         env=env,
         capture_output=True,
@@ -110,6 +111,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--online", action="store_true", help="pagedock serve + load generator")
     parser.add_argument("--concurrency", type=int, default=32, help="--online: clients at once")
+    parser.add_argument("--dtype", default="float32", help="offline: LLM(dtype=...), e.g. auto")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     checkouts = [c.resolve() for c in args.checkout]
@@ -119,7 +121,7 @@ def main() -> None:
             if args.online:
                 run = run_online(checkout, args.concurrency, args.num_requests)
             else:
-                run = run_once(checkout, args.model, args.num_requests, seed=0)
+                run = run_once(checkout, args.model, args.num_requests, 0, args.dtype)
             run |= {"checkout": str(checkout), "repeat": repeat, "finished_at": time.time()}
             print(
                 f"{checkout.name} #{repeat}: {run['generated_tok_s']:.1f} generated tok/s",
@@ -134,7 +136,7 @@ def main() -> None:
             f"{entry['median_vs_first']:.3f}x the first"
         )
     if args.json is not None:
-        settings = {"mode": "online" if args.online else "offline", "concurrency": args.concurrency if args.online else None, "model": args.model, "dtype": "float32", "device": "cpu", "num_requests": args.num_requests, "repeats": args.repeats, "engine": ENGINE_SETTINGS_ONLINE if args.online else ENGINE_SETTINGS}  # fmt: skip
+        settings = {"mode": "online" if args.online else "offline", "concurrency": args.concurrency if args.online else None, "model": args.model, "dtype": None if args.online else args.dtype, "device": "cpu", "num_requests": args.num_requests, "repeats": args.repeats, "engine": ENGINE_SETTINGS_ONLINE if args.online else ENGINE_SETTINGS}  # fmt: skip
         result = {"machine": machine_info(), "settings": settings, "summary": summary, "runs": runs}
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 
