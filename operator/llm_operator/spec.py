@@ -13,7 +13,15 @@ from pydantic import Field, model_validator
 from llm_operator.gateway_spec import GatewaySpec
 from llm_operator.spec_autoscaling import AutoscalingSpec
 from llm_operator.spec_types import Quantity, RawObject, SpecModel, cel_rules, section
-from pagedock.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MODEL, BlockSize, Dtype, RoutingPolicy
+from pagedock.limits import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_MODEL,
+    BlockSize,
+    CpuGemmDtype,
+    Dtype,
+    KvCacheDtype,
+    RoutingPolicy,
+)
 
 BUILTIN_RE = r"[a-z0-9][a-z0-9._-]*"
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -100,6 +108,12 @@ class EngineSpec(SpecModel):
     GPUs are requested; on CPU the ranks share the pod's cores."""
     dtype: Dtype = "auto"
     """Weight and activation dtype."""
+    cpu_gemm_dtype: CpuGemmDtype = "auto"
+    """CPU engines: the dtype the linear layers multiply in; auto = bfloat16 where the CPU has
+    native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
+    kv_cache_dtype: KvCacheDtype = "auto"
+    """The dtype K and V are stored in; auto = bfloat16 where the CPU GEMMs are bf16, else the
+    activation dtype (GPUs store the activation dtype only)."""
     kv_cache_memory: Quantity | None = None
     """Memory for the KV cache (e.g. 8Gi); sized from free memory when unset."""
     num_kv_blocks: int | None = Field(None, ge=1)

@@ -121,6 +121,15 @@ def test_a_step_target_is_passed_only_when_set() -> None:
     assert args[args.index("--max-step-ms") + 1] == "120.0"
 
 
+def test_the_cpu_gemm_and_kv_cache_dtypes_are_passed_only_when_not_auto() -> None:
+    args = engine_args(make_context({}))
+    assert "--cpu-gemm-dtype" not in args and "--kv-cache-dtype" not in args
+    engine = {"cpuGemmDtype": "float32", "kvCacheDtype": "bfloat16"}
+    args = engine_args(make_context({"engine": engine}))
+    assert args[args.index("--cpu-gemm-dtype") + 1] == "float32"
+    assert args[args.index("--kv-cache-dtype") + 1] == "bfloat16"
+
+
 def test_router_runs_k8s_discovery_against_the_engine_service() -> None:
     router = find(build_children(make_context({})), "Deployment", "chat-router")
     args = router["spec"]["template"]["spec"]["containers"][0]["args"]

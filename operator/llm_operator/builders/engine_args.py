@@ -34,6 +34,8 @@ def _optional_args(ctx: BuildContext) -> list[str]:
         if engine.tensor_parallel_size > 1
         else None,
         "--dtype": engine.dtype if engine.dtype != "auto" else None,
+        "--cpu-gemm-dtype": engine.cpu_gemm_dtype if engine.cpu_gemm_dtype != "auto" else None,
+        "--kv-cache-dtype": engine.kv_cache_dtype if engine.kv_cache_dtype != "auto" else None,
         "--kv-cache-memory": engine.kv_cache_memory,
         "--num-kv-blocks": engine.num_kv_blocks,
         "--max-step-ms": engine.max_step_ms,
