@@ -5,8 +5,8 @@
 // the slice is all the heads, so each K/V block (block_size * num_kv_heads * head_dim elements,
 // a few KB) is one contiguous run, read head by head. With few sequences the heads are
 // split across items so that both cores still work. The G = num_heads / num_kv_heads query
-// heads of a KV head share every K/V row read, widened to float32 once. Online softmax keeps one
-// pass over the context.
+// heads of a KV head share every K/V row read, widened to float32 once; the per-block arithmetic
+// is in decode_block_ops.h. Online softmax keeps one pass over the context.
 //
 // Decode attention is bound by memory: blocks lie anywhere in the pool, and a jump to a block
 // the hardware prefetcher could not foresee cost ~2x over a sequence's blocks laid out in order
@@ -26,6 +26,7 @@
 
 #include "cpu_check.h"
 #include "cpu_ops.h"
+#include "decode_block_ops.h"
 #include "kv_element.h"
 
 namespace {
@@ -33,36 +34,6 @@ namespace {
 constexpr int kMaxBlock = 128;      // largest block_size
 constexpr int kMaxItemHeads = 64;   // query heads one work item holds state for
 constexpr int kItemsPerThread = 8;  // enough items per thread to even out ragged lengths
-
-template <int D>
-inline float dot(const float* __restrict a, const float* __restrict b) {
-  float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < D; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// Asks for one row of the next block while this block is worked on: blocks lie anywhere in the
-// pool, so the hardware prefetcher, which follows addresses, cannot find the next one itself.
-template <typename T>
-inline void prefetch_row(const T* row, int elements) {
-  const char* bytes = reinterpret_cast<const char*>(row);
-  const int64_t size = static_cast<int64_t>(elements) * sizeof(T);
-  for (int64_t offset = 0; offset < size; offset += 64) __builtin_prefetch(bytes + offset, 0, 2);
-}
-
-// One head's row as float32, converted once for the G query heads that read it.
-template <int D, typename T>
-inline void widen(const T* __restrict row, float* __restrict out) {
-#pragma omp simd
-  for (int i = 0; i < D; ++i) out[i] = to_float(row[i]);
-}
-
-template <int D>
-inline void add_scaled(float* __restrict acc, const float* __restrict v, float p) {
-#pragma omp simd
-  for (int i = 0; i < D; ++i) acc[i] += p * v[i];
-}
 
 // Running softmax state of one work item: H query heads over [kv_begin, kv_begin + H / G).
 template <int D>
@@ -98,39 +69,6 @@ inline void softmax_block(DecodeState<D>& s, int heads, int n) {
   }
 }
 
-// Scores of one KV head's G query heads against the block's n keys: each key row is widened
-// to float32 once and read by all G heads.
-template <int D, int G, typename T>
-inline void score_block(DecodeState<D>& s, int kh, const T* keys, const T* next_keys,
-                        int64_t row_stride, int n) {
-  for (int t = 0; t < n; ++t) {
-    prefetch_row(next_keys + t * row_stride, D);
-    alignas(64) float key[D];
-    widen<D, T>(keys + t * row_stride, key);
-    for (int g = 0; g < G; ++g) s.p[kh * G + g][t] = dot<D>(s.q[kh * G + g], key);
-  }
-}
-
-// Adds the block's n values, weighted by p, into the G accumulators of one KV head, which stay
-// in registers for the whole block instead of being loaded and stored for every row.
-template <int D, int G, typename T>
-inline void accumulate_block(DecodeState<D>& s, int kh, const T* values, const T* next_values,
-                             int64_t row_stride, int n) {
-  alignas(64) float acc[G][D];
-  for (int g = 0; g < G; ++g)
-#pragma omp simd
-    for (int i = 0; i < D; ++i) acc[g][i] = s.acc[kh * G + g][i];
-  for (int t = 0; t < n; ++t) {
-    prefetch_row(next_values + t * row_stride, D);
-    alignas(64) float value[D];
-    widen<D, T>(values + t * row_stride, value);
-    for (int g = 0; g < G; ++g) add_scaled<D>(acc[g], value, s.p[kh * G + g][t]);
-  }
-  for (int g = 0; g < G; ++g)
-#pragma omp simd
-    for (int i = 0; i < D; ++i) s.acc[kh * G + g][i] = acc[g][i];
-}
-
 template <int D, int G, typename T>
 void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* table,
                  int seq_len, int block_size, int num_kv_heads, int kv_begin, int kv_end,
@@ -145,7 +83,7 @@ void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* 
     s.l[h] = 0.f;
     for (int i = 0; i < D; ++i) {
       s.acc[h][i] = 0.f;
-      s.q[h][i] = q_item[h * D + i] * scale;
+      s.q[h][i] = q_item[h * D + lane_element<D, T>(i)] * scale;
     }
   }
   const int64_t row_stride = static_cast<int64_t>(num_kv_heads) * D;
@@ -164,15 +102,17 @@ void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* 
     const T* next_k = k_cache + next_base;
     const T* next_v = v_cache + next_base;
     for (int kh = 0; kh < kv_heads; ++kh)
-      score_block<D, G, T>(s, kh, k + kh * D, next_k + kh * D, row_stride, n);
+      score_block<D, G, T>(s.q[kh * G], s.p[kh * G], kMaxBlock, k + kh * D, next_k + kh * D,
+                           row_stride, n);
     softmax_block<D>(s, heads, n);
     for (int kh = 0; kh < kv_heads; ++kh)
-      accumulate_block<D, G, T>(s, kh, v + kh * D, next_v + kh * D, row_stride, n);
+      accumulate_block<D, G, T>(s.acc[kh * G], s.p[kh * G], kMaxBlock, v + kh * D,
+                                next_v + kh * D, row_stride, n);
   }
   float* out_item = out + static_cast<int64_t>(kv_begin) * G * D;
   for (int h = 0; h < heads; ++h) {
     const float inv = s.l[h] > 0.f ? 1.f / s.l[h] : 0.f;
-    for (int i = 0; i < D; ++i) out_item[h * D + i] = s.acc[h][i] * inv;
+    for (int i = 0; i < D; ++i) out_item[h * D + lane_element<D, T>(i)] = s.acc[h][i] * inv;
   }
 }
 
