@@ -13,6 +13,7 @@ from engine.models.llama import LlamaForCausalLM
 from engine.models.model_config import ModelConfig
 from engine.structured_outputs.structured_output_manager import StructuredOutputManager
 from engine.worker.cuda_graph_runner import DecodeGraphRunner, GraphCapture, is_graphable
+from engine.worker.huge_pages import advise_huge_pages
 from engine.worker.input_batch import build_model_inputs, order_decodes_first
 from engine.worker.sampler import Sampler, SamplingTensors
 from engine.worker.sampling_batch import build_sampling_tensors
@@ -213,5 +214,7 @@ def allocate_kv_caches(
         config.num_key_value_heads if num_kv_heads is None else num_kv_heads,
         config.head_dim,
     )
-    storage = torch.zeros(shape, dtype=dtype, device=device)
+    storage = torch.empty(shape, dtype=dtype, device=device)
+    advise_huge_pages(storage)  # before zero_() first touches the pages
+    storage.zero_()
     return [(storage[i, 0], storage[i, 1]) for i in range(config.num_hidden_layers)]

@@ -1,0 +1,41 @@
+"""Transparent huge pages for the CPU KV cache.
+
+Decode attention jumps from block to block of a cache that spans gigabytes; with 4 KiB pages
+nearly every jump is also a TLB miss and a page walk. Linux backs an anonymous mapping with
+2 MiB pages only where asked (`/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` on
+most distributions), so the cache asks, before its pages are first touched. Where the kernel
+refuses or is not Linux, the cache keeps ordinary pages: only the speed differs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import sys
+
+import torch
+
+logger = logging.getLogger("pagedock.huge_pages")
+
+HUGE_PAGE = 2 << 20
+_MADV_HUGEPAGE = 14  # linux/mman.h
+
+
+def advise_huge_pages(tensor: torch.Tensor) -> bool:
+    """Asks Linux to back `tensor`'s memory with huge pages (call before the pages are touched);
+    returns whether the advice was taken. Only the whole 2 MiB pages inside the tensor are
+    advised, so no other allocation's memory is affected."""
+    if sys.platform != "linux" or tensor.device.type != "cpu":
+        return False
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    first = -(-start // HUGE_PAGE) * HUGE_PAGE
+    last = end // HUGE_PAGE * HUGE_PAGE
+    if last <= first:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if libc.madvise(first, last - first, _MADV_HUGEPAGE) != 0:
+        logger.debug("madvise(MADV_HUGEPAGE) refused: errno %d", ctypes.get_errno())
+        return False
+    return True
