@@ -92,22 +92,37 @@ void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* 
     return (static_cast<int64_t>(block) * block_size * row_stride) +
            static_cast<int64_t>(kv_begin) * D;
   };
-  for (int b = 0; b < num_blocks; ++b) {
-    const int n = std::min(block_size, seq_len - b * block_size);
-    const int64_t base = block_start(table[b]);
-    const T* k = k_cache + base;
-    const T* v = v_cache + base;
-    // Each pass over a KV head's rows also asks for that head's rows of the next block.
-    const int64_t next_base = b + 1 < num_blocks ? block_start(table[b + 1]) : base;
-    const T* next_k = k_cache + next_base;
-    const T* next_v = v_cache + next_base;
-    for (int kh = 0; kh < kv_heads; ++kh)
-      score_block<D, G, T>(s.q[kh * G], s.p[kh * G], kMaxBlock, k + kh * D, next_k + kh * D,
-                           row_stride, n);
-    softmax_block<D>(s, heads, n);
-    for (int kh = 0; kh < kv_heads; ++kh)
-      accumulate_block<D, G, T>(s.acc[kh * G], s.p[kh * G], kMaxBlock, v + kh * D,
-                                next_v + kh * D, row_stride, n);
+  // The softmax folds in a chunk of up to kMaxBlock rows at a time (several blocks): its
+  // per-fold work (max, rescaling the accumulators, rounding weights) is then paid once per
+  // chunk rather than once per block.
+  const int blocks_per_chunk = std::max(1, kMaxBlock / block_size);
+  for (int first = 0; first < num_blocks; first += blocks_per_chunk) {
+    const int last = std::min(num_blocks, first + blocks_per_chunk);
+    // Each pass over a block's rows also asks for the same rows of the next block.
+    auto rows_of = [&](int b, const T* cache, const T** rows, const T** next) {
+      *rows = cache + block_start(table[b]);
+      *next = cache + block_start(table[b + 1 < num_blocks ? b + 1 : b]);
+      return std::min(block_size, seq_len - b * block_size);
+    };
+    int rows = 0;
+    for (int b = first; b < last; ++b) {
+      const T *k, *next_k;
+      const int n = rows_of(b, k_cache, &k, &next_k);
+      for (int kh = 0; kh < kv_heads; ++kh)
+        score_block<D, G, T>(s.q[kh * G], s.p[kh * G] + rows, kMaxBlock, k + kh * D,
+                             next_k + kh * D, row_stride, n);
+      rows += n;
+    }
+    softmax_block<D>(s, heads, rows);
+    rows = 0;
+    for (int b = first; b < last; ++b) {
+      const T *v, *next_v;
+      const int n = rows_of(b, v_cache, &v, &next_v);
+      for (int kh = 0; kh < kv_heads; ++kh)
+        accumulate_block<D, G, T>(s.acc[kh * G], s.p[kh * G] + rows, kMaxBlock, v + kh * D,
+                                  next_v + kh * D, row_stride, n);
+      rows += n;
+    }
   }
   float* out_item = out + static_cast<int64_t>(kv_begin) * G * D;
   for (int h = 0; h < heads; ++h) {
