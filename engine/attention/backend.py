@@ -64,7 +64,10 @@ class AttentionBackend(Protocol):
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        out_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+        """The output in `out_dtype` (the next GEMM's input dtype; None: the query's), which a
+        backend may write directly rather than cast afterwards."""
         ...
 
 

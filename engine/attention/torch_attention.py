@@ -168,6 +168,7 @@ class TorchAttentionBackend:
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        out_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
         kernels = self.cpu_kernels if self._kernel_fits(query, k_cache) else None
         if kernels is not None:
@@ -175,8 +176,12 @@ class TorchAttentionBackend:
         else:
             write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
         if kernels is None:
-            return paged_attention(query, key, value, k_cache, v_cache, meta, scale)
-        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+            out = paged_attention(query, key, value, k_cache, v_cache, meta, scale)
+            return out if out_dtype is None else out.to(out_dtype)
+        # The kernel writes float32 or bf16 (rounded as a cast would); SDPA's rows below are
+        # cast as they are copied in.
+        kernel_out = out_dtype if out_dtype in (torch.float32, torch.bfloat16) else query.dtype
+        out = torch.empty(query.shape, dtype=kernel_out, device=query.device)
         # Every query row, prefill rows of short contexts too, as a one-token "decode" over its
         # own causal context (its K/V are in the cache already); long prefills through SDPA.
         # query may be a strided view into the QKV projection: the kernel reads it in place.
@@ -184,7 +189,7 @@ class TorchAttentionBackend:
         kernels.paged_decode(query, k_cache, v_cache, tables, seq_lens, scale, out)
         if long_prefills:
             _prefill_attention(query, key, value, k_cache, v_cache, meta, scale, out, long_prefills)
-        return out
+        return out if out_dtype is None else out.to(out_dtype)
 
     def _kernel_fits(self, query: torch.Tensor, k_cache: torch.Tensor) -> bool:
         return (

@@ -271,6 +271,7 @@ class TritonAttentionBackend:
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        out_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
         write_kv_cache_triton(key, value, k_cache, v_cache, meta.slot_mapping)
         out = torch.empty_like(query)
@@ -285,4 +286,4 @@ class TritonAttentionBackend:
                 query, k_cache, v_cache, meta.block_tables[nd:], meta.seq_lens[nd:],
                 meta.query_start_loc[nd:], meta.max_query_len, scale, out=out,
             )  # fmt: skip
-        return out
+        return out if out_dtype is None else out.to(out_dtype)

@@ -10,8 +10,9 @@ With a bf16 `gemm_dtype` (EngineConfig.cpu_gemm_dtype) the packed weight is bf16
 input is cast to bf16, and the product stays bf16: the GEMM runs on the CPU's bf16 units and reads
 half the weight bytes. The product's consumers take it as it is where they can (the fused
 add-and-norm and SiLU kernels widen it as they read and round their output back to bf16, the next
-GEMM's input), so most GEMMs need no cast pass on either side; the model casts the rest (the QKV
-product before rotary and the cache) back to its activation dtype.
+GEMM's input; the attention backend writes o_proj's input in the dtype `gemm_input_dtype` names),
+so most GEMMs need no cast pass on either side; the model casts the rest (the QKV product before
+rotary and the cache) back to its activation dtype.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(
             x.to(self.gemm_dtype), self.packed_weight, self.bias, "none", [], ""
         )
+
+
+def gemm_input_dtype(layer: nn.Module) -> torch.dtype | None:
+    """The dtype `layer` multiplies in when it casts its input to one (a PackedLinear); None for
+    a layer that takes its input as it comes."""
+    return layer.gemm_dtype if isinstance(layer, PackedLinear) else None
 
 
 def pack_linears(

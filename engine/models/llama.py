@@ -21,6 +21,7 @@ from torch import nn
 from engine.attention.backend import AttentionBackend, AttentionMetadata
 from engine.errors import ModelLoadError
 from engine.layers.activation import silu_and_mul
+from engine.layers.cpu_linear import gemm_input_dtype
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding, apply_rotary
 from engine.layers.vocab_parallel import VocabParallelEmbedding
@@ -71,7 +72,9 @@ class LlamaAttention(nn.Module):
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(q, k, cos_sin)
-        out = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
+        out = self.backend.forward(
+            q, k, v, kv_cache[0], kv_cache[1], meta, self.scale, gemm_input_dtype(self.o_proj)
+        )
         out = self.o_proj(out.reshape(num_tokens, self.q_size))
         return out if self.tp is None else self.tp.all_reduce(out.to(dtype))
 

@@ -6,7 +6,7 @@
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // The attention kernel runs for milliseconds a layer: let the server's event loop thread run
   // meanwhile. The short elementwise ops keep the GIL (releasing costs more than they take).
-  m.def("paged_decode", &paged_decode, "paged decode attention (float32 query, float32 or bfloat16 KV cache)",
+  m.def("paged_decode", &paged_decode, "paged decode attention (float32 query, float32 or bfloat16 KV cache and out)",
         py::call_guard<py::gil_scoped_release>());
   m.def("supports", &paged_decode_supports, "whether a head_dim / GQA group is compiled in");
   m.def("write_kv_cache", &write_kv_cache, "scatter a step's K and V into their cache slots");

@@ -16,7 +16,8 @@
 //
 //   k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]  (contiguous, float32 or
 //                     bfloat16: a bf16 row is widened to float32 as it is read, kv_element.h)
-//   query, out:       [num_seqs, num_heads, head_dim]  (query's rows may be strided)
+//   query, out:       [num_seqs, num_heads, head_dim]  (query float32, its rows may be strided;
+//                     out float32 or bfloat16, rounded nearest-even for a bf16 GEMM after it)
 //   block_tables:     [num_seqs, max_blocks] int32;  seq_lens: [num_seqs] int32
 #include <omp.h>
 
@@ -69,10 +70,20 @@ inline void softmax_block(DecodeState<D>& s, int heads, int n) {
   }
 }
 
+// The item's normalised outputs, back in the row's own element order, as float32 or rounded to
+// bf16 (when the next GEMM multiplies bf16, which would otherwise cast them in a pass of its own).
+template <int D, typename T, typename O>
+void store_output(const DecodeState<D>& s, int heads, O* out) {
+  for (int h = 0; h < heads; ++h) {
+    const float inv = s.l[h] > 0.f ? 1.f / s.l[h] : 0.f;
+    for (int i = 0; i < D; ++i) out[h * D + lane_element<D, T>(i)] = from_float<O>(s.acc[h][i] * inv);
+  }
+}
+
 template <int D, int G, typename T>
 void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* table,
                  int seq_len, int block_size, int num_kv_heads, int kv_begin, int kv_end,
-                 float scale, float* out) {
+                 float scale, void* out, bool out_bf16) {
   // q and out point at the sequence's first query head; heads are [kv_head][g] contiguous.
   const int kv_heads = kv_end - kv_begin;
   const int heads = kv_heads * G;
@@ -124,10 +135,11 @@ void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* 
       rows += n;
     }
   }
-  float* out_item = out + static_cast<int64_t>(kv_begin) * G * D;
-  for (int h = 0; h < heads; ++h) {
-    const float inv = s.l[h] > 0.f ? 1.f / s.l[h] : 0.f;
-    for (int i = 0; i < D; ++i) out_item[h * D + lane_element<D, T>(i)] = s.acc[h][i] * inv;
+  const int64_t first_out = static_cast<int64_t>(kv_begin) * G * D;
+  if (out_bf16) {
+    store_output<D, T>(s, heads, static_cast<bf16_bits*>(out) + first_out);
+  } else {
+    store_output<D, T>(s, heads, static_cast<float*>(out) + first_out);
   }
 }
 
@@ -158,7 +170,9 @@ void decode_all(const at::Tensor& query, const at::Tensor& k_cache,
   const T* vc = elements<T>(v_cache);
   const int* tables = block_tables.data_ptr<int>();
   const int* lens = seq_lens.data_ptr<int>();
-  float* o = out.data_ptr<float>();
+  const bool out_bf16 = out.dtype() == at::kBFloat16;
+  char* o = static_cast<char*>(out.data_ptr());
+  const int64_t out_row_bytes = static_cast<int64_t>(num_heads) * D * out.element_size();
   const int64_t q_stride = query.stride(0);
   const int slices = head_slices(num_seqs, num_kv_heads, G);
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
@@ -167,10 +181,10 @@ void decode_all(const at::Tensor& query, const at::Tensor& k_cache,
       // Even split of the KV heads: slice i gets [i*H/n, (i+1)*H/n).
       const int kv_begin = slice * num_kv_heads / slices;
       const int kv_end = (slice + 1) * num_kv_heads / slices;
-      const int64_t offset = static_cast<int64_t>(s) * num_heads * D;
+      const int64_t offset = s * out_row_bytes;
       decode_item<D, G, T>(q + s * q_stride, kc, vc, tables + static_cast<int64_t>(s) * max_blocks,
                         lens[s], block_size, num_kv_heads, kv_begin, kv_end,
-                        static_cast<float>(scale), o + offset);
+                        static_cast<float>(scale), o + offset, out_bf16);
     }
   }
 }
@@ -252,8 +266,9 @@ void check_shapes(const at::Tensor& query, const at::Tensor& k_cache, const at::
 void paged_decode(at::Tensor query, at::Tensor k_cache, at::Tensor v_cache,
                   at::Tensor block_tables, at::Tensor seq_lens, double scale,
                   at::Tensor out) {
-  TORCH_CHECK(query.dtype() == at::kFloat && out.dtype() == at::kFloat,
-              "paged_decode: query and out must be float32");
+  TORCH_CHECK(query.dtype() == at::kFloat, "paged_decode: query must be float32");
+  TORCH_CHECK(out.dtype() == at::kFloat || out.dtype() == at::kBFloat16,
+              "paged_decode: out must be float32 or bfloat16");
   const bool bf16 = kv_cache_is_bf16(k_cache, v_cache, "paged_decode");
   check_rows(query, "paged_decode query");
   TORCH_CHECK(out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous() &&

@@ -1,0 +1,77 @@
+"""Attention written in the next GEMM's dtype (AttentionBackend.forward's `out_dtype`).
+
+Specification: asked for bf16, the CPU backend returns exactly its float32 output rounded once to
+bf16 (nearest, ties to even: what `.to(torch.bfloat16)` does), whether a row went through the C++
+kernel, which writes bf16 itself, or through SDPA; so o_proj's input is the same bit for bit as
+when it cast the float32 output. Without `out_dtype` the output is the query's dtype."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.attention import torch_attention
+from engine.attention.torch_attention import TorchAttentionBackend
+from engine.kernels.cpu_kernels import load_cpu_kernels
+from engine.layers.cpu_linear import PackedLinear, gemm_input_dtype, onednn_available
+from tests.engine.attention_factories import attention_metadata
+from tests.engine.test_cpu_kernels import random_paged_cache
+
+kernels = load_cpu_kernels()
+
+
+def mixed_step(kv_dtype: torch.dtype) -> tuple:
+    # Decodes, a fresh prompt, a chunk over a cached prefix.
+    gen = torch.Generator().manual_seed(3)
+    meta, num_blocks = attention_metadata([1, 1, 9, 16], [1, 49, 9, 21], 16, gen)
+    caches = torch.randn(2, num_blocks, 16, 2, 64, generator=gen).to(kv_dtype)
+    query, key, value = torch.randn(meta.num_tokens, 6 + 2 + 2, 64, generator=gen).split(
+        [6, 2, 2], dim=1
+    )
+    return query, key, value, caches[0], caches[1], meta
+
+
+@pytest.mark.skipif(kernels is None, reason="no C++ toolchain to build the kernels")
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
+def test_the_kernel_writes_bf16_as_its_float32_output_rounded(kv_dtype: torch.dtype) -> None:
+    k_cache, v_cache, tables = random_paged_cache([1, 17, 64, 150], 16, 2, 64)
+    k_cache, v_cache = k_cache.to(kv_dtype), v_cache.to(kv_dtype)
+    query = torch.randn(4, 6, 64)
+    lens = torch.tensor([1, 17, 64, 150], dtype=torch.int32)
+    out32 = torch.empty_like(query)
+    out16 = torch.empty(query.shape, dtype=torch.bfloat16)
+    assert kernels is not None
+    kernels.paged_decode(query, k_cache, v_cache, tables, lens, 0.125, out32)
+    kernels.paged_decode(query, k_cache, v_cache, tables, lens, 0.125, out16)
+    assert torch.equal(out16, out32.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("use_cpu_kernels", [True, False])
+@pytest.mark.parametrize("per_row_max_context", [2048, 1])
+def test_the_backend_returns_bf16_as_asked_and_rounded_once(
+    use_cpu_kernels: bool, per_row_max_context: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch_attention, "PER_ROW_PREFILL_MAX_CONTEXT", per_row_max_context)
+    backend = TorchAttentionBackend(use_cpu_kernels=use_cpu_kernels)
+    query, key, value, k_cache, v_cache, meta = mixed_step(torch.bfloat16)
+    as_float = backend.forward(query, key, value, k_cache, v_cache, meta, 0.125)
+    as_bf16 = backend.forward(query, key, value, k_cache, v_cache, meta, 0.125, torch.bfloat16)
+    assert as_float.dtype == torch.float32 and as_bf16.dtype == torch.bfloat16
+    assert torch.equal(as_bf16, as_float.to(torch.bfloat16))
+
+
+@pytest.mark.skipif(kernels is None, reason="no C++ toolchain to build the kernels")
+def test_a_bad_out_dtype_is_refused_by_the_kernel() -> None:
+    k_cache, v_cache, tables = random_paged_cache([5], 16, 2, 64)
+    query = torch.randn(1, 6, 64)
+    out = torch.empty(query.shape, dtype=torch.float16)
+    assert kernels is not None
+    with pytest.raises(RuntimeError, match="out must be float32 or bfloat16"):
+        kernels.paged_decode(query, k_cache, v_cache, tables, torch.tensor([5], dtype=torch.int32), 0.125, out)  # fmt: skip
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this torch build cannot pack for oneDNN")
+def test_a_packed_layer_names_the_dtype_it_multiplies_in() -> None:
+    linear = torch.nn.Linear(8, 4)
+    assert gemm_input_dtype(PackedLinear(linear, torch.bfloat16)) == torch.bfloat16
+    assert gemm_input_dtype(linear) is None
