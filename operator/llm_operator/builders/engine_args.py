@@ -33,9 +33,9 @@ def _optional_args(ctx: BuildContext) -> list[str]:
         "--tensor-parallel-size": engine.tensor_parallel_size
         if engine.tensor_parallel_size > 1
         else None,
-        "--dtype": engine.dtype if engine.dtype != "auto" else None,
-        "--cpu-gemm-dtype": engine.cpu_gemm_dtype if engine.cpu_gemm_dtype != "auto" else None,
-        "--kv-cache-dtype": engine.kv_cache_dtype if engine.kv_cache_dtype != "auto" else None,
+        "--dtype": _unless_auto(engine.dtype),
+        "--cpu-gemm-dtype": _unless_auto(engine.cpu_gemm_dtype),
+        "--kv-cache-dtype": _unless_auto(engine.kv_cache_dtype),
         "--kv-cache-memory": engine.kv_cache_memory,
         "--num-kv-blocks": engine.num_kv_blocks,
         "--max-step-ms": engine.max_step_ms,
@@ -45,3 +45,8 @@ def _optional_args(ctx: BuildContext) -> list[str]:
         if value is not None:
             args += [flag, str(value)]
     return args
+
+
+def _unless_auto(choice: str) -> str | None:
+    """A dtype choice as a flag value; None for `auto`, the engine's own default."""
+    return None if choice == "auto" else choice
