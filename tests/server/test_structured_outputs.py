@@ -104,7 +104,12 @@ def test_json_object_regex_and_choice(client: OpenAI) -> None:
         temperature=0,
         response_format={"type": "json_object"},
     )
-    assert isinstance(json.loads(made.choices[0].message.content or ""), dict)
+    # json_object bounds no length: a greedy object may still be inside a string at
+    # max_tokens (float32 summation order decides which). Only a finished one must parse.
+    if made.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(made.choices[0].message.content or ""), dict)
+    else:
+        assert (made.choices[0].message.content or "").lstrip().startswith("{")
     pattern = r"[A-Z]{3}-[0-9]{4}"
     coded = client.completions.create(
         model=MODEL,
