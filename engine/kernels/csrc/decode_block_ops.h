@@ -178,15 +178,22 @@ inline int lane_element(int i) {
   return i;
 }
 
+// Row t of a block as float32, after asking for the same row of the next block.
+template <int D, typename T>
+inline void widen_row(const T* rows, const T* next_rows, int64_t row_stride, int t,
+                      float* __restrict out) {
+  prefetch_row(next_rows + t * row_stride, D);
+  const T* row = rows + t * row_stride;
+#pragma omp simd
+  for (int i = 0; i < D; ++i) out[i] = to_float(row[i]);
+}
+
 template <int D, int G, typename T>
 inline void score_block(const float* q_rows, float* p, int p_stride, const T* keys,
                         const T* next_keys, int64_t row_stride, int n) {
   for (int t = 0; t < n; ++t) {
-    prefetch_row(next_keys + t * row_stride, D);
     alignas(64) float key[D];
-    const T* row = keys + t * row_stride;
-#pragma omp simd
-    for (int i = 0; i < D; ++i) key[i] = to_float(row[i]);
+    widen_row<D, T>(keys, next_keys, row_stride, t, key);
     for (int g = 0; g < G; ++g) {
       const float* q = q_rows + g * D;
       float sum = 0.f;
@@ -207,11 +214,8 @@ inline void accumulate_block(float* acc_rows, const float* p, int p_stride, cons
 #pragma omp simd
     for (int i = 0; i < D; ++i) acc[g][i] = acc_rows[g * D + i];
   for (int t = 0; t < n; ++t) {
-    prefetch_row(next_values + t * row_stride, D);
     alignas(64) float value[D];
-    const T* row = values + t * row_stride;
-#pragma omp simd
-    for (int i = 0; i < D; ++i) value[i] = to_float(row[i]);
+    widen_row<D, T>(values, next_values, row_stride, t, value);
     for (int g = 0; g < G; ++g) {
       const float weight = p[g * p_stride + t];
 #pragma omp simd
