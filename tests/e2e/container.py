@@ -112,6 +112,10 @@ class ContainerRunner:
             await self._set_waiting("RunContainerError", f"failed to start the container: {e}")
             return 128
 
+        if self.stopping:  # stop() came while the process was being spawned
+            self.kill()
+            await self.process.wait()
+            return 137
         started_at = now()
         self.state = {"running": {"startedAt": started_at}}
         self.started = False
@@ -119,6 +123,9 @@ class ContainerRunner:
         probing = asyncio.create_task(self._probe(self._probes))
         try:
             returncode = await self.process.wait()
+        except asyncio.CancelledError:
+            self.kill()  # a cancelled pod task leaves no process behind
+            raise
         finally:
             probing.cancel()
             await asyncio.gather(probing, return_exceptions=True)
