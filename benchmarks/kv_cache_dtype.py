@@ -1,4 +1,4 @@
-"""What a bf16 KV cache (EngineConfig.kv_cache_dtype) buys and costs on the CPU.
+"""What a bf16 or int8 KV cache (EngineConfig.kv_cache_dtype) buys and costs on the CPU.
 
     python benchmarks/kv_cache_dtype.py                       # the full run (a quiet machine)
     nice -n 19 python benchmarks/kv_cache_dtype.py --layers 4 --reps 3 --requests 4 --max-tokens 16
@@ -7,14 +7,16 @@
    at workload A's shapes — 64 sequences whose contexts are workload A's prompt lengths plus 64
    generated tokens (mean ~340), SmolLM2-135M's 9 query heads over 3 KV heads of 64 dims, block
    16, 30 layers, each layer its own cache (so no layer's K/V sits in the CPU's caches for the
-   next). float32 and bf16 caches hold the same (rounded) values; steps alternate f32, bf16,
-   f32, ... and the median per-step time of each and their ratio are reported.
-2. Greedy agreement of the built-in model with a bf16 cache against a float32 one: workload A's
-   64 requests x 128 tokens (float32 GEMMs both, so the KV cache is the only difference): the
-   share of output tokens identical position by position, outputs identical throughout, where
-   outputs first differ, and the chosen tokens' log-probability gap before that; with each
-   engine's KV blocks (default 2 GiB: bf16 holds twice the blocks) and its generated tokens per
-   second in that one run (sequential, one sample each, an indication only).
+   next). float32 and bf16 caches hold the same (rounded) values, the int8 cache those values
+   quantised (engine/attention/kv_quant.py); steps alternate f32, bf16, int8, f32, ... and the
+   median per-step time of each and its ratio to float32's are reported.
+2. Greedy agreement of the built-in model with a bf16 and with an int8 cache against a float32
+   one: workload A's 64 requests x 128 tokens (float32 GEMMs throughout, so the KV cache is the
+   only difference): the share of output tokens identical position by position, outputs
+   identical throughout, where outputs first differ, and the chosen tokens' log-probability gap
+   before that; with each engine's KV blocks (default 2 GiB: bf16 holds twice the blocks, int8
+   3.8x) and its generated tokens per second in that one run (sequential, one sample each, an
+   indication only: benchmarks/offline_vs_vllm.py is the interleaved comparison).
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ from benchmarks.cpu_gemm_dtype_agreement import compare
 from benchmarks.machine import git_commit, machine_info
 from benchmarks.workloads import workload_a
 from engine import LLM, SamplingParams
+from engine.attention.kv_quant import quantize_rows
 from engine.kernels.cpu_kernels import cpu_kernel_path, load_cpu_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "kv_cache_dtype.json"
 VOCAB = 49152
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 9, 3, 64, 16
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int8": torch.int8}
 GENERATED_SO_FAR = 64  # decode contexts: the prompt plus half of workload A's 128 new tokens
 
 
@@ -59,7 +62,9 @@ def decode_problem(num_seqs: int, layers: int, dtype: torch.dtype) -> dict[str, 
         start += n
     shape = (total, BLOCK, KV_HEADS, HEAD_DIM)
     caches = [
-        tuple(torch.randn(shape, generator=gen).to(torch.bfloat16).to(dtype) for _ in range(2))
+        tuple(
+            _stored(torch.randn(shape, generator=gen).to(torch.bfloat16), dtype) for _ in range(2)
+        )
         for _ in range(layers)
     ]
     return {
@@ -69,6 +74,10 @@ def decode_problem(num_seqs: int, layers: int, dtype: torch.dtype) -> dict[str, 
         "lens": torch.tensor(lens, dtype=torch.int32),
         "mean_context": statistics.mean(lens),
     }
+
+
+def _stored(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return quantize_rows(values) if dtype == torch.int8 else values.to(dtype)
 
 
 def time_step(kernels: Any, problem: dict[str, Any], out: torch.Tensor) -> float:
@@ -94,6 +103,7 @@ def measure_decode_attention(num_seqs: int, layers: int, reps: int) -> dict[str,
         for name in DTYPES:
             times[name].append(time_step(kernels, problems[name], outs[name]))
     torch.testing.assert_close(outs["bfloat16"], outs["float32"], rtol=1e-4, atol=1e-5)
+    int8_error = (outs["int8"] - outs["float32"]).abs().max().item()
     kv_bytes = {
         name: sum(c.numel() * c.element_size() for pair in p["caches"] for c in pair)
         for name, p in problems.items()
@@ -115,7 +125,10 @@ def measure_decode_attention(num_seqs: int, layers: int, reps: int) -> dict[str,
         "step_ms_min": {n: round(min(t) * 1e3, 3) for n, t in times.items()},
         "step_ms_max": {n: round(max(t) * 1e3, 3) for n, t in times.items()},
         "kv_gb_per_s_median": {n: round(kv_bytes[n] / m / 1e9, 2) for n, m in medians.items()},
-        "bf16_speedup_median": round(medians["float32"] / medians["bfloat16"], 3),
+        "speedup_over_float32_median": {
+            n: round(medians["float32"] / m, 3) for n, m in medians.items() if n != "float32"
+        },
+        "int8_output_max_abs_error": round(int8_error, 5),
     }
 
 
@@ -141,13 +154,15 @@ def generate(kv_dtype: str, prompts: list[list[int]], max_tokens: int) -> tuple[
 
 
 def measure_agreement(num_requests: int, max_tokens: int) -> dict[str, Any]:
-    """Greedy agreement, and each engine's one offline run (sequential, one sample each: an
-    indication, not the interleaved comparison)."""
+    """Greedy agreement of each narrow cache with float32, and each engine's one offline run
+    (sequential, one sample each: an indication, not the interleaved comparison)."""
     prompts = workload_a(VOCAB, num_requests).prompts
     reference, float32_run = generate("float32", prompts, max_tokens)
-    other, bfloat16_run = generate("bfloat16", prompts, max_tokens)
-    runs = {"float32": float32_run, "bfloat16": bfloat16_run}
-    return {"max_tokens": max_tokens, **compare(reference, other), "offline_runs": runs}
+    runs, against_float32 = {"float32": float32_run}, {}
+    for name in ("bfloat16", "int8"):
+        other, runs[name] = generate(name, prompts, max_tokens)
+        against_float32[name] = compare(reference, other)
+    return {"max_tokens": max_tokens, "against_float32": against_float32, "offline_runs": runs}
 
 
 def main() -> None:
@@ -167,7 +182,8 @@ def main() -> None:
     args.out.write_text(
         json.dumps(
             {
-                "what": "bf16 vs float32 KV cache on the CPU: decode attention time, greedy agreement",
+                "what": "bf16 and int8 vs float32 KV cache on the CPU: decode attention time, "
+                "greedy agreement",
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "machine": machine_info(),
                 "commit": git_commit(ROOT),

@@ -34,11 +34,13 @@ class EngineConfig:
     (activations, norms and attention stay float32; the KV cache's is kv_cache_dtype). auto =
     bfloat16 where the CPU has native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
     kv_cache_dtype: str = "auto"
-    """The dtype K and V are stored in: auto, float32, or bfloat16. On a float32 CPU engine
+    """The dtype K and V are stored in: auto, float32, bfloat16, or int8. On a float32 CPU engine
     bfloat16 halves the bytes per token (the same kv_cache_memory holds twice the blocks, decode
-    attention reads half the bytes) at bf16's precision for K and V; attention still computes in
-    float32. auto = bfloat16 where the GEMMs are bf16 (cpu_gemm_dtype), else the activation
-    dtype. GPUs store the activation dtype (bfloat16) only."""
+    attention reads half the bytes) at bf16's precision for K and V; int8 stores each token's
+    head row quantised against its largest magnitude, with a float32 scale (head_dim + 4 bytes a
+    row: 0.27x float32's bytes at head_dim 64); attention still computes in float32. auto =
+    bfloat16 where the GEMMs are bf16 (cpu_gemm_dtype), else the activation dtype; int8 is asked
+    for by name. GPUs store the activation dtype (bfloat16) only."""
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)."""
     tensor_parallel_size: int = 1

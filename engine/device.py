@@ -69,17 +69,19 @@ def pick_kv_cache_dtype(
     activations on the CPU, where the C++ kernels round K/V into bf16 as they write and widen
     them back to float32 as they read (and the torch paths convert likewise). auto picks bf16
     there when the GEMMs multiply in bf16 (pick_cpu_gemm_dtype): K and V are then products of
-    bf16 GEMMs, and the cache holds twice the tokens and reads half the bytes. Any other pairing
-    has no read path and is refused by name."""
+    bf16 GEMMs, and the cache holds twice the tokens and reads half the bytes. int8 (rows
+    quantised with a scale each, engine/attention/kv_quant.py) is the CPU's float32 engines' too,
+    asked for by name only: it is lossy beyond bf16. Any other pairing has no read path and is
+    refused by name."""
     if name == "auto":
         bf16_gemms = gemm_dtype == torch.bfloat16 and dtype == torch.float32
         return torch.bfloat16 if device.type == "cpu" and bf16_gemms else dtype
-    if _DTYPES[name] == dtype:
+    if name in _DTYPES and _DTYPES[name] == dtype:
         return dtype
-    if device.type == "cpu" and dtype == torch.float32 and name == "bfloat16":
-        return torch.bfloat16
+    if device.type == "cpu" and dtype == torch.float32 and name in ("bfloat16", "int8"):
+        return torch.bfloat16 if name == "bfloat16" else torch.int8
     raise ConfigError(
         f"kv_cache_dtype {name} is not supported with {str(dtype).removeprefix('torch.')} "
         f"activations on {device.type}: use auto (the activation dtype)"
-        + (", or bfloat16 with float32 activations" if device.type == "cpu" else "")
+        + (", or bfloat16 or int8 with float32 activations" if device.type == "cpu" else "")
     )

@@ -25,10 +25,11 @@ CPU_GEMM_DTYPES: Final[tuple[str, ...]] = get_args(CpuGemmDtype)
 """The dtype a float32 CPU engine's linear layers hold their weights and multiply in; auto =
 bfloat16 where the CPU multiplies bf16 natively (AVX512-BF16 or AMX) and dtype is auto."""
 
-KvCacheDtype = Literal["auto", "float32", "bfloat16"]
+KvCacheDtype = Literal["auto", "float32", "bfloat16", "int8"]
 KV_CACHE_DTYPES: Final[tuple[str, ...]] = get_args(KvCacheDtype)
 """The dtype K and V are stored in; auto = the activation dtype. bfloat16 on a float32 CPU engine
-halves the cache's bytes per token (the C++ kernels widen each row to float32 as they read it)."""
+halves the cache's bytes per token (the C++ kernels widen each row to float32 as they read it);
+int8 there stores each row quantised with its own scale (~27 % of float32's bytes at head_dim 64)."""
 
 AttentionBackendName = Literal["torch", "torch-sdpa", "triton"]
 ATTENTION_BACKENDS: Final[tuple[str, ...]] = get_args(AttentionBackendName)

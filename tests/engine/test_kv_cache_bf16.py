@@ -85,9 +85,9 @@ def test_kernels_refuse_caches_of_mixed_or_unsupported_dtypes() -> None:
     k_cache = torch.zeros(2, 16, 2, 16, dtype=torch.bfloat16)
     tables, lens = torch.zeros(1, 1, dtype=torch.int32), torch.ones(1, dtype=torch.int32)
     assert kernels is not None
-    with pytest.raises(RuntimeError, match="must both be float32 or both bfloat16"):
+    with pytest.raises(RuntimeError, match="K and V caches must both be"):
         kernels.paged_decode(query, k_cache, k_cache.float(), tables, lens, 0.1, query.clone())
-    with pytest.raises(RuntimeError, match="must both be float32 or both bfloat16"):
+    with pytest.raises(RuntimeError, match="K and V caches must both be"):
         half = k_cache.half()
         kernels.write_kv_cache(query, query, half, half, torch.zeros(1, dtype=torch.long))
 

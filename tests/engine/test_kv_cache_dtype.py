@@ -28,8 +28,8 @@ def restore_cpu_kernels() -> Iterator[None]:
 
 
 def test_an_unknown_kv_cache_dtype_is_a_config_error_naming_it() -> None:
-    with pytest.raises(ConfigError, match=r"kv_cache_dtype must be one of .*'int8'"):
-        EngineConfig(kv_cache_dtype="int8")
+    with pytest.raises(ConfigError, match=r"kv_cache_dtype must be one of .*'int4'"):
+        EngineConfig(kv_cache_dtype="int4")
 
 
 def test_auto_stores_the_activation_dtype_under_float32_gemms_and_on_gpus() -> None:
@@ -40,8 +40,11 @@ def test_auto_stores_the_activation_dtype_under_float32_gemms_and_on_gpus() -> N
     assert pick_kv_cache_dtype("bfloat16", torch.bfloat16, CUDA) == torch.bfloat16
 
 
-def test_bf16_under_float32_activations_on_the_cpu() -> None:
+def test_bf16_and_int8_under_float32_activations_on_the_cpu() -> None:
     assert pick_kv_cache_dtype("bfloat16", torch.float32, CPU) == torch.bfloat16
+    assert pick_kv_cache_dtype("int8", torch.float32, CPU) == torch.int8
+    # int8 is lossy beyond bf16: auto never picks it.
+    assert pick_kv_cache_dtype("auto", torch.float32, CPU, torch.bfloat16) != torch.int8
 
 
 def test_auto_stores_bf16_where_a_cpu_engine_multiplies_in_bf16() -> None:
@@ -56,6 +59,8 @@ def test_auto_stores_bf16_where_a_cpu_engine_multiplies_in_bf16() -> None:
         ("float32", torch.bfloat16, CUDA),  # the GPU path stores its activation dtype only
         ("bfloat16", torch.float32, CUDA),
         ("float32", torch.bfloat16, CPU),  # no read path widens bf16 activations' cache
+        ("int8", torch.bfloat16, CUDA),  # the GPU kernels read no quantised rows
+        ("int8", torch.bfloat16, CPU),
     ],
 )
 def test_pairings_without_a_read_path_are_config_errors(
@@ -82,13 +87,27 @@ def test_a_bf16_cache_holds_twice_the_blocks_in_the_same_memory(tiny_model_dir: 
     assert bfloat16.engine.root_hash != float32.engine.root_hash
 
 
+def test_an_int8_cache_holds_its_rows_and_scales_in_the_same_memory(tiny_model_dir: Path) -> None:
+    config = read_model_config(tiny_model_dir)
+    per_block = kv_cache_bytes_per_block(config, 16, torch.float32)
+    int8_per_block = kv_cache_bytes_per_block(config, 16, torch.int8)
+    assert int8_per_block * 4 * config.head_dim == per_block * (config.head_dim + 4)
+    int8 = make_llm(tiny_model_dir, kv_cache_memory=24 * per_block, kv_cache_dtype="int8")
+    assert int8.engine.num_kv_blocks == 24 * per_block // int8_per_block
+    k_cache, v_cache = int8.engine.runner.kv_caches[0]
+    assert k_cache.dtype == v_cache.dtype == torch.int8
+    assert k_cache.shape[-1] == config.head_dim + 4  # each row's float32 scale after it
+    assert "kv=torch.int8" in int8.engine._hash_root_name()
+
+
 @pytest.mark.usefixtures("restore_cpu_kernels")
 @pytest.mark.parametrize("kernels_on", [True, False], ids=["cpu-kernels", "pure-torch"])
-def test_an_engine_with_a_bf16_cache_generates_and_frees_every_block(
-    tiny_model_dir: Path, kernels_on: bool
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "int8"])
+def test_an_engine_with_a_narrow_cache_generates_and_frees_every_block(
+    tiny_model_dir: Path, kernels_on: bool, kv_dtype: str
 ) -> None:
     llm = make_llm(
-        tiny_model_dir, num_kv_blocks=32, kv_cache_dtype="bfloat16", cpu_kernels=kernels_on
+        tiny_model_dir, num_kv_blocks=32, kv_cache_dtype=kv_dtype, cpu_kernels=kernels_on
     )
     prompts = [[5, 6, 7] * (i + 1) for i in range(6)]  # a shared prefix, several lengths
     params = SamplingParams(max_tokens=20, ignore_eos=True)

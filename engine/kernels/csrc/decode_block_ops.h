@@ -10,12 +10,14 @@
 // loops that GCC vectorises, in the row's own order.
 //
 // Shared by both: q is G rows of D floats, p is G rows of `p_stride` floats, acc is G rows of D
-// floats, all in lane order; a block has n rows, `row_stride` elements apart.
+// floats, all in lane order; a block has n rows, `row_stride` elements apart. An int8 row's scale
+// (kv_element.h) multiplies its score once, and its weight once, rather than each element.
 #pragma once
 
 #include <cstdint>
 
 #include "bf16.h"
+#include "kv_element.h"
 
 // Asks for one row of the next block while this block is worked on: blocks lie anywhere in the
 // pool, so the hardware prefetcher, which follows addresses, cannot find the next one itself.
@@ -71,6 +73,18 @@ struct Row<D, bf16_bits> {
   }
 };
 
+template <int D>
+struct Row<D, int8_t> {
+  static constexpr int kVectors = D / 16;
+  static int element(int i) { return i; }
+  static void load(const int8_t* row, __m512* v) {
+    for (int c = 0; c < kVectors; ++c) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * c));
+      v[c] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+    }
+  }
+};
+
 // Four rows' products -> one vector whose 128-bit lane L holds, in order, the four rows' partial
 // sums over lane L.
 inline __m512 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -105,7 +119,7 @@ inline void score_quad(const __m512 (&q)[G][D / 16], const T* keys, const T* nex
       for (int g = 0; g < G; ++g) dots[r][g] = _mm512_setzero_ps();
       continue;
     }
-    prefetch_row(next_keys + (t + r) * row_stride, D);
+    prefetch_row(next_keys + (t + r) * row_stride, kHeadWidth<T, D>);
     __m512 key[V];
     Row<D, T>::load(keys + (t + r) * row_stride, key);
     for (int g = 0; g < G; ++g) {
@@ -143,8 +157,13 @@ inline void score_block(const float* q_rows, float* p, int p_stride, const T* ke
     }
     const int rows = n - t0 < 16 ? n - t0 : 16;
     const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1u);
+    alignas(64) float scales[16];
+    if constexpr (sizeof(T) == 1) {
+      for (int r = 0; r < 16; ++r) scales[r] = r < rows ? row_scale<T, D>(keys + (t0 + r) * row_stride) : 0.f;
+    }
     for (int g = 0; g < G; ++g) {
-      const __m512 scores = reduce16(quads[0][g], quads[1][g], quads[2][g], quads[3][g]);
+      __m512 scores = reduce16(quads[0][g], quads[1][g], quads[2][g], quads[3][g]);
+      if constexpr (sizeof(T) == 1) scores = _mm512_mul_ps(scores, _mm512_load_ps(scales));
       _mm512_mask_storeu_ps(p + g * p_stride + t0, valid, scores);
     }
   }
@@ -159,11 +178,12 @@ inline void accumulate_block(float* acc_rows, const float* p, int p_stride, cons
   for (int g = 0; g < G; ++g)
     for (int c = 0; c < V; ++c) acc[g][c] = _mm512_loadu_ps(acc_rows + g * D + 16 * c);
   for (int t = 0; t < n; ++t) {
-    prefetch_row(next_values + t * row_stride, D);
+    prefetch_row(next_values + t * row_stride, kHeadWidth<T, D>);
     __m512 value[V];
     Row<D, T>::load(values + t * row_stride, value);
+    const float value_scale = row_scale<T, D>(values + t * row_stride);
     for (int g = 0; g < G; ++g) {
-      const __m512 weight = _mm512_set1_ps(p[g * p_stride + t]);
+      const __m512 weight = _mm512_set1_ps(p[g * p_stride + t] * value_scale);
       for (int c = 0; c < V; ++c) acc[g][c] = _mm512_fmadd_ps(weight, value[c], acc[g][c]);
     }
   }
@@ -182,7 +202,7 @@ inline int lane_element(int i) {
 template <int D, typename T>
 inline void widen_row(const T* rows, const T* next_rows, int64_t row_stride, int t,
                       float* __restrict out) {
-  prefetch_row(next_rows + t * row_stride, D);
+  prefetch_row(next_rows + t * row_stride, kHeadWidth<T, D>);
   const T* row = rows + t * row_stride;
 #pragma omp simd
   for (int i = 0; i < D; ++i) out[i] = to_float(row[i]);
@@ -199,7 +219,7 @@ inline void score_block(const float* q_rows, float* p, int p_stride, const T* ke
       float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
       for (int i = 0; i < D; ++i) sum += q[i] * key[i];
-      p[g * p_stride + t] = sum;
+      p[g * p_stride + t] = sum * row_scale<T, D>(keys + t * row_stride);
     }
   }
 }
@@ -216,8 +236,9 @@ inline void accumulate_block(float* acc_rows, const float* p, int p_stride, cons
   for (int t = 0; t < n; ++t) {
     alignas(64) float value[D];
     widen_row<D, T>(values, next_values, row_stride, t, value);
+    const float value_scale = row_scale<T, D>(values + t * row_stride);
     for (int g = 0; g < G; ++g) {
-      const float weight = p[g * p_stride + t];
+      const float weight = p[g * p_stride + t] * value_scale;
 #pragma omp simd
       for (int i = 0; i < D; ++i) acc[g][i] += weight * value[i];
     }

@@ -15,7 +15,8 @@
 // in-order.
 //
 //   k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]  (contiguous, float32 or
-//                     bfloat16: a bf16 row is widened to float32 as it is read, kv_element.h)
+//                     bfloat16: a bf16 row is widened to float32 as it is read; or int8
+//                     [..., head_dim + 4], each row with its scale: kv_element.h)
 //   query, out:       [num_seqs, num_heads, head_dim]  (query float32, its rows may be strided;
 //                     out float32 or bfloat16, rounded nearest-even for a bf16 GEMM after it)
 //   block_tables:     [num_seqs, max_blocks] int32;  seq_lens: [num_seqs] int32
@@ -97,11 +98,12 @@ void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* 
       s.q[h][i] = q_item[h * D + lane_element<D, T>(i)] * scale;
     }
   }
-  const int64_t row_stride = static_cast<int64_t>(num_kv_heads) * D;
+  constexpr int W = kHeadWidth<T, D>;  // a head's elements in a cache row
+  const int64_t row_stride = static_cast<int64_t>(num_kv_heads) * W;
   const int num_blocks = (seq_len + block_size - 1) / block_size;
   auto block_start = [&](int block) {
     return (static_cast<int64_t>(block) * block_size * row_stride) +
-           static_cast<int64_t>(kv_begin) * D;
+           static_cast<int64_t>(kv_begin) * W;
   };
   // The softmax folds in a chunk of up to kMaxBlock rows at a time (several blocks): its
   // per-fold work (max, rescaling the accumulators, rounding weights) is then paid once per
@@ -120,8 +122,8 @@ void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* 
       const T *k, *next_k;
       const int n = rows_of(b, k_cache, &k, &next_k);
       for (int kh = 0; kh < kv_heads; ++kh)
-        score_block<D, G, T>(s.q[kh * G], s.p[kh * G] + rows, kMaxBlock, k + kh * D,
-                             next_k + kh * D, row_stride, n);
+        score_block<D, G, T>(s.q[kh * G], s.p[kh * G] + rows, kMaxBlock, k + kh * W,
+                             next_k + kh * W, row_stride, n);
       rows += n;
     }
     softmax_block<D>(s, heads, rows);
@@ -130,8 +132,8 @@ void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* 
       const T *v, *next_v;
       const int n = rows_of(b, v_cache, &v, &next_v);
       for (int kh = 0; kh < kv_heads; ++kh)
-        accumulate_block<D, G, T>(s.acc[kh * G], s.p[kh * G] + rows, kMaxBlock, v + kh * D,
-                                  next_v + kh * D, row_stride, n);
+        accumulate_block<D, G, T>(s.acc[kh * G], s.p[kh * G] + rows, kMaxBlock, v + kh * W,
+                                  next_v + kh * W, row_stride, n);
       rows += n;
     }
   }
@@ -253,7 +255,8 @@ void check_shapes(const at::Tensor& query, const at::Tensor& k_cache, const at::
               "[S, M] and seq_lens [S]");
   TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && out.sizes() == query.sizes(),
               "paged_decode: v_cache must match k_cache and out must match query");
-  TORCH_CHECK(k_cache.size(3) == query.size(2), "paged_decode: query and cache head_dim differ");
+  TORCH_CHECK(k_cache.size(3) == cache_head_width(query.size(2), kv_cache_type(k_cache, v_cache, "paged_decode")),
+              "paged_decode: query and cache head_dim differ");
   TORCH_CHECK(block_tables.size(0) == query.size(0) && seq_lens.size(0) == query.size(0),
               "paged_decode: block_tables and seq_lens need one row per sequence");
   TORCH_CHECK(k_cache.size(2) > 0 && query.size(1) % k_cache.size(2) == 0,
@@ -269,7 +272,7 @@ void paged_decode(at::Tensor query, at::Tensor k_cache, at::Tensor v_cache,
   TORCH_CHECK(query.dtype() == at::kFloat, "paged_decode: query must be float32");
   TORCH_CHECK(out.dtype() == at::kFloat || out.dtype() == at::kBFloat16,
               "paged_decode: out must be float32 or bfloat16");
-  const bool bf16 = kv_cache_is_bf16(k_cache, v_cache, "paged_decode");
+  const KvType type = kv_cache_type(k_cache, v_cache, "paged_decode");
   check_rows(query, "paged_decode query");
   TORCH_CHECK(out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous() &&
                   block_tables.is_contiguous() && seq_lens.is_contiguous(),
@@ -282,7 +285,8 @@ void paged_decode(at::Tensor query, at::Tensor k_cache, at::Tensor v_cache,
   TORCH_CHECK(paged_decode_supports(head_dim, group), "paged_decode: unsupported head_dim/group");
   TORCH_CHECK(k_cache.size(1) <= kMaxBlock, "paged_decode: block_size above 128");
   check_block_tables(block_tables, seq_lens, k_cache.size(0), k_cache.size(1));
-  DecodeFn fn = bf16 ? pick_decode<bf16_bits>(head_dim, group)
-                     : pick_decode<float>(head_dim, group);
+  DecodeFn fn = type == KvType::kBFloat16 ? pick_decode<bf16_bits>(head_dim, group)
+                : type == KvType::kInt8    ? pick_decode<int8_t>(head_dim, group)
+                                           : pick_decode<float>(head_dim, group);
   fn(query, k_cache, v_cache, block_tables, seq_lens, scale, out);
 }
