@@ -117,18 +117,11 @@ class ContainerRunner:
             await self.process.wait()
             return 137
         started_at = now()
-        self.state = {"running": {"startedAt": started_at}}
-        self.started = False
-        await self.on_change()
-        probing = asyncio.create_task(self._probe(self._probes))
         try:
-            returncode = await self.process.wait()
+            returncode = await self._watch(started_at)
         except asyncio.CancelledError:
             self.kill()  # a cancelled pod task leaves no process behind
             raise
-        finally:
-            probing.cancel()
-            await asyncio.gather(probing, return_exceptions=True)
         exit_code = returncode if returncode >= 0 else 128 - returncode
         reason = "Completed" if exit_code == 0 else "Error"
         self.last_state = {
@@ -141,6 +134,19 @@ class ContainerRunner:
         self.state = {"terminated": self.last_state["terminated"]}
         await self.on_change()
         return exit_code
+
+    async def _watch(self, started_at: str) -> int:
+        """Running: report it, probe, and wait for the process to exit."""
+        assert self.process is not None
+        self.state = {"running": {"startedAt": started_at}}
+        self.started = False
+        await self.on_change()
+        probing = asyncio.create_task(self._probe(self._probes))
+        try:
+            return await self.process.wait()
+        finally:
+            probing.cancel()
+            await asyncio.gather(probing, return_exceptions=True)
 
     async def _back_off(self, reason: str, exit_code: int) -> None:
         delay_s = self._backoff_s(self.restart_count)

@@ -255,7 +255,8 @@ void check_shapes(const at::Tensor& query, const at::Tensor& k_cache, const at::
               "[S, M] and seq_lens [S]");
   TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && out.sizes() == query.sizes(),
               "paged_decode: v_cache must match k_cache and out must match query");
-  TORCH_CHECK(k_cache.size(3) == cache_head_width(query.size(2), kv_cache_type(k_cache, v_cache, "paged_decode")),
+  const KvType type = kv_cache_type(k_cache, v_cache, "paged_decode");
+  TORCH_CHECK(k_cache.size(3) == cache_head_width(query.size(2), type),
               "paged_decode: query and cache head_dim differ");
   TORCH_CHECK(block_tables.size(0) == query.size(0) && seq_lens.size(0) == query.size(0),
               "paged_decode: block_tables and seq_lens need one row per sequence");
