@@ -4,10 +4,12 @@ concurrency 32, interleaved repetitions of 128 requests, equal settings, memory 
     python benchmarks/online_vs_vllm.py [--repetitions 3] [--num-requests 128] [--concurrency 32]
 
 Each repetition sends token ids of its own (its own content seed, workload A's lengths), so
-nothing hits the prefix cache. Servers start once per system when an idle server costs no CPU:
-the idle one's CPU seconds are measured during the other's run, and if either spins (over 5 % of
-a core) the repetitions are run again with a fresh server per run (the result says which). Each
-server gets warm-up requests of its own before it is measured. Writes
+nothing hits the prefix cache. Each repetition gets a server of its own, started fresh and warmed
+up on requests of its own, and stopped before the next system's: an idle vLLM server beside a
+running pagedock cost pagedock ~15 % of its throughput in one run (2026-12-01), though it used
+~2 % of a core. `--server-lifetime auto` keeps one server per system unless an idle one spins
+(over 5 % of a core; its CPU seconds are measured during the other's run), `run` one per system
+anyway; the result says which ran. Writes
 benchmarks/results/online_vs_vllm.{json,md,png}.
 """
 
@@ -160,9 +162,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--server-lifetime",
         choices=["auto", "run", "repetition"],
-        default="auto",
-        help="auto: one server per system unless an idle one spins; run: one per system anyway; "
-        "repetition: a fresh server per repetition",
+        default="repetition",
+        help="repetition (default): a fresh server per repetition; auto: one server per system "
+        "unless an idle one spins; run: one per system anyway",
     )
     parser.add_argument("--note", default="")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "online_vs_vllm.json")

@@ -66,11 +66,14 @@ class EngineConfig:
         default=True, metadata=option_meta(off_flag="--no-prefix-caching")
     )
     """Reuse the KV blocks of shared prompt prefixes across requests."""
-    max_step_ms: float = 250.0
+    max_step_ms: float | None = field(default=None, metadata=option_meta(metavar="MS"))
     """Inter-token target: a step with running decodes takes only as many prefill tokens as keep
     it under this many milliseconds, by the step cost the engine measures as it runs (never
-    fewer than 256); 0 = no target (every step may use max_num_batched_tokens). Needs chunked
-    prefill. `LLM` (offline, nobody waits between tokens) defaults to 0."""
+    fewer than 256), stretched while prompts awaiting their first token outnumber the decodes.
+    Unset: such a step prefills a quarter of max_num_batched_tokens (the same share on any CPU;
+    a target in ms suits one machine's speed), the whole of it while those prompts are at least
+    half as many as the decodes. 0 = none (every step may use max_num_batched_tokens). Needs chunked prefill. `LLM` (offline, nobody waits between
+    tokens) defaults to 0."""
     enable_chunked_prefill: bool = field(
         default=True, metadata=option_meta(off_flag="--no-chunked-prefill")
     )
@@ -127,7 +130,10 @@ class EngineConfig:
             self.block_size in BLOCK_SIZES,
             f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}",
         )
-        _check(self.max_step_ms >= 0, f"max_step_ms must be 0 or more, got {self.max_step_ms}")
+        _check(
+            self.max_step_ms is None or self.max_step_ms >= 0,
+            f"max_step_ms must be 0 or more, got {self.max_step_ms}",
+        )
         _check(self.max_num_seqs >= 1, f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         _check(
             self.max_num_batched_tokens >= 1,

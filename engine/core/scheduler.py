@@ -2,10 +2,11 @@
 
 Each step, running requests go first: their decodes (a token each), then their prefill chunks,
 the shortest remaining first, so a long prompt never holds a decode back; then waiting requests
-join while budget, sequence slots and KV blocks last. Prefill and decode share one step. With an
-inter-token target (EngineConfig.max_step_ms), a step with running decodes takes only as many
-prefill tokens as the learned step cost (engine/core/step_time.py) fits under it; while prompts
-awaiting their first token outnumber the decodes, the target stretches by that ratio. When the pool
+join while budget, sequence slots and KV blocks last. Prefill and decode share one step. A step
+with running decodes takes a quarter of the token budget in prefill, or with an inter-token target
+(EngineConfig.max_step_ms) as many prefill tokens as the learned step cost fits under it
+(engine/core/step_time.py); while prompts awaiting their first token outnumber the decodes, either
+stretches by that ratio. When the pool
 runs dry for a running request, the lowest-priority (then newest) running request is preempted by
 recompute: its blocks are freed and it returns to the front of the queue.
 """
@@ -29,7 +30,7 @@ from engine.core.scheduler_output import (
     SchedulerOutput,
 )
 from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
-from engine.core.step_time import StepTimeModel
+from engine.core.step_time import StepTimeModel, default_prefill_budget
 from engine.errors import UnknownRequestError
 
 # Requests that arrive within this many seconds of the waiting queue's head form its wave, served
@@ -152,12 +153,18 @@ class Scheduler:
         self.step_time.observe(output.num_decode_tokens, num_prefill, seconds)
 
     def _step_budget(self, num_decodes: int, num_prompts: int) -> int:
-        """The step's token budget: max_num_batched_tokens, or with decodes running and a step
-        target set, the decodes plus the prefill the learned step cost allows beside them."""
+        """The step's token budget: max_num_batched_tokens, or with decodes running the decodes
+        plus the prefill allowed beside them (a share of the budget, or what a step target allows
+        by the learned step cost)."""
         target_ms = self.config.max_step_ms
-        if not target_ms or not num_decodes or not self.config.enable_chunked_prefill:
+        if target_ms == 0 or not num_decodes or not self.config.enable_chunked_prefill:
             return self.token_budget  # (a whole prompt per step cannot be cut to a target)
-        prefill = self.step_time.prefill_budget(target_ms / 1000, num_decodes, num_prompts)
+        if target_ms is None:
+            prefill: int | None = default_prefill_budget(
+                self.token_budget, num_decodes, num_prompts
+            )
+        else:
+            prefill = self.step_time.prefill_budget(target_ms / 1000, num_decodes, num_prompts)
         return (
             self.token_budget if prefill is None else min(self.token_budget, num_decodes + prefill)
         )

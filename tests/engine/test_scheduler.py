@@ -209,6 +209,30 @@ def test_prompts_outnumbering_the_decodes_stretch_the_step_target_by_their_ratio
     assert [s.num_new_tokens for s in sched.schedule().scheduled] == [1, 600, 520]
 
 
+def decoding_scheduler(num_decodes: int) -> Scheduler:
+    """Default settings (no step target), 2,048 tokens a step, `num_decodes` requests decoding."""
+    sched = make_scheduler(num_blocks=256, max_model_len=1024, max_num_batched_tokens=2048)
+    assert sched.config.max_step_ms is None
+    for _ in range(num_decodes):
+        sched.add_request(make_request(4, max_tokens=50))
+    step(sched)
+    return sched
+
+
+def test_by_default_a_step_beside_decodes_prefills_a_quarter_of_the_budget() -> None:
+    sched = decoding_scheduler(3)
+    sched.add_request(make_request(900))
+    # Whatever the machine's speed: nothing measured, the same share.
+    assert [s.num_new_tokens for s in sched.schedule().scheduled] == [1, 1, 1, 512]
+
+
+def test_by_default_a_burst_of_prompts_takes_the_whole_budget() -> None:
+    sched = decoding_scheduler(4)
+    for _ in range(2):  # prompts at least half as many as the decodes
+        sched.add_request(make_request(1500))
+    assert [s.num_new_tokens for s in sched.schedule().scheduled] == [1, 1, 1, 1, 1500, 544]
+
+
 def test_a_step_target_never_cuts_prefill_below_the_minimum_chunk() -> None:
     sched = make_scheduler(max_num_batched_tokens=512, max_step_ms=10)
     sched.add_request(make_request(4, max_tokens=50))
