@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from engine.attention.backend import AttentionMetadata
+from engine.attention.torch_attention import TorchAttentionBackend
 
 
 def cdiv(a: int, b: int) -> int:
@@ -55,3 +58,41 @@ def attention_metadata(
         seq_lens_cpu=list(seq_lens),
     )
     return meta, num_blocks
+
+
+@dataclass
+class MixedStep:
+    """Decodes, a fresh prompt, a chunk over a cached prefix and a long chunk in one step: 8
+    query heads over 2 KV heads of 64 dims, blocks of 16, random float32 K/V in the pool."""
+
+    meta: AttentionMetadata
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+
+
+def mixed_step(seed: int = 9) -> MixedStep:
+    gen = torch.Generator().manual_seed(seed)
+    query_lens, seq_lens = [1, 1, 1, 9, 16, 37], [1, 49, 100, 9, 21, 37 + 64]
+    meta, num_blocks = attention_metadata(query_lens, seq_lens, 16, gen)
+    k_cache, v_cache = torch.randn(2, num_blocks, 16, 2, 64, generator=gen)
+    qkv = torch.randn(meta.num_tokens, 8 + 2 + 2, 64, generator=gen)
+    query, key, value = qkv.split([8, 2, 2], dim=1)
+    return MixedStep(meta, query, key, value, k_cache, v_cache)
+
+
+def forward_both_backends(
+    step: MixedStep, k_cache: torch.Tensor, v_cache: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step through the C++ kernels over (k_cache, v_cache), and through pure torch over a
+    copy of them; asserts both left the same cache bytes. Returns (kernels' out, torch's out)."""
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    args = (step.query, step.key, step.value)
+    expected = TorchAttentionBackend(use_cpu_kernels=False).forward(
+        *args, expected_k, expected_v, step.meta, 0.125
+    )
+    out = TorchAttentionBackend().forward(*args, k_cache, v_cache, step.meta, 0.125)
+    assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
+    return out, expected

@@ -8,14 +8,13 @@ import torch.nn.functional as F
 
 from engine.attention import torch_attention
 from engine.attention.torch_attention import (
-    TorchAttentionBackend,
     paged_decode_attention,
     write_kv_cache,
 )
 from engine.kernels.cpu_kernels import load_cpu_kernels
 from engine.layers.norm import rms_norm_reference
 from engine.layers.rotary import rotate_reference
-from tests.engine.attention_factories import attention_metadata
+from tests.engine.attention_factories import forward_both_backends, mixed_step
 
 kernels = load_cpu_kernels()
 pytestmark = pytest.mark.skipif(kernels is None, reason="no C++ toolchain to build the kernels")
@@ -215,18 +214,8 @@ def test_cpu_backend_matches_the_reference_on_a_mixed_step(
     # Decodes, a fresh prompt, a chunk over a cached prefix, a long chunk: every row through
     # the per-row kernel, or (limit 20) the two longest prefills through SDPA beside it.
     monkeypatch.setattr(torch_attention, "PER_ROW_PREFILL_MAX_CONTEXT", per_row_max_context)
-    gen = torch.Generator().manual_seed(9)
-    query_lens, seq_lens = [1, 1, 1, 9, 16, 37], [1, 49, 100, 9, 21, 37 + 64]
-    meta, num_blocks = attention_metadata(query_lens, seq_lens, 16, gen)
-    k_cache, v_cache = torch.randn(2, num_blocks, 16, 2, 64, generator=gen)
-    qkv = torch.randn(meta.num_tokens, 8 + 2 + 2, 64, generator=gen)
-    query, key, value = qkv.split([8, 2, 2], dim=1)
-    expected_k, expected_v = k_cache.clone(), v_cache.clone()
-    expected = TorchAttentionBackend(use_cpu_kernels=False).forward(
-        query, key, value, expected_k, expected_v, meta, 0.125
-    )
-    out = TorchAttentionBackend().forward(query, key, value, k_cache, v_cache, meta, 0.125)
-    long_prefills = torch_attention.per_token_context(meta)[2]
+    step = mixed_step()
+    out, expected = forward_both_backends(step, step.k_cache, step.v_cache)
+    long_prefills = torch_attention.per_token_context(step.meta)[2]
     assert long_prefills == ([] if per_row_max_context == 2048 else [4, 5])
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
-    assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)

@@ -15,7 +15,7 @@ import torch
 from engine.attention import torch_attention
 from engine.attention.torch_attention import TorchAttentionBackend, paged_decode_attention
 from engine.kernels.cpu_kernels import load_cpu_kernels
-from tests.engine.attention_factories import attention_metadata
+from tests.engine.attention_factories import attention_metadata, forward_both_backends, mixed_step
 from tests.engine.test_cpu_kernels import random_paged_cache
 
 kernels = load_cpu_kernels()
@@ -100,22 +100,11 @@ def test_cpu_backend_over_a_bf16_cache_matches_the_torch_path_on_a_mixed_step(
     # kernel, or (limit 20) the two longest prefills through SDPA; the pure-torch backend
     # (--no-cpu-kernels) over its own bf16 cache gives the same output and the same cache.
     monkeypatch.setattr(torch_attention, "PER_ROW_PREFILL_MAX_CONTEXT", per_row_max_context)
-    gen = torch.Generator().manual_seed(9)
-    query_lens, seq_lens = [1, 1, 1, 9, 16, 37], [1, 49, 100, 9, 21, 37 + 64]
-    meta, num_blocks = attention_metadata(query_lens, seq_lens, 16, gen)
-    k32, v32 = torch.randn(2, num_blocks, 16, 2, 64, generator=gen)
-    qkv = torch.randn(meta.num_tokens, 8 + 2 + 2, 64, generator=gen)
-    query, key, value = qkv.split([8, 2, 2], dim=1)
-    k_cache, v_cache = bf16(k32, v32)
-    expected_k, expected_v = k_cache.clone(), v_cache.clone()
-    expected = TorchAttentionBackend(use_cpu_kernels=False).forward(
-        query, key, value, expected_k, expected_v, meta, 0.125
-    )
-    out = TorchAttentionBackend().forward(query, key, value, k_cache, v_cache, meta, 0.125)
+    step = mixed_step()
+    out, expected = forward_both_backends(step, *bf16(step.k_cache, step.v_cache))
     torch.testing.assert_close(out, expected, **TIGHT)
-    assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
     # And within bf16's precision of the same step over a float32 cache.
-    unrounded = TorchAttentionBackend().forward(query, key, value, k32, v32, meta, 0.125)
+    unrounded, _ = forward_both_backends(step, step.k_cache, step.v_cache)
     torch.testing.assert_close(out, unrounded, **LOOSE)
 
 

@@ -14,9 +14,9 @@ import torch
 
 from engine.attention import torch_attention
 from engine.attention.kv_quant import dequantize_rows, quantize_rows
-from engine.attention.torch_attention import TorchAttentionBackend, paged_decode_attention
+from engine.attention.torch_attention import paged_decode_attention
 from engine.kernels.cpu_kernels import load_cpu_kernels
-from tests.engine.attention_factories import attention_metadata
+from tests.engine.attention_factories import forward_both_backends, mixed_step
 from tests.engine.test_cpu_kernels import random_paged_cache
 
 kernels = load_cpu_kernels()
@@ -97,19 +97,9 @@ def test_cpu_backend_over_an_int8_cache_matches_the_torch_path_on_a_mixed_step(
     # kernel, or (limit 20) the two longest prefills through SDPA; the pure-torch backend over
     # its own int8 cache gives the same output and the same cache bytes.
     monkeypatch.setattr(torch_attention, "PER_ROW_PREFILL_MAX_CONTEXT", per_row_max_context)
-    gen = torch.Generator().manual_seed(9)
-    query_lens, seq_lens = [1, 1, 1, 9, 16, 37], [1, 49, 100, 9, 21, 37 + 64]
-    meta, num_blocks = attention_metadata(query_lens, seq_lens, 16, gen)
-    k32, v32 = torch.randn(2, num_blocks, 16, 2, 64, generator=gen)
-    qkv = torch.randn(meta.num_tokens, 8 + 2 + 2, 64, generator=gen)
-    query, key, value = qkv.split([8, 2, 2], dim=1)
-    k_cache, v_cache = quantize_rows(k32), quantize_rows(v32)
-    expected_k, expected_v = k_cache.clone(), v_cache.clone()
-    expected = TorchAttentionBackend(use_cpu_kernels=False).forward(
-        query, key, value, expected_k, expected_v, meta, 0.125
-    )
-    out = TorchAttentionBackend().forward(query, key, value, k_cache, v_cache, meta, 0.125)
+    step = mixed_step()
+    quantised = quantize_rows(step.k_cache), quantize_rows(step.v_cache)
+    out, expected = forward_both_backends(step, *quantised)
     torch.testing.assert_close(out, expected, **TIGHT)
-    assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
-    unquantised = TorchAttentionBackend().forward(query, key, value, k32, v32, meta, 0.125)
+    unquantised, _ = forward_both_backends(step, step.k_cache, step.v_cache)
     torch.testing.assert_close(out, unquantised, **LOOSE)
