@@ -9,6 +9,8 @@ under LOOSE_ATOL."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -36,23 +38,38 @@ def bf16(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
 def test_decode_over_a_bf16_cache_matches_float32_attention_over_the_rounded_kv(
     head_dim: int, group: int, block_size: int
 ) -> None:
+    check_decode_over_a_narrow_cache(
+        lambda x: x.to(torch.bfloat16), lambda c: c.float(), head_dim, group, block_size, LOOSE
+    )
+
+
+def check_decode_over_a_narrow_cache(
+    narrow: Callable[[torch.Tensor], torch.Tensor],
+    widen: Callable[[torch.Tensor], torch.Tensor],
+    head_dim: int,
+    group: int,
+    block_size: int,
+    loose: dict[str, float],
+) -> None:
+    """The C++ kernel over a cache stored by `narrow` agrees tightly with float32 attention over
+    the values the cache holds (`widen`), within `loose` with the values before they were stored,
+    and the pure-torch path reads the narrow cache (gather, widen) to the same result."""
     torch.manual_seed(head_dim + group + block_size)
     seq_lens = [1, 17, 5, 64, 33, 350]
     k32, v32, tables = random_paged_cache(seq_lens, block_size, 3, head_dim)
-    k_cache, v_cache = bf16(k32, v32)
+    k_cache, v_cache = narrow(k32), narrow(v32)
     query = torch.randn(len(seq_lens), 3 * group, head_dim)
     lens = torch.tensor(seq_lens, dtype=torch.int32)
     scale = head_dim**-0.5
     out = torch.full_like(query, float("nan"))
     assert kernels is not None
     kernels.paged_decode(query, k_cache, v_cache, tables, lens, scale, out)
-    rounded = paged_decode_attention(query, k_cache.float(), v_cache.float(), tables, lens, 350, scale)  # fmt: skip
-    torch.testing.assert_close(out, rounded, **TIGHT)
-    unrounded = paged_decode_attention(query, k32, v32, tables, lens, 350, scale)
-    torch.testing.assert_close(out, unrounded, **LOOSE)
-    # The pure-torch path reads the bf16 cache (gather, widen) to the same result.
+    held = paged_decode_attention(query, widen(k_cache), widen(v_cache), tables, lens, 350, scale)
+    torch.testing.assert_close(out, held, **TIGHT)
+    before = paged_decode_attention(query, k32, v32, tables, lens, 350, scale)
+    torch.testing.assert_close(out, before, **loose)
     torch_path = paged_decode_attention(query, k_cache, v_cache, tables, lens, 350, scale)
-    torch.testing.assert_close(torch_path, rounded, **TIGHT)
+    torch.testing.assert_close(torch_path, held, **TIGHT)
 
 
 def test_the_write_kernel_rounds_like_torch_nearest_even_and_skips_padding() -> None:

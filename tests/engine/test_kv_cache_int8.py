@@ -14,15 +14,13 @@ import torch
 
 from engine.attention import torch_attention
 from engine.attention.kv_quant import dequantize_rows, quantize_rows
-from engine.attention.torch_attention import paged_decode_attention
 from engine.kernels.cpu_kernels import load_cpu_kernels
 from tests.engine.attention_factories import forward_both_backends, mixed_step
-from tests.engine.test_cpu_kernels import random_paged_cache
+from tests.engine.test_kv_cache_bf16 import TIGHT, check_decode_over_a_narrow_cache
 
 kernels = load_cpu_kernels()
 pytestmark = pytest.mark.skipif(kernels is None, reason="no C++ toolchain to build the kernels")
 
-TIGHT = {"rtol": 1e-4, "atol": 1e-5}
 LOOSE = {"rtol": 0.0, "atol": 6e-2}  # int8 K/V against float32 K/V, unit-scale random data
 
 
@@ -60,24 +58,8 @@ def test_the_write_kernel_stores_the_bytes_the_torch_path_stores_and_skips_paddi
 def test_decode_over_an_int8_cache_matches_float32_attention_over_the_dequantised_kv(
     head_dim: int, group: int, block_size: int
 ) -> None:
-    torch.manual_seed(head_dim + group + block_size)
-    seq_lens = [1, 17, 5, 64, 33, 350]
-    k32, v32, tables = random_paged_cache(seq_lens, block_size, 3, head_dim)
-    k_cache, v_cache = quantize_rows(k32), quantize_rows(v32)
-    query = torch.randn(len(seq_lens), 3 * group, head_dim)
-    lens = torch.tensor(seq_lens, dtype=torch.int32)
-    scale = head_dim**-0.5
-    out = torch.full_like(query, float("nan"))
-    assert kernels is not None
-    kernels.paged_decode(query, k_cache, v_cache, tables, lens, scale, out)
-    k_deq, v_deq = dequantize_rows(k_cache, torch.float32), dequantize_rows(v_cache, torch.float32)
-    dequantised = paged_decode_attention(query, k_deq, v_deq, tables, lens, 350, scale)
-    torch.testing.assert_close(out, dequantised, **TIGHT)
-    unquantised = paged_decode_attention(query, k32, v32, tables, lens, 350, scale)
-    torch.testing.assert_close(out, unquantised, **LOOSE)
-    # The pure-torch path reads the int8 cache (gather, dequantise) to the same result.
-    torch_path = paged_decode_attention(query, k_cache, v_cache, tables, lens, 350, scale)
-    torch.testing.assert_close(torch_path, dequantised, **TIGHT)
+    widen = lambda c: dequantize_rows(c, torch.float32)  # noqa: E731
+    check_decode_over_a_narrow_cache(quantize_rows, widen, head_dim, group, block_size, LOOSE)
 
 
 def test_the_decode_kernel_refuses_an_int8_cache_without_room_for_the_scales() -> None:
