@@ -130,10 +130,7 @@ class EngineConfig:
             self.block_size in BLOCK_SIZES,
             f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}",
         )
-        _check(
-            self.max_step_ms is None or self.max_step_ms >= 0,
-            f"max_step_ms must be 0 or more, got {self.max_step_ms}",
-        )
+        _check((self.max_step_ms or 0) >= 0, f"max_step_ms must be 0 or more: {self.max_step_ms}")
         _check(self.max_num_seqs >= 1, f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         _check(
             self.max_num_batched_tokens >= 1,

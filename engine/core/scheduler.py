@@ -154,20 +154,16 @@ class Scheduler:
 
     def _step_budget(self, num_decodes: int, num_prompts: int) -> int:
         """The step's token budget: max_num_batched_tokens, or with decodes running the decodes
-        plus the prefill allowed beside them (a share of the budget, or what a step target allows
-        by the learned step cost)."""
+        plus the prefill allowed beside them (engine/core/step_time.py)."""
         target_ms = self.config.max_step_ms
         if target_ms == 0 or not num_decodes or not self.config.enable_chunked_prefill:
             return self.token_budget  # (a whole prompt per step cannot be cut to a target)
         if target_ms is None:
-            prefill: int | None = default_prefill_budget(
-                self.token_budget, num_decodes, num_prompts
-            )
+            prefill = default_prefill_budget(self.token_budget, num_decodes, num_prompts)
         else:
-            prefill = self.step_time.prefill_budget(target_ms / 1000, num_decodes, num_prompts)
-        return (
-            self.token_budget if prefill is None else min(self.token_budget, num_decodes + prefill)
-        )
+            measured = self.step_time.prefill_budget(target_ms / 1000, num_decodes, num_prompts)
+            prefill = self.token_budget if measured is None else measured
+        return min(self.token_budget, num_decodes + prefill)
 
     def _schedule_running(
         self,
