@@ -7,9 +7,9 @@ Each repetition sends token ids of its own (its own content seed, workload A's l
 nothing hits the prefix cache. Each repetition gets a server of its own, started fresh and warmed
 up on requests of its own, and stopped before the next system's: the other systems' idle servers
 (vLLM's and a second pagedock's) beside a running pagedock cost it ~15 % of its throughput in one
-run (2026-12-01), though they used ~2 % of a core. `--server-lifetime auto` keeps one server per system unless an idle one spins
-(over 5 % of a core; its CPU seconds are measured during the other's run), `run` one per system
-anyway; the result says which ran. Writes
+run (2026-12-01), though they used ~2 % of a core. `--server-lifetime auto` keeps one server per
+system unless an idle one spins (over 5 % of a core; its CPU seconds are measured during the
+other's run), `run` one per system anyway; the result says which ran. Writes
 benchmarks/results/online_vs_vllm.{json,md,png}.
 """
 

@@ -72,8 +72,8 @@ class EngineConfig:
     fewer than 256), stretched while prompts awaiting their first token outnumber the decodes.
     Unset: such a step prefills a quarter of max_num_batched_tokens (the same share on any CPU;
     a target in ms suits one machine's speed), the whole of it while those prompts are at least
-    half as many as the decodes. 0 = none (every step may use max_num_batched_tokens). Needs chunked prefill. `LLM` (offline, nobody waits between
-    tokens) defaults to 0."""
+    half as many as the decodes. 0 = none (every step may use max_num_batched_tokens). Needs
+    chunked prefill. `LLM` (offline, nobody waits between tokens) defaults to 0."""
     enable_chunked_prefill: bool = field(
         default=True, metadata=option_meta(off_flag="--no-chunked-prefill")
     )

@@ -156,9 +156,9 @@ def _prefill_attention(
 
 
 class TorchAttentionBackend:
-    """The CPU backend: with the C++ kernels (float32 activations; a float32, bf16 or int8 cache) the
-    step's K/V are scattered and every row of short contexts attends through the paged kernel,
-    long prefills through SDPA over gathered blocks; without them, all in torch."""
+    """The CPU backend: with the C++ kernels (float32 activations; a float32, bf16 or int8
+    cache) the step's K/V are scattered and every row of short contexts attends through the paged
+    kernel, long prefills through SDPA over gathered blocks; without them, all in torch."""
 
     name = "torch"
 

@@ -3,10 +3,10 @@
 Each step, running requests go first: their decodes (a token each), then their prefill chunks,
 the shortest remaining first, so a long prompt never holds a decode back; then waiting requests
 join while budget, sequence slots and KV blocks last. Prefill and decode share one step. A step
-with running decodes takes a quarter of the token budget in prefill, or with an inter-token target
-(EngineConfig.max_step_ms) as many prefill tokens as the learned step cost fits under it
-(engine/core/step_time.py); while prompts awaiting their first token outnumber the decodes, either
-stretches by that ratio. When the pool
+with running decodes takes a quarter of the token budget in prefill (all of it while prompts
+awaiting their first token are at least half the decodes), or with an inter-token target
+(EngineConfig.max_step_ms) as many prefill tokens as the learned step cost fits under it,
+stretched while those prompts outnumber the decodes (engine/core/step_time.py). When the pool
 runs dry for a running request, the lowest-priority (then newest) running request is preempted by
 recompute: its blocks are freed and it returns to the front of the queue.
 """

@@ -158,13 +158,13 @@ inline void score_block(const float* q_rows, float* p, int p_stride, const T* ke
     const int rows = n - t0 < 16 ? n - t0 : 16;
     const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1u);
     alignas(64) float scales[16];
-    if constexpr (sizeof(T) == 1) {
+    if constexpr (kScaledRows<T>) {
       for (int r = 0; r < 16; ++r)
         scales[r] = r < rows ? row_scale<T, D>(keys + (t0 + r) * row_stride) : 0.f;
     }
     for (int g = 0; g < G; ++g) {
       __m512 scores = reduce16(quads[0][g], quads[1][g], quads[2][g], quads[3][g]);
-      if constexpr (sizeof(T) == 1) scores = _mm512_mul_ps(scores, _mm512_load_ps(scales));
+      if constexpr (kScaledRows<T>) scores = _mm512_mul_ps(scores, _mm512_load_ps(scales));
       _mm512_mask_storeu_ps(p + g * p_stride + t0, valid, scores);
     }
   }

@@ -7,8 +7,9 @@
 // An int8 cache row (one token, one KV head) is head_dim signed bytes followed by that row's
 // float32 scale, so the cache tensor is [num_blocks, block_size, num_kv_heads, head_dim + 4]
 // int8 and the scale travels with its row (one contiguous read, no second tensor to page).
-// Writing rounds x * 127 / max|x| to the nearest integer (ties to even) and stores max|x| / 127:
-// each element is then within half a step (max|x| / 254) of what was written.
+// Writing rounds x * (127 / max|x|) to the nearest integer (ties to even) and stores
+// max|x| * (1 / 127): each element is then within half a step (max|x| / 254) of what was written.
+// engine/attention/kv_quant.py is the same format in torch.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +17,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "bf16.h"
 
@@ -44,6 +46,10 @@ constexpr int kHeadWidth = D;
 template <int D>
 constexpr int kHeadWidth<int8_t, D> = D + kInt8ScaleBytes;
 
+// Whether a cache of T carries a scale after each row (int8).
+template <typename T>
+constexpr bool kScaledRows = std::is_same_v<T, int8_t>;
+
 inline float to_float(int8_t x) { return static_cast<float>(x); }
 
 template <>
@@ -54,7 +60,7 @@ inline int8_t* elements<int8_t>(const at::Tensor& t) {
 // What a row's elements are multiplied by to give the values written: 1 but for int8.
 template <typename T, int D>
 inline float row_scale(const T* row) {
-  if constexpr (sizeof(T) == 1) {
+  if constexpr (kScaledRows<T>) {
     float scale;
     std::memcpy(&scale, row + D, sizeof scale);
     return scale;

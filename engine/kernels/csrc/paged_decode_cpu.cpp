@@ -248,14 +248,13 @@ void check_block_tables(const at::Tensor& block_tables, const at::Tensor& seq_le
 
 void check_shapes(const at::Tensor& query, const at::Tensor& k_cache, const at::Tensor& v_cache,
                   const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                  const at::Tensor& out) {
+                  const at::Tensor& out, KvType type) {
   TORCH_CHECK(query.dim() == 3 && k_cache.dim() == 4 && block_tables.dim() == 2 &&
                   seq_lens.dim() == 1,
               "paged_decode: expected query [S, H, D], caches [N, B, Hkv, D], block_tables "
               "[S, M] and seq_lens [S]");
   TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && out.sizes() == query.sizes(),
               "paged_decode: v_cache must match k_cache and out must match query");
-  const KvType type = kv_cache_type(k_cache, v_cache, "paged_decode");
   TORCH_CHECK(k_cache.size(3) == cache_head_width(query.size(2), type),
               "paged_decode: query and cache head_dim differ");
   TORCH_CHECK(block_tables.size(0) == query.size(0) && seq_lens.size(0) == query.size(0),
@@ -280,7 +279,7 @@ void paged_decode(at::Tensor query, at::Tensor k_cache, at::Tensor v_cache,
               "paged_decode: tensors must be contiguous");
   TORCH_CHECK(block_tables.dtype() == at::kInt && seq_lens.dtype() == at::kInt,
               "paged_decode: block_tables and seq_lens must be int32");
-  check_shapes(query, k_cache, v_cache, block_tables, seq_lens, out);
+  check_shapes(query, k_cache, v_cache, block_tables, seq_lens, out, type);
   const int64_t head_dim = query.size(2);
   const int64_t group = query.size(1) / k_cache.size(2);
   TORCH_CHECK(paged_decode_supports(head_dim, group), "paged_decode: unsupported head_dim/group");
