@@ -6,8 +6,9 @@
 // cost ~3x the dot product itself), and a bf16 row is widened by interleaving each element under
 // a zero half, one instruction per sixteen floats. That widening leaves a row's elements in a
 // fixed order other than the row's own, so q and the accumulators are kept in that order too
-// (`lane_element`) and put back in order only when the output is written. Elsewhere, portable
-// loops that GCC vectorises, in the row's own order.
+// (`load_query`) and put back in order only when the output is written (`store_head`); both are
+// two permutes per 32 elements. Elsewhere, portable loops that GCC vectorises, in the row's own
+// order.
 //
 // Shared by both: q is G rows of D floats, p is G rows of `p_stride` floats, acc is G rows of D
 // floats, all in lane order; a block has n rows, `row_stride` elements apart. An int8 row's scale
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "bf16.h"
 #include "kv_element.h"
@@ -35,14 +37,13 @@ inline void prefetch_row(const T* row, int elements) {
 
 namespace decode_avx512 {
 
-// A row of D elements as D / 16 float32 vectors, and which element each lane holds.
+// A row of D elements as D / 16 float32 vectors.
 template <int D, typename T>
 struct Row;
 
 template <int D>
 struct Row<D, float> {
   static constexpr int kVectors = D / 16;
-  static int element(int i) { return i; }
   static void load(const float* row, __m512* v) {
     for (int c = 0; c < kVectors; ++c) v[c] = _mm512_loadu_ps(row + 16 * c);
   }
@@ -53,11 +54,6 @@ struct Row<D, bf16_bits> {
   static constexpr int kVectors = D / 16;
   // Unpacking 32 elements puts, in each 128-bit lane L, elements 8L..8L+3 in the low vector and
   // 8L+4..8L+7 in the high one. A 16-element row is widened in order instead.
-  static int element(int i) {
-    if (D == 16) return i;
-    const int c = i / 16, lane = i % 16;
-    return 32 * (c / 2) + 8 * (lane / 4) + 4 * (c % 2) + lane % 4;
-  }
   static void load(const bf16_bits* row, __m512* v) {
     if constexpr (D == 16) {
       const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
@@ -76,7 +72,6 @@ struct Row<D, bf16_bits> {
 template <int D>
 struct Row<D, int8_t> {
   static constexpr int kVectors = D / 16;
-  static int element(int i) { return i; }
   static void load(const int8_t* row, __m512* v) {
     for (int c = 0; c < kVectors; ++c) {
       const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * c));
@@ -131,11 +126,80 @@ inline void score_quad(const __m512 (&q)[G][D / 16], const T* keys, const T* nex
   for (int g = 0; g < G; ++g) quad[g] = reduce4(dots[0][g], dots[1][g], dots[2][g], dots[3][g]);
 }
 
+// Where each lane of a widened bf16 pair (32 elements, two vectors) takes its element from, as
+// indices into the pair read in order (`_mm512_permutex2var_ps`: 16 and up pick the second
+// vector), as Row<D, bf16_bits>::load leaves them; and the way back from the two widened vectors.
+alignas(64) constexpr int kToLanesFirst[16] = {
+    0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+alignas(64) constexpr int kToLanesSecond[16] = {
+    4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+alignas(64) constexpr int kToOrderFirst[16] = {
+    0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+alignas(64) constexpr int kToOrderSecond[16] = {
+    8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+
+// Whether a row of D elements of T is widened out of its own order (bf16 rows of 32 and more).
+template <int D, typename T>
+constexpr bool kPairsShuffled = std::is_same_v<T, bf16_bits> && D >= 32;
+
+// Two vectors of 16 consecutive elements -> the same elements in the order `index` names.
+inline __m512 permute_pair(__m512 first, __m512 second, const int* index) {
+  return _mm512_permutex2var_ps(first, _mm512_load_si512(index), second);
+}
+
+// round_bf16 (bf16.h) on sixteen floats at once, bit for bit.
+inline __m256i round_bf16_x16(__m512 f) {
+  const __m512i bits = _mm512_castps_si512(f);
+  const __m512i high = _mm512_srli_epi32(bits, 16);
+  const __m512i odd = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), odd);
+  const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, _mm512_srli_epi32(sum, 16), quiet));
+}
+
+inline void store16(float* out, __m512 v) { _mm512_storeu_ps(out, v); }
+inline void store16(bf16_bits* out, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), round_bf16_x16(v));
+}
+
 }  // namespace decode_avx512
 
+// A query head's row, times `scale`, into the lane order the keys are widened in.
 template <int D, typename T>
-inline int lane_element(int i) {
-  return decode_avx512::Row<D, T>::element(i);
+inline void load_query(const float* row, float scale, float* lanes) {
+  using namespace decode_avx512;
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int c = 0; c < D / 16; c += kPairsShuffled<D, T> ? 2 : 1) {
+    const __m512 first = _mm512_loadu_ps(row + 16 * c);
+    if constexpr (kPairsShuffled<D, T>) {
+      const __m512 second = _mm512_loadu_ps(row + 16 * c + 16);
+      _mm512_storeu_ps(lanes + 16 * c,
+                       _mm512_mul_ps(permute_pair(first, second, kToLanesFirst), s));
+      _mm512_storeu_ps(lanes + 16 * c + 16,
+                       _mm512_mul_ps(permute_pair(first, second, kToLanesSecond), s));
+    } else {
+      _mm512_storeu_ps(lanes + 16 * c, _mm512_mul_ps(first, s));
+    }
+  }
+}
+
+// An accumulator row in lane order, times `inv`, back into element order as float32 or bf16.
+template <int D, typename T, typename O>
+inline void store_head(const float* lanes, float inv, O* out) {
+  using namespace decode_avx512;
+  const __m512 s = _mm512_set1_ps(inv);
+  for (int c = 0; c < D / 16; c += kPairsShuffled<D, T> ? 2 : 1) {
+    const __m512 first = _mm512_mul_ps(_mm512_loadu_ps(lanes + 16 * c), s);
+    if constexpr (kPairsShuffled<D, T>) {
+      const __m512 second = _mm512_mul_ps(_mm512_loadu_ps(lanes + 16 * c + 16), s);
+      store16(out + 16 * c, permute_pair(first, second, kToOrderFirst));
+      store16(out + 16 * c + 16, permute_pair(first, second, kToOrderSecond));
+    } else {
+      store16(out + 16 * c, first);
+    }
+  }
 }
 
 template <int D, int G, typename T>
@@ -195,8 +259,14 @@ inline void accumulate_block(float* acc_rows, const float* p, int p_stride, cons
 #else  // portable loops, elements in the row's own order
 
 template <int D, typename T>
-inline int lane_element(int i) {
-  return i;
+inline void load_query(const float* row, float scale, float* lanes) {
+#pragma omp simd
+  for (int i = 0; i < D; ++i) lanes[i] = row[i] * scale;
+}
+
+template <int D, typename T, typename O>
+inline void store_head(const float* lanes, float inv, O* out) {
+  for (int i = 0; i < D; ++i) out[i] = from_float<O>(lanes[i] * inv);
 }
 
 // Row t of a block as float32, after asking for the same row of the next block.

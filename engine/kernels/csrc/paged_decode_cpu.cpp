@@ -36,6 +36,7 @@ namespace {
 constexpr int kMaxBlock = 128;      // largest block_size
 constexpr int kMaxItemHeads = 64;   // query heads one work item holds state for
 constexpr int kItemsPerThread = 8;  // enough items per thread to even out ragged lengths
+constexpr float kNoScoreYet = -std::numeric_limits<float>::max();  // a head's max before any row
 
 // Running softmax state of one work item: H query heads over [kv_begin, kv_begin + H / G).
 template <int D>
@@ -55,7 +56,9 @@ inline void softmax_block(DecodeState<D>& s, int heads, int n) {
     float* ph = s.p[h];
     float block_max = s.m[h];
     for (int t = 0; t < n; ++t) block_max = std::max(block_max, ph[t]);
-    const float alpha = std::exp(s.m[h] - block_max);
+    // Before the first chunk there is nothing to rescale (acc and l are 0), and exp's underflow
+    // path from -FLT_MAX was ~1 % of a prefill: every short row's item pays it once per head.
+    const float alpha = s.m[h] == kNoScoreYet ? 0.f : std::exp(s.m[h] - block_max);
     float sum = 0.f;
     // With -ffast-math GCC calls glibc's vector expf here.
 #pragma omp simd reduction(+ : sum)
@@ -75,10 +78,8 @@ inline void softmax_block(DecodeState<D>& s, int heads, int n) {
 // bf16 (when the next GEMM multiplies bf16, which would otherwise cast them in a pass of its own).
 template <int D, typename T, typename O>
 void store_output(const DecodeState<D>& s, int heads, O* out) {
-  for (int h = 0; h < heads; ++h) {
-    const float inv = s.l[h] > 0.f ? 1.f / s.l[h] : 0.f;
-    for (int i = 0; i < D; ++i) out[h * D + lane_element<D, T>(i)] = from_float<O>(s.acc[h][i] * inv);
-  }
+  for (int h = 0; h < heads; ++h)
+    store_head<D, T>(s.acc[h], s.l[h] > 0.f ? 1.f / s.l[h] : 0.f, out + h * D);
 }
 
 template <int D, int G, typename T>
@@ -91,12 +92,10 @@ void decode_item(const float* q, const T* k_cache, const T* v_cache, const int* 
   DecodeState<D> s;
   const float* q_item = q + static_cast<int64_t>(kv_begin) * G * D;
   for (int h = 0; h < heads; ++h) {
-    s.m[h] = -std::numeric_limits<float>::max();
+    s.m[h] = kNoScoreYet;
     s.l[h] = 0.f;
-    for (int i = 0; i < D; ++i) {
-      s.acc[h][i] = 0.f;
-      s.q[h][i] = q_item[h * D + lane_element<D, T>(i)] * scale;
-    }
+    std::fill_n(s.acc[h], D, 0.f);
+    load_query<D, T>(q_item + h * D, scale, s.q[h]);
   }
   constexpr int W = kHeadWidth<T, D>;  // a head's elements in a cache row
   const int64_t row_stride = static_cast<int64_t>(num_kv_heads) * W;
