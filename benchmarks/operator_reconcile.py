@@ -120,7 +120,7 @@ async def measure_reconcile(server: str, passes: int) -> dict[str, float]:
             await reconciler.reconcile(body)
             warm.append(time.perf_counter() - started)
             warm_writes += kube.num_writes - writes_before
-            await reconciler.delete_children(body)
+            await collect_garbage(session, "direct")
             await request(session, "DELETE", path)
     await kube.close()
     return {"cold_median_s": statistics.median(cold), "cold_max_s": max(cold),
