@@ -90,10 +90,13 @@ def main() -> None:
     if not cpu_has_native_bf16():
         sys.exit("this CPU has no native bf16 (avx512_bf16 / amx_bf16): nothing to measure")
     tokenizer = LLM(dtype="float32").engine.tokenizer
-    chats = [
-        list(tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=True))
-        for p in CHAT_PROMPTS
-    ]
+    if tokenizer is None:
+        sys.exit("the built-in model loaded without a tokenizer: the chat prompts need one")
+    chats: list[list[int]] = []
+    for prompt in CHAT_PROMPTS:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True)
+        assert isinstance(ids, list)  # tokenize=True gives token ids
+        chats.append(ids)
     prompt_sets = {"workload A (random tokens)": workload_a(49152, 64).prompts, "chat": chats}
     results = {}
     for name, prompts in prompt_sets.items():

@@ -110,7 +110,7 @@ class ClusterApi(Emulator):
         return await super()._handle(request)
 
     async def _serve_list(self, request: Any) -> Any:
-        listed: dict[str, Any] = await super()._serve_list(request)  # type: ignore[assignment]
+        listed: dict[str, Any] = await super()._serve_list(request)
         selector = request.params.get("labelSelector", "")
         listed["items"] = [item for item in listed["items"] if _selected(item, selector)]
         return listed
