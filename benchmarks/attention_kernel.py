@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.compare_checkouts import run_interleaved
 from benchmarks.machine import git_commit, machine_info
 
 SETTINGS = {
@@ -139,13 +140,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     checkouts = [c.resolve() for c in args.checkout]
-    runs = []
-    for repeat in range(args.repeats):
-        for checkout in checkouts:  # interleaved, so drift on a shared machine hits every checkout
-            passes = run_once(checkout)
-            runs.append({"checkout": str(checkout), "repeat": repeat, "passes": passes})
-            shown = ", ".join(f"{k} {v['min_ms']:.1f} ms" for k, v in passes.items())
-            print(f"{checkout.name} #{repeat}: {shown}", flush=True)
+    runs = run_interleaved(
+        checkouts,
+        args.repeats,
+        lambda checkout: {"passes": run_once(checkout)},
+        lambda r: ", ".join(f"{k} {v['min_ms']:.1f} ms" for k, v in r["passes"].items()),
+    )
     summary = summarize(runs, checkouts)
     for entry in summary:
         shown = ", ".join(

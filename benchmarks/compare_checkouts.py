@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,25 @@ def run_online(checkout: Path, concurrency: int, num_requests: int) -> dict[str,
     return {key: run[key] for key in keys} | {"generated_tok_s": run["output_tok_s"]}
 
 
+def run_interleaved(
+    checkouts: list[Path],
+    repeats: int,
+    run: Callable[[Path], dict[str, Any]],
+    show: Callable[[dict[str, Any]], str],
+) -> list[dict[str, Any]]:
+    """Each checkout once per repeat, in turn (A B A B A B), so that drift on a shared machine
+    hits every checkout alike; each run printed as `show` puts it, and tagged with its checkout
+    and repeat."""
+    runs = []
+    for repeat in range(repeats):
+        for checkout in checkouts:
+            record = run(checkout) | {"checkout": str(checkout), "repeat": repeat}
+            record["finished_at"] = time.time()
+            print(f"{checkout.name} #{repeat}: {show(record)}", flush=True)
+            runs.append(record)
+    return runs
+
+
 def summarize(runs: list[dict[str, Any]], checkouts: list[Path]) -> list[dict[str, Any]]:
     summary = []
     for checkout in checkouts:
@@ -115,19 +135,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     checkouts = [c.resolve() for c in args.checkout]
-    runs = []
-    for repeat in range(args.repeats):
-        for checkout in checkouts:  # interleaved, so drift on a shared machine hits every checkout
-            if args.online:
-                run = run_online(checkout, args.concurrency, args.num_requests)
-            else:
-                run = run_once(checkout, args.model, args.num_requests, 0, args.dtype)
-            run |= {"checkout": str(checkout), "repeat": repeat, "finished_at": time.time()}
-            print(
-                f"{checkout.name} #{repeat}: {run['generated_tok_s']:.1f} generated tok/s",
-                flush=True,
-            )
-            runs.append(run)
+
+    def run(checkout: Path) -> dict[str, Any]:
+        if args.online:
+            return run_online(checkout, args.concurrency, args.num_requests)
+        return run_once(checkout, args.model, args.num_requests, 0, args.dtype)
+
+    runs = run_interleaved(
+        checkouts, args.repeats, run, lambda r: f"{r['generated_tok_s']:.1f} generated tok/s"
+    )
     summary = summarize(runs, checkouts)
     for entry in summary:
         print(
