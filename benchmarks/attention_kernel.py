@@ -113,7 +113,7 @@ def run_once(checkout: Path) -> dict[str, Any]:
 def summarize(runs: list[dict[str, Any]], checkouts: list[Path]) -> list[dict[str, Any]]:
     """Per checkout and shape: the median over runs of each run's fastest pass, its spread, and
     that median against the first checkout's."""
-    shapes = [key for key in runs[0]["passes"]]
+    shapes = list(runs[0]["passes"])
     summary = []
     for checkout in checkouts:
         mine = [r["passes"] for r in runs if r["checkout"] == str(checkout)]
