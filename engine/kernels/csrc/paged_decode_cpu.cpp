@@ -29,6 +29,7 @@
 #include "cpu_check.h"
 #include "cpu_ops.h"
 #include "decode_block_ops.h"
+#include "fast_exp.h"
 #include "kv_element.h"
 
 namespace {
@@ -60,10 +61,9 @@ inline void softmax_block(DecodeState<D>& s, int heads, int n) {
     // path from -FLT_MAX was ~1 % of a prefill: every short row's item pays it once per head.
     const float alpha = s.m[h] == kNoScoreYet ? 0.f : std::exp(s.m[h] - block_max);
     float sum = 0.f;
-    // With -ffast-math GCC calls glibc's vector expf here.
 #pragma omp simd reduction(+ : sum)
     for (int t = 0; t < n; ++t) {
-      ph[t] = std::exp(ph[t] - block_max);
+      ph[t] = fast_exp(ph[t] - block_max);
       sum += ph[t];
     }
     s.m[h] = block_max;

@@ -6,6 +6,7 @@
 #include "bf16.h"
 #include "cpu_check.h"
 #include "cpu_ops.h"
+#include "fast_exp.h"
 
 namespace {
 
@@ -16,11 +17,10 @@ void silu_and_mul_rows(const T* src, T* dst, int64_t rows, int64_t width, int64_
     const T* __restrict gate = src + r * stride;
     const T* __restrict up = gate + width;
     T* __restrict o = dst + r * width;
-    // With -ffast-math GCC vectorises expf through glibc's libmvec.
 #pragma omp simd
     for (int64_t i = 0; i < width; ++i) {
       const float g = to_float(gate[i]);
-      o[i] = from_float<T>(g / (1.f + std::exp(-g)) * to_float(up[i]));
+      o[i] = from_float<T>(g / (1.f + fast_exp(-g)) * to_float(up[i]));
     }
   }
 }
