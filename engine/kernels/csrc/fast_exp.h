@@ -3,8 +3,8 @@
 //
 // With -ffast-math GCC vectorises std::exp into calls to glibc's libmvec (_ZGVeN16v_expf), and a
 // call in the loop body makes the compiler spill the loop's vector registers around it. Inline,
-// prefill attention (one exp per query head and context row) ran 4-5 % faster and SiLU ~5 %
-// (benchmarks/results/fast_exp_ab.json).
+// prefill attention (one exp per query head and context row) takes ~0.97x the time and SiLU
+// ~0.9x (benchmarks/results/fast_exp_ab.json).
 //
 // Method (Cody-Waite, as in Cephes' expf): x = n ln2 + r with n an integer and |r| <= ln2 / 2,
 // e^r = 1 + r + r^2 P(r) with P a degree-5 minimax polynomial, then times 2^n built in the
