@@ -30,8 +30,10 @@ KERNEL_LDFLAGS = ["-fopenmp"]
 
 def kernel_cflags(march: str) -> list[str]:
     """The compiler flags of every build, JIT (`native`) or prebuilt (a level)."""
-    # -ffast-math lets GCC vectorise expf through glibc's libmvec; the kernels keep no infinities
-    # or NaNs around (the running max starts at -FLT_MAX), so it is safe.
+    # -ffast-math lets GCC vectorise the kernels' float reductions (sums, maxima) and contract
+    # a * b + c into FMAs; the kernels keep no infinities around (the running max starts at
+    # -FLT_MAX, e^x is clamped: fast_exp.h), and where a NaN must survive they tell it by its
+    # bits, which -ffast-math cannot fold away, so it is safe.
     # GCC 12 warns of maybe-uninitialised use inside its own AVX-512 intrinsics (their
     # `_mm512_undefined_ps()` operand), once per instantiation: noise, not a finding.
     return ["-O3", f"-march={march}", "-fopenmp", "-ffast-math", "-Wno-maybe-uninitialized"]
