@@ -5,7 +5,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <cstring>
+
+#include "float_bits.h"
 
 using bf16_bits = uint16_t;
 
@@ -13,19 +14,13 @@ inline float to_float(float x) { return x; }
 
 // bf16 -> float32 is exact: the 16 bits become the float's high half. Written as a shift and a
 // bit copy (no branch, no call) so that GCC vectorises the loops that use it.
-inline float to_float(bf16_bits x) {
-  const uint32_t bits = static_cast<uint32_t>(x) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+inline float to_float(bf16_bits x) { return float_of(static_cast<uint32_t>(x) << 16); }
 
 // float32 -> bf16, rounded to nearest, ties to even (what torch's .to(torch.bfloat16) does);
 // a NaN stays a (quiet) NaN instead of rounding into infinity. Integer arithmetic only, so
 // -ffast-math cannot change it.
 inline bf16_bits round_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
+  const uint32_t bits = bits_of(f);
   const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
   const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
   return static_cast<bf16_bits>(nan ? ((bits >> 16) | 0x40u) : rounded);

@@ -16,7 +16,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+
+#include "float_bits.h"
 
 // a * b + c rounded once where the build has FMA; elsewhere (the x86-64 baseline build) the two
 // roundings, since std::fma there is a libm call that would stop the loop vectorising.
@@ -26,18 +27,6 @@ inline float fused_multiply_add(float a, float b, float c) {
 #else
   return a * b + c;
 #endif
-}
-
-inline uint32_t bits_of(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
-
-inline float float_of(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
 }
 
 inline float fast_exp(float x) {
