@@ -175,9 +175,19 @@ def vllm_env(settings: EqualSettings) -> dict[str, str]:
     env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
     # Its default binding leaves a core to the front end (../shared/peers/README.md).
     env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{settings.threads - 1}"
+    # vLLM 0.32 fails to load its own saved compilation with this torch ("'function' object has no
+    # attribute 'finalize_loading'") and compiles the model afresh at every start (~45 s on 2
+    # cores). Without those AOT artifacts, torch's inductor caches serve the same compiled graph:
+    # start-up ~25 s shorter, throughput alike (benchmarks/vllm_compile_cache.py and its result).
+    env.setdefault("VLLM_USE_AOT_COMPILE", "0")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     return env
+
+
+def vllm_environment(settings: EqualSettings) -> dict[str, str]:
+    """The VLLM_* settings vLLM's processes get, for the result files."""
+    return {k: v for k, v in sorted(vllm_env(settings).items()) if k.startswith("VLLM_")}
 
 
 def vllm_engine_args(settings: EqualSettings, system: System) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from benchmarks.bench_systems import (
     usable_cores,
     vllm_engine_args,
     vllm_env,
+    vllm_environment,
     vllm_model,
     vllm_python,
 )
@@ -201,6 +202,7 @@ def write_results(
         "workload": workload,
         "equal_settings": settings.as_dict(),
         "pagedock_only_levers": levers,
+        "vllm_environment": vllm_environment(settings) if vllm_python() else None,
         "memory": "peak of summed PSS and of summed RSS over the process tree, spawn to exit; RSS every 0.1 s, PSS every 1 s",
         "run_order": [f"{r['system']} #{r['repetition']}" for r in runs],
         "own_settings": {r["system"]: r.get("resolved", {}) for r in runs},

@@ -7,7 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_systems import System, parse_pagedock_args, vllm_model, vllm_python
+from benchmarks.bench_systems import (
+    System,
+    parse_pagedock_args,
+    vllm_environment,
+    vllm_model,
+    vllm_python,
+)
 from benchmarks.comparison_report import (
     comparison_pairs,
     markdown_table,
@@ -112,6 +118,7 @@ def run_description(
         },
         "equal_settings": args.settings.as_dict(),
         "pagedock_only_levers": parse_pagedock_args(args.pagedock_arg),
+        "vllm_environment": vllm_environment(args.settings) if vllm_python() else None,
         "server_lifetime": lifetime,
         "memory": "peak of summed PSS and RSS over the server's process tree, spawn to exit; "
         "RSS every 0.1 s, PSS every 1 s",

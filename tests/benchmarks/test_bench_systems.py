@@ -11,6 +11,7 @@ from benchmarks.bench_systems import (
     parse_system,
     pick_systems,
     vllm_env,
+    vllm_environment,
     vllm_serve_flags,
 )
 
@@ -66,6 +67,26 @@ def test_both_systems_get_the_same_kv_bytes_sequences_budget_and_cores() -> None
         "--dtype", "bfloat16", "--max-num-seqs", "256", "--max-num-batched-tokens", "1024",
         "--enable-prefix-caching",
     ]  # fmt: skip
+
+
+def test_vllm_serves_its_compiled_graph_from_torchs_caches_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VLLM_USE_AOT_COMPILE", raising=False)
+    settings = EqualSettings(kv_cache_gib=2, threads=2)
+    assert vllm_env(settings)["VLLM_USE_AOT_COMPILE"] == "0"
+    recorded = vllm_environment(settings)  # what the result files record
+    assert (
+        recorded.items()
+        >= {
+            "VLLM_CPU_KVCACHE_SPACE": "2",
+            "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+            "VLLM_USE_AOT_COMPILE": "0",
+        }.items()
+    )
+    assert all(name.startswith("VLLM_") for name in recorded)
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    assert vllm_env(settings)["VLLM_USE_AOT_COMPILE"] == "1"
 
 
 def test_engine_fields_become_server_flags_false_ones_as_no_flags() -> None:
