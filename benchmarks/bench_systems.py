@@ -185,8 +185,10 @@ def vllm_env(settings: EqualSettings) -> dict[str, str]:
 
 
 def vllm_environment(settings: EqualSettings) -> dict[str, str]:
-    """The VLLM_* settings vLLM's processes get, for the result files."""
-    return {k: v for k, v in sorted(vllm_env(settings).items()) if k.startswith("VLLM_")}
+    """The VLLM_* settings vLLM's processes get, and what they preload, for the result files."""
+    env = vllm_env(settings)
+    recorded = {k: v for k, v in sorted(env.items()) if k.startswith("VLLM_")}
+    return recorded | {"LD_PRELOAD": env.get("LD_PRELOAD", "")}
 
 
 def vllm_engine_args(settings: EqualSettings, system: System) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from engine.sampling_params import SamplingParams
 from engine.structured_outputs.guided_decoding import GuidedDecoding
 from engine.text.chat_template import chat_template_source
 from engine.text.tokenizer import load_tokenizer
+from engine.worker.host_memory import keep_freed_memory
 from engine.worker.rank_builder import build_runner
 
 logger = logging.getLogger("pagedock.engine")
@@ -49,6 +50,7 @@ class LLMEngine:
         self.dtype = pick_dtype(config.dtype, self.device)
         if self.device.type == "cpu":
             torch.set_num_threads(threads_per_rank(config))
+            keep_freed_memory()
         self.model_path, self.served_model_name, chat_template = _resolve_model(config)
         self.model_config = read_model_config(self.model_path)
         self.max_model_len = self._pick_max_model_len()

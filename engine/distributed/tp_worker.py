@@ -24,6 +24,7 @@ from engine.config import EngineConfig
 from engine.distributed.step_codec import decode_step
 from engine.distributed.tp_group import TPGroup
 from engine.loader.model_loader import read_model_config
+from engine.worker.host_memory import keep_freed_memory
 from engine.worker.model_runner import ModelRunner
 from engine.worker.rank_builder import build_runner
 
@@ -75,6 +76,7 @@ def build_worker_runner(spec: RankSpec) -> ModelRunner:
     device = rank_device(spec.device_type, spec.rank)
     if device.type == "cpu":
         torch.set_num_threads(threads_per_rank(config))
+        keep_freed_memory()
     tp = TPGroup(spec.rank, config.tensor_parallel_size, spec.port, device)
     model_config = read_model_config(spec.model_path)
     return build_runner(
