@@ -3,11 +3,12 @@
 A CPU step allocates its activations afresh and frees them at its end. glibc hands blocks over
 its mmap threshold, and the top of its heap past its trim threshold, back to the kernel on free,
 so the next step faults every page in again and the kernel zeroes each one. A 2,048-token
-prefill of SmolLM2-135M on 2 cores did so for up to ~100,000 pages (~400 MB) per step, ~40-190 ms
-of kernel time, and ran 8-22 % slower than with the memory kept; steps of 512 tokens and fewer
-fault nothing either way (benchmarks/host_memory_ab.py). Raising both thresholds keeps the
-memory mapped: the process's resident memory stays at its largest step's working set, which its
-peak held anyway. (vLLM's CPU build asks for tcmalloc to be preloaded, for the same reason.)
+prefill of SmolLM2-135M on 2 cores did so for ~44,000-67,000 pages a step (~110 ms of kernel
+time) and took 1.18x as long as with the memory kept; steps of 512 prompt tokens and fewer
+faulted nothing either way (benchmarks/results/host_memory_ab.json). Raising both thresholds
+keeps the memory mapped: the process's resident memory stays at its largest step's working set,
+which its peak held anyway. (vLLM's CPU guide asks for tcmalloc to be preloaded, for the same
+reason.)
 
 Only glibc's allocator is told; a preloaded tcmalloc or jemalloc ignores mallopt, and settings
 the user made (GLIBC_TUNABLES, MALLOC_*_ environment variables) are left alone.
