@@ -70,7 +70,7 @@ class EngineConfig:
     """Inter-token target: a step with running decodes takes only as many prefill tokens as keep
     it under this many milliseconds, by the step cost the engine measures as it runs (never
     fewer than 256), stretched while prompts awaiting their first token outnumber the decodes.
-    Unset: such a step prefills a quarter of max_num_batched_tokens (the same share on any CPU;
+    Unset: such a step prefills a fifth of max_num_batched_tokens (the same share on any CPU;
     a target in ms suits one machine's speed), the whole of it while those prompts are at least
     half as many as the decodes. 0 = none (every step may use max_num_batched_tokens). Needs
     chunked prefill. `LLM` (offline, nobody waits between tokens) defaults to 0."""

@@ -3,7 +3,7 @@
 Each step, running requests go first: their decodes (a token each), then their prefill chunks,
 the shortest remaining first, so a long prompt never holds a decode back; then waiting requests
 join while budget, sequence slots and KV blocks last. Prefill and decode share one step. A step
-with running decodes takes a quarter of the token budget in prefill (all of it while prompts
+with running decodes takes a fifth of the token budget in prefill (all of it while prompts
 awaiting their first token are at least half the decodes), or with an inter-token target
 (EngineConfig.max_step_ms) as many prefill tokens as the learned step cost fits under it,
 stretched while those prompts outnumber the decodes (engine/core/step_time.py). When the pool

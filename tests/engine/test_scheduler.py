@@ -219,11 +219,11 @@ def decoding_scheduler(num_decodes: int) -> Scheduler:
     return sched
 
 
-def test_by_default_a_step_beside_decodes_prefills_a_quarter_of_the_budget() -> None:
+def test_by_default_a_step_beside_decodes_prefills_a_fifth_of_the_budget() -> None:
     sched = decoding_scheduler(3)
     sched.add_request(make_request(900))
     # Whatever the machine's speed: nothing measured, the same share.
-    assert [s.num_new_tokens for s in sched.schedule().scheduled] == [1, 1, 1, 512]
+    assert [s.num_new_tokens for s in sched.schedule().scheduled] == [1, 1, 1, 409]
 
 
 def test_by_default_a_burst_of_prompts_takes_the_whole_budget() -> None:
