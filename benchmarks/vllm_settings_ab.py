@@ -6,9 +6,9 @@ should run: whether the setting would move vLLM's figures in the comparison.
 - compile-cache: VLLM_USE_AOT_COMPILE=1 (vLLM's default, which on this torch fails to load its
   saved compilation and compiles afresh at every start) against 0 (torch's inductor caches serve
   the compiled graph, start-up ~25 s shorter). Writes benchmarks/results/vllm_compile_cache.json.
-- tcmalloc: vLLM as the comparison runs it against tcmalloc preloaded, as vLLM's CPU install
-  guide asks (its worker warns at start without it; this build bundles none): Debian's
-  libtcmalloc-minimal4. Writes benchmarks/results/vllm_tcmalloc.json.
+- tcmalloc: tcmalloc preloaded, as vLLM's CPU install guide asks (its worker warns at start
+  without it; this build bundles none; Debian's libtcmalloc-minimal4) and as the comparison
+  runs vLLM since this A/B, against glibc's malloc. Writes benchmarks/results/vllm_tcmalloc.json.
 
 Offline workload A exactly as benchmarks/offline_vs_vllm.py runs it (same spec, settings and
 fresh process per repetition), the two settings interleaved, the order swapped every repetition.
@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_systems import EqualSettings, parse_system, vllm_python
+from benchmarks.bench_systems import EqualSettings, parse_system, preloaded_tcmalloc, vllm_python
 from benchmarks.comparison_report import ratios_between, summarize_systems
 from benchmarks.fresh_process import run_spec
 from benchmarks.machine import git_commit, machine_info, vllm_version
@@ -36,17 +36,28 @@ from benchmarks.offline_vs_vllm import build_specs, command_and_spec
 
 HERE = Path(__file__).resolve().parent
 FIGURES = ["generated_tok_s", "load_s", "wall_s"]
-# Where Debian's libtcmalloc-minimal4 puts tcmalloc.
-TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+Env = dict[str, str]
+RECORDED = ("LD_PRELOAD", "VLLM_USE_AOT_COMPILE")
+
+
+def without_tcmalloc(env: Env) -> Env:
+    kept = [lib for lib in env.get("LD_PRELOAD", "").split(":") if lib and "tcmalloc" not in lib]
+    return {k: v for k, v in env.items() if k != "LD_PRELOAD"} | (
+        {"LD_PRELOAD": ":".join(kept)} if kept else {}
+    )
+
+
+def with_tcmalloc(env: Env) -> Env:
+    return env | preloaded_tcmalloc(env.get("LD_PRELOAD", ""))
 
 
 @dataclass(frozen=True)
 class SettingAB:
-    """Two named variants of vLLM's environment: the variables each adds, the first as the
-    comparison runs vLLM."""
+    """Two named variants of vLLM's environment (each a change to the environment the comparison
+    gives vLLM, bench_systems.vllm_env), the first as the comparison runs it."""
 
     what: str
-    variants: dict[str, dict[str, str]]
+    variants: dict[str, Callable[[Env], Env]]
     result_file: str
 
     def names(self) -> list[str]:
@@ -56,12 +67,15 @@ class SettingAB:
 AB = {
     "compile-cache": SettingAB(
         "VLLM_USE_AOT_COMPILE=1 (vLLM's default) against 0",
-        {"aot on": {"VLLM_USE_AOT_COMPILE": "1"}, "aot off": {"VLLM_USE_AOT_COMPILE": "0"}},
+        {
+            "aot on": lambda env: env | {"VLLM_USE_AOT_COMPILE": "1"},
+            "aot off": lambda env: env | {"VLLM_USE_AOT_COMPILE": "0"},
+        },
         "vllm_compile_cache.json",
     ),
     "tcmalloc": SettingAB(
-        "glibc's malloc (as the comparison runs vLLM) against tcmalloc preloaded",
-        {"glibc malloc": {}, "tcmalloc": {"LD_PRELOAD": TCMALLOC}},
+        "tcmalloc preloaded (as the comparison runs vLLM) against glibc's malloc",
+        {"tcmalloc": with_tcmalloc, "glibc malloc": without_tcmalloc},
         "vllm_tcmalloc.json",
     ),
 }
@@ -77,10 +91,11 @@ def run_pairs(args: argparse.Namespace, spec: dict[str, Any]) -> list[dict[str, 
         for name in names:
             command, full_spec, env = command_and_spec(system, args, spec, settings)
             assert env is not None  # a vLLM system
-            env = env | variants[name]
+            env = variants[name](env)
             log = args.log_dir / f"{name.replace(' ', '_')}_{rep}.log"
             result = run_spec(command, full_spec, env, log, timeout_s=1800)
-            runs.append({"system": name, "repetition": rep, **result})
+            recorded = {k: env[k] for k in RECORDED if k in env}
+            runs.append({"system": name, "repetition": rep, "environment": recorded, **result})
             print(json.dumps({k: runs[-1][k] for k in ("system", "repetition", *FIGURES)}))
     return runs
 
@@ -95,8 +110,8 @@ def main() -> None:
     if vllm_python() is None:
         raise SystemExit("vllm_settings_ab: set PAGEDOCK_VLLM_PYTHON (../shared/peers/)")
     ab = AB[args.setting]
-    if args.setting == "tcmalloc" and not os.path.exists(TCMALLOC):
-        raise SystemExit(f"vllm_settings_ab: no {TCMALLOC}: apt-get install libtcmalloc-minimal4")
+    if args.setting == "tcmalloc" and not preloaded_tcmalloc(""):
+        raise SystemExit("vllm_settings_ab: no tcmalloc: apt-get install libtcmalloc-minimal4")
     args.num_requests, args.warmup_requests, args.pagedock_arg = 64, 8, []
     args.log_dir = Path(tempfile.mkdtemp(prefix=f"pagedock-vllm-{args.setting}-"))
     spec, workload = build_specs(args)
@@ -111,7 +126,6 @@ def main() -> None:
         "vllm": vllm_version(vllm_python()),
         "workload": workload,
         "equal_settings": EqualSettings().as_dict(),
-        "variants": ab.variants,
         "summary": summarize_systems(runs, ab.names(), FIGURES),
         "ratios": [
             *ratios_between(runs, [(second, first)], "generated_tok_s"),

