@@ -46,9 +46,9 @@ def default_prefill_budget(token_budget: int, num_decodes: int, num_prompts: int
     milliseconds is set: the whole budget while prompts awaiting their first token are at least
     half as many as the decodes (a burst: its few decodes' long steps are few inter-token
     samples, and the burst's last prompt waits for the whole of it), else DEFAULT_PREFILL_SHARE
-    of it, at least MIN_PREFILL_CHUNK. (Measured online, concurrency 32, with a quarter as the share: a
-    burst rule of prompts >= decodes left the first burst's longest prompts to shared steps,
-    TTFT p99 ~8 % longer.)"""
+    of it, at least MIN_PREFILL_CHUNK. (Measured online, concurrency 32, with a quarter as the
+    share: a burst rule of prompts >= decodes left the first burst's longest prompts to shared
+    steps, TTFT p99 ~8 % longer.)"""
     if 2 * num_prompts >= num_decodes:
         return token_budget
     return max(int(token_budget * DEFAULT_PREFILL_SHARE), MIN_PREFILL_CHUNK)
