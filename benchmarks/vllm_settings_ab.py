@@ -47,10 +47,6 @@ def without_tcmalloc(env: Env) -> Env:
     )
 
 
-def with_tcmalloc(env: Env) -> Env:
-    return env | preloaded_tcmalloc(env.get("LD_PRELOAD", ""))
-
-
 @dataclass(frozen=True)
 class SettingAB:
     """Two named variants of vLLM's environment (each a change to the environment the comparison
@@ -75,7 +71,8 @@ AB = {
     ),
     "tcmalloc": SettingAB(
         "tcmalloc preloaded (as the comparison runs vLLM) against glibc's malloc",
-        {"tcmalloc": with_tcmalloc, "glibc malloc": without_tcmalloc},
+        # vllm_env preloads tcmalloc already: the first variant is its environment as it is.
+        {"tcmalloc": lambda env: env, "glibc malloc": without_tcmalloc},
         "vllm_tcmalloc.json",
     ),
 }
