@@ -40,7 +40,7 @@ RUN python3 -m venv /opt/venv \
 # The engine and router find it through PAGEDOCK_BUILTIN_MODELS_DIR before their cache.
 FROM router-venv AS builtin-model
 RUN PAGEDOCK_CACHE_DIR=/opt/pagedock /opt/venv/bin/python -c \
-    "from engine.loader.registry import BUILTIN_MODELS, fetch_builtin_model as f; [f(n) for n in BUILTIN_MODELS]"
+    "from pagedock.models.registry import BUILTIN_MODELS, fetch_builtin_model as f; [f(n) for n in BUILTIN_MODELS]"
 
 # ---- slim runtime base: non-root user, no build tools ----------------------------------------
 FROM ${PYTHON_IMAGE} AS slim

@@ -40,9 +40,14 @@ from tests.e2e.runtime import CHECKOUT, REPO, ProcessRuntime  # noqa: E402
 NODE_CACHE = Path("/var/tmp/pagedock-e2e-cache")
 RESULTS = ROOT / "benchmarks" / "results" / "autoscale_smollm2"
 BUILTIN = {
-    "enabled": True, "minReplicas": 0, "maxReplicas": 3, "targetConcurrency": 2,
-    "stableWindowSeconds": 20, "scaleDownStabilizationSeconds": 30, "scaleToZeroAfterSeconds": 30,
-}  # fmt: skip
+    "enabled": True,
+    "minReplicas": 0,
+    "maxReplicas": 3,
+    "targetConcurrency": 2,
+    "stableWindowSeconds": 20,
+    "scaleDownStabilizationSeconds": 30,
+    "scaleToZeroAfterSeconds": 30,
+}
 
 
 def arm_edit(arm: str) -> Any:
@@ -69,7 +74,9 @@ async def one_request(http: aiohttp.ClientSession, ip: str, prompt: str) -> dict
     started = time.monotonic()
     ttft = None
     try:
-        async with http.post(f"http://{ip}:8080/v1/completions", json=body, timeout=aiohttp.ClientTimeout(total=900)) as response:  # fmt: skip
+        async with http.post(
+            f"http://{ip}:8080/v1/completions", json=body, timeout=aiohttp.ClientTimeout(total=900)
+        ) as response:
             ok = response.status == 200
             async for chunk in response.content.iter_any():
                 if ttft is None and chunk.strip():
@@ -104,14 +111,20 @@ async def sample(cluster: Cluster, ip: str, t0: float, timeline: list[dict[str, 
         while True:
             held = 0
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with http.get(f"http://{ip}:8080/router/demand", timeout=aiohttp.ClientTimeout(total=2)) as r:  # fmt: skip
+                async with http.get(
+                    f"http://{ip}:8080/router/demand", timeout=aiohttp.ClientTimeout(total=2)
+                ) as r:
                     view = await r.json()
                     held = view["num_held"] + view["num_inflight"]
             engines = cluster.kubelet.pods("smollm2-engine-")
-            timeline.append({
-                "t": round(time.monotonic() - t0, 2), "engines": len(engines),
-                "ready": sum(p.ready for p in engines), "queue": held,
-            })  # fmt: skip
+            timeline.append(
+                {
+                    "t": round(time.monotonic() - t0, 2),
+                    "engines": len(engines),
+                    "ready": sum(p.ready for p in engines),
+                    "queue": held,
+                }
+            )
             await asyncio.sleep(1.0)
 
 
@@ -150,7 +163,9 @@ async def _wait_serving(cluster: Cluster, arm: str) -> None:
     raise TimeoutError(f"{arm}: not serving after 600 s")
 
 
-def summarize(arm: str, results: list[dict[str, Any]], timeline: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def summarize(
+    arm: str, results: list[dict[str, Any]], timeline: list[dict[str, Any]]
+) -> dict[str, Any]:
     ttfts = sorted(r["ttft_s"] for r in results if r["ok"] and r["ttft_s"] is not None)
     first = [r["ttft_s"] for r in results if r["burst"] == 0 and r["ttft_s"] is not None]
     replica_seconds = sum(s["engines"] for s in timeline)  # one sample per second
@@ -186,9 +201,14 @@ def write(arms: list[dict[str, Any]], args: argparse.Namespace) -> None:
         "arms": arms,
     }
     RESULTS.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
-    lines = ["| arm | requests | served | errors | TTFT p50 (s) | TTFT p99 (s) | replica-seconds | cold-start wait (s) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| arm | requests | served | errors | TTFT p50 (s) | TTFT p99 (s) | replica-seconds | cold-start wait (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for a in arms:
-        lines.append(f"| {a['arm']} | {a['requests']} | {a['served']} | {a['errors']} | {a['ttft_p50_s']} | {a['ttft_p99_s']} | {a['replica_seconds']} | {a['cold_start_wait_s']} |")  # fmt: skip
+        lines.append(
+            f"| {a['arm']} | {a['requests']} | {a['served']} | {a['errors']} | {a['ttft_p50_s']} | {a['ttft_p99_s']} | {a['replica_seconds']} | {a['cold_start_wait_s']} |"
+        )
     RESULTS.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     chart(arms)
@@ -206,7 +226,13 @@ def chart(arms: list[dict[str, Any]]) -> None:
         ax.step(t, [s["engines"] for s in arm["timeline"]], where="post", label="engine pods")
         ax.step(t, [s["ready"] for s in arm["timeline"]], where="post", label="ready")
         ax2 = ax.twinx()
-        ax2.plot(t, [s["queue"] for s in arm["timeline"]], color="grey", alpha=0.6, label="held + in flight")  # fmt: skip
+        ax2.plot(
+            t,
+            [s["queue"] for s in arm["timeline"]],
+            color="grey",
+            alpha=0.6,
+            label="held + in flight",
+        )
         ax.set_title(arm["arm"])
         ax.set_ylabel("replicas")
         ax2.set_ylabel("requests")
@@ -234,7 +260,7 @@ def cli() -> None:
     reason = can_make_namespaces()
     if reason:
         sys.exit(f"autoscale benchmark: {reason}")
-    from engine.loader.registry import DEFAULT_MODEL, resolve_model
+    from pagedock.models.registry import DEFAULT_MODEL, resolve_model
 
     prepare_node_cache(NODE_CACHE, resolve_model(DEFAULT_MODEL).path)
     CHECKOUT.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,9 @@ print(json.dumps({"elapsed_s": elapsed, "generated_tokens": generated, "generate
 """
 
 
-def run_once(checkout: Path, model: str, num_requests: int, seed: int, dtype: str) -> dict[str, Any]:  # fmt: skip
+def run_once(
+    checkout: Path, model: str, num_requests: int, seed: int, dtype: str
+) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     result = subprocess.run(
         [sys.executable, "-c", _RUN, model, str(num_requests), str(seed), dtype],
@@ -152,7 +154,16 @@ def main() -> None:
             f"{entry['median_vs_first']:.3f}x the first"
         )
     if args.json is not None:
-        settings = {"mode": "online" if args.online else "offline", "concurrency": args.concurrency if args.online else None, "model": args.model, "dtype": None if args.online else args.dtype, "device": "cpu", "num_requests": args.num_requests, "repeats": args.repeats, "engine": ENGINE_SETTINGS_ONLINE if args.online else ENGINE_SETTINGS}  # fmt: skip
+        settings = {
+            "mode": "online" if args.online else "offline",
+            "concurrency": args.concurrency if args.online else None,
+            "model": args.model,
+            "dtype": None if args.online else args.dtype,
+            "device": "cpu",
+            "num_requests": args.num_requests,
+            "repeats": args.repeats,
+            "engine": ENGINE_SETTINGS_ONLINE if args.online else ENGINE_SETTINGS,
+        }
         result = {"machine": machine_info(), "settings": settings, "summary": summary, "runs": runs}
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -7,7 +7,7 @@ import time
 import torch
 
 from benchmarks.workloads import Workload
-from engine.models.model_config import ModelConfig
+from engine.model_config import ModelConfig
 
 
 def layer_flops_per_token(cfg: ModelConfig) -> int:

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from benchmarks.machine import git_commit, machine_info
-from engine.loader.registry import DEFAULT_MODEL, resolve_model
-from engine.text.tokenizer import Tokenizer, load_tokenizer
+from pagedock.models.registry import DEFAULT_MODEL, resolve_model
+from pagedock.text.tokenizer import Tokenizer, load_tokenizer
 
 # (schema, one valid instance): the instance's tokens are what every row consumes.
 SCHEMAS: list[tuple[dict[str, Any], Any]] = [

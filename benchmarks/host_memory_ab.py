@@ -37,9 +37,9 @@ FIGURES = [f"{step} {what}" for step in STEPS for what in ("ms", "page faults", 
 
 def child(setting: str, num_steps: int) -> dict[str, float]:
     """One process's figures: per step kind, the median wall ms, page faults and kernel ms."""
-    import engine.llm_engine as llm_engine
+    import engine.runtime.llm_engine as llm_engine
     from engine.config import EngineConfig
-    from engine.sampling_params import SamplingParams
+    from engine.inputs.sampling_params import SamplingParams
 
     if setting != "kept":
         llm_engine.keep_freed_memory = lambda: False  # type: ignore[assignment]  # glibc as is

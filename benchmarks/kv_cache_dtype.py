@@ -132,7 +132,9 @@ def measure_decode_attention(num_seqs: int, layers: int, reps: int) -> dict[str,
     }
 
 
-def generate(kv_dtype: str, prompts: list[list[int]], max_tokens: int) -> tuple[list[Any], dict[str, Any]]:  # fmt: skip
+def generate(
+    kv_dtype: str, prompts: list[list[int]], max_tokens: int
+) -> tuple[list[Any], dict[str, Any]]:
     """Greedy outputs (token ids, chosen log-probabilities) and the run's size and speed."""
     llm = LLM(dtype="float32", cpu_gemm_dtype="float32", kv_cache_dtype=kv_dtype)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, logprobs=0)

@@ -59,13 +59,13 @@ class HealthPoller(threading.Thread):
                     continue
                 self.latencies_s.append(time.perf_counter() - started)
                 self.statuses.append(response.status_code)
-                self.progress_ages_s.append(float(response.json().get("seconds_since_progress", 0)))  # fmt: skip
+                self.progress_ages_s.append(float(response.json().get("seconds_since_progress", 0)))
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.offline_throughput import resolve_benchmark_model
     from engine.loader.model_loader import read_model_config
-    from engine.loader.registry import resolve_model
+    from pagedock.models.registry import resolve_model
 
     with tempfile.TemporaryDirectory() as tmp:
         model = resolve_benchmark_model(args.model, Path(tmp))
@@ -113,10 +113,12 @@ def main() -> None:
     args = parser.parse_args()
     result = measure(args) | {"note": args.note}
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"/health: {result['health_failures']} failures in {result['health_polls']} polls; "
-          f"longest pause {result['longest_seconds_since_progress']:.2f} s "
-          f"({result['margin_to_stall_timeout']:.0f}x under the {args.stall_timeout_s:g} s timeout); "
-          f"wrote {RESULT}")  # fmt: skip
+    print(
+        f"/health: {result['health_failures']} failures in {result['health_polls']} polls; "
+        f"longest pause {result['longest_seconds_since_progress']:.2f} s "
+        f"({result['margin_to_stall_timeout']:.0f}x under the {args.stall_timeout_s:g} s timeout); "
+        f"wrote {RESULT}"
+    )
 
 
 if __name__ == "__main__":

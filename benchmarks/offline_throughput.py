@@ -30,9 +30,9 @@ from benchmarks.flops import measure_matmul_gflops, workload_flops
 from benchmarks.scheduler_overhead import measure_scheduler_overhead
 from benchmarks.workloads import Workload, workload_a
 from engine import LLM, RequestOutput, SamplingParams
+from engine.inputs.sampling_params import RequestOutputKind
 from engine.loader.model_loader import read_model_config
-from engine.loader.registry import resolve_model
-from engine.sampling_params import RequestOutputKind
+from pagedock.models.registry import resolve_model
 
 
 def run_pagedock(

@@ -100,7 +100,7 @@ def workload_flop(workload: Workload) -> float:
     """The arithmetic the workload needs at least (benchmarks/flops.py), for GFLOP/s."""
     from benchmarks.flops import workload_flops
     from engine.loader.model_loader import read_model_config
-    from engine.loader.registry import resolve_model
+    from pagedock.models.registry import resolve_model
 
     return workload_flops(read_model_config(resolve_model(PAGEDOCK_MODEL).path), workload)["total"]
 

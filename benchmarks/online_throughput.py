@@ -169,7 +169,7 @@ def main() -> None:
     args = parser.parse_args()
     from benchmarks.offline_throughput import resolve_benchmark_model
     from engine.loader.model_loader import read_model_config
-    from engine.loader.registry import resolve_model
+    from pagedock.models.registry import resolve_model
 
     with tempfile.TemporaryDirectory() as tmp:
         model = resolve_benchmark_model(args.model, Path(tmp))

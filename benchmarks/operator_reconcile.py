@@ -65,8 +65,11 @@ async def serve_emulator() -> None:
 def start_emulator() -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
         [sys.executable, __file__, "--serve-emulator"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     assert process.stdout is not None
     return process, process.stdout.readline().strip()
 
@@ -98,8 +101,8 @@ async def request(session: aiohttp.ClientSession, method: str, path: str, body: 
 
 async def measure_reconcile(server: str, passes: int) -> dict[str, float]:
     import kopf
-    from llm_operator.kube import KubeClient
-    from llm_operator.reconcile import Reconciler
+    from llm_operator.controller.reconcile import Reconciler
+    from llm_operator.k8s.kube import KubeClient
     from llm_operator.settings import OperatorSettings
 
     kube = KubeClient(lambda: kopf.login_with_kubeconfig(settings=kopf.OperatorSettings()))
@@ -123,8 +126,12 @@ async def measure_reconcile(server: str, passes: int) -> dict[str, float]:
             await collect_garbage(session, "direct")
             await request(session, "DELETE", path)
     await kube.close()
-    return {"cold_median_s": statistics.median(cold), "cold_max_s": max(cold),
-            "warm_median_s": statistics.median(warm), "warm_writes": warm_writes}  # fmt: skip
+    return {
+        "cold_median_s": statistics.median(cold),
+        "cold_max_s": max(cold),
+        "warm_median_s": statistics.median(warm),
+        "warm_writes": warm_writes,
+    }
 
 
 async def wait_for(
@@ -150,10 +157,10 @@ async def collect_garbage(session: aiohttp.ClientSession, name: str) -> None:
     """What Kubernetes' garbage collector does once the owner is gone (kmock has none): the
     operator puts no finalizer on an LLMDeployment, so its children go through their owner
     references."""
+    from llm_operator.api.spec import LLMDeploymentSpec
     from llm_operator.builders import BuildContext, build_children
-    from llm_operator.resources import kind_of
+    from llm_operator.k8s.resources import kind_of
     from llm_operator.settings import OperatorSettings
-    from llm_operator.spec import LLMDeploymentSpec
 
     ctx = BuildContext(name, NAMESPACE, LLMDeploymentSpec.model_validate(SPEC), OperatorSettings())
     for child in build_children(ctx):
@@ -194,7 +201,7 @@ async def run_cycles(server: str, cycles: int) -> tuple[list[float], list[tuple[
 def run_operator_cycles(server: str, cycles: int) -> tuple[list[float], list[tuple[int, float]]]:
     import kopf
     from kopf.testing import KopfRunner
-    from llm_operator.handlers import make_registry
+    from llm_operator.controller.handlers import make_registry
     from llm_operator.settings import OperatorSettings
 
     settings = OperatorSettings(scrape_metrics=False, peering_name="", liveness_port=0)
@@ -225,12 +232,18 @@ def main() -> None:
         latencies, memory = run_operator_cycles(server, args.cycles)
     finally:
         emulator.terminate()
-    print(f"reconcile, cold (12 children created): median {direct['cold_median_s'] * 1000:.1f} ms, "
-          f"max {direct['cold_max_s'] * 1000:.1f} ms over {args.passes} LLMDeployments")  # fmt: skip
-    print(f"reconcile, warm (unchanged): median {direct['warm_median_s'] * 1000:.1f} ms, "
-          f"writes {direct['warm_writes']}")  # fmt: skip
-    print(f"operator end to end, POST -> all children: median {statistics.median(latencies) * 1000:.0f} ms, "
-          f"max {max(latencies) * 1000:.0f} ms over {len(latencies)} cycles")  # fmt: skip
+    print(
+        f"reconcile, cold (12 children created): median {direct['cold_median_s'] * 1000:.1f} ms, "
+        f"max {direct['cold_max_s'] * 1000:.1f} ms over {args.passes} LLMDeployments"
+    )
+    print(
+        f"reconcile, warm (unchanged): median {direct['warm_median_s'] * 1000:.1f} ms, "
+        f"writes {direct['warm_writes']}"
+    )
+    print(
+        f"operator end to end, POST -> all children: median {statistics.median(latencies) * 1000:.0f} ms, "
+        f"max {max(latencies) * 1000:.0f} ms over {len(latencies)} cycles"
+    )
     print(
         "operator process RSS (MiB) after cycle: " + ", ".join(f"{c}: {m:.1f}" for c, m in memory)
     )

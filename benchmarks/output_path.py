@@ -62,7 +62,9 @@ class StubEngine:
     def __init__(self, tokenizer: Any, script: list[int]) -> None:
         self.tokenizer = tokenizer
         self.script = script
-        self.output_processor = _module("engine.output_processor").OutputProcessor(tokenizer)
+        self.output_processor = _module("engine.runtime.output_processor").OutputProcessor(
+            tokenizer
+        )
         kv_events = _module("engine.core.kv_events", "engine.kv_events")
         self.kv_events = kv_events.KVEventLog()
         self.scheduler = SimpleNamespace(requests={})  # read by the previous AsyncEngine
@@ -83,7 +85,7 @@ class StubEngine:
     ) -> Any:
         self._request_id, self._position = request_id, 0
         timing = _module("engine.core.request").RequestTiming(time.monotonic())
-        new_request = _module("engine.output_processor").NewRequest
+        new_request = _module("engine.runtime.output_processor").NewRequest
         return new_request(request_id, None, list(prompt), params, timing, [request_id])
 
     def add_request(
@@ -121,8 +123,8 @@ class StubEngine:
 
 def make_script(num_tokens: int) -> tuple[Any, list[int]]:
     """The SmolLM2 tokenizer and num_tokens ids of English text with some multi-byte chars."""
-    registry = _module("engine.loader.registry", "engine.model_registry")
-    tokenizer_cls = _module("engine.text.tokenizer", "engine.tokenizer").Tokenizer
+    registry = _module("pagedock.models.registry", "engine.model_registry")
+    tokenizer_cls = _module("pagedock.text.tokenizer", "engine.tokenizer").Tokenizer
     tokenizer = tokenizer_cls.from_gguf(registry.resolve_model("smollm2-135m-instruct").path)
     ids: list[int] = []
     i = 0
@@ -136,7 +138,7 @@ def make_script(num_tokens: int) -> tuple[Any, list[int]]:
 
 
 def sampling_params() -> Any:
-    sampling = _module("engine.sampling_params")
+    sampling = _module("engine.inputs.sampling_params")
     params = sampling.SamplingParams(max_tokens=None, logprobs=1, stop=[_STOP])
     kind = getattr(sampling, "RequestOutputKind", None)
     return params if kind is None else replace(params, output_kind=kind.DELTA)
@@ -172,7 +174,7 @@ def run_inline(tokenizer: Any, script: list[int], window: int) -> list[float]:
 async def run_async(tokenizer: Any, script: list[int], window: int) -> list[float]:
     engine = StubEngine(tokenizer, script)
     engine.gate = gate = threading.Event()
-    async_engine = _module("engine.async_engine").AsyncEngine(engine, own_thread=True)
+    async_engine = _module("engine.runtime.async_engine").AsyncEngine(engine, own_thread=True)
     async_engine.start()
     gen = _generation([1, 2, 3])
     stream = await async_engine.add_request("r", [1, 2, 3], sampling_params())
@@ -190,7 +192,7 @@ async def run_async(tokenizer: Any, script: list[int], window: int) -> list[floa
 
 
 def _generation(prompt_ids: list[int]) -> Any:
-    generation = _module("engine.server.generation")
+    generation = _module("engine.server.openai.generation")
     return generation.Generation(None, [_Prompt(prompt_ids)], 1)
 
 
@@ -229,7 +231,7 @@ def main() -> None:
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "output_path.json"
     )
-    parser.add_argument("--baseline", type=Path, help="an earlier result to embed, for comparison")  # fmt: skip
+    parser.add_argument("--baseline", type=Path, help="an earlier result to embed, for comparison")
     args = parser.parse_args()
     sys.path.insert(0, str(args.root))
     tokenizer, script = make_script(args.tokens)

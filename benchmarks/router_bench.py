@@ -51,7 +51,9 @@ POLICIES = ("prefix-aware", "round-robin", "least-loaded")
 NUM_KV_BLOCKS = 60
 
 
-def run_policy(policy: str, model_dir: Path, logs: Path, turns: list[Turn], concurrency: int) -> dict[str, Any]:  # fmt: skip
+def run_policy(
+    policy: str, model_dir: Path, logs: Path, turns: list[Turn], concurrency: int
+) -> dict[str, Any]:
     replicas = [replica_process(model_dir, logs, NUM_KV_BLOCKS) for _ in range(3)]
     router: Process | None = None
     try:
@@ -59,7 +61,11 @@ def run_policy(policy: str, model_dir: Path, logs: Path, turns: list[Turn], conc
             r.start()
         for r in replicas:
             r.wait_ready()
-        router = router_process(model_dir, logs, [r.url for r in replicas], "--policy", policy).start().wait_ready()  # fmt: skip
+        router = (
+            router_process(model_dir, logs, [r.url for r in replicas], "--policy", policy)
+            .start()
+            .wait_ready()
+        )
         wait_synced(router, [r.url for r in replicas])
         started = time.perf_counter()
         ttfts, tokens = asyncio.run(stream_all(router.url, turns, concurrency))
@@ -95,7 +101,9 @@ async def stream_all(url: str, turns: list[Turn], concurrency: int) -> tuple[lis
             async with semaphore:
                 sent = time.perf_counter()
                 first: float | None = None
-                async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:  # fmt: skip
+                async with client.stream(
+                    "POST", url + "/v1/chat/completions", json=body
+                ) as response:
                     assert response.status_code == 200, await response.aread()
                     async for line in response.aiter_lines():
                         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -160,7 +168,10 @@ def router_overhead(model_dir: Path, logs: Path, num_requests: int) -> dict[str,
     try:
         router.start().wait_ready()
         wait_synced(router, [replica_url])
-        body = {"prompt": "a prompt of about the size people send to a router " * 8, "max_tokens": 1}  # fmt: skip
+        body = {
+            "prompt": "a prompt of about the size people send to a router " * 8,
+            "max_tokens": 1,
+        }
         direct, routed = timed_posts([replica_url, router.url], body, num_requests)
     finally:
         router.kill()
@@ -175,7 +186,9 @@ def router_overhead(model_dir: Path, logs: Path, num_requests: int) -> dict[str,
     }
 
 
-def timed_posts(urls: list[str], body: dict[str, Any], num_requests: int, num_warmup: int = 50) -> list[list[float]]:  # fmt: skip
+def timed_posts(
+    urls: list[str], body: dict[str, Any], num_requests: int, num_warmup: int = 50
+) -> list[list[float]]:
     """Milliseconds per request to each of `urls`, sequential, one warm keep-alive connection per
     URL from one client. The URLs take turns request by request, so whatever else the machine is
     doing meanwhile weighs on every URL alike."""
@@ -203,7 +216,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['policy']} | {r['hit_rate']:.1%} | {r['of_best']:.1%} | {r['req_per_s']:.1f} | {r['tok_per_s']:.0f} | {r['ttft_p50_ms']:.1f} | {r['ttft_p99_ms']:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {r['policy']} | {r['hit_rate']:.1%} | {r['of_best']:.1%} | {r['req_per_s']:.1f} | {r['tok_per_s']:.0f} | {r['ttft_p50_ms']:.1f} | {r['ttft_p99_ms']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -214,7 +229,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = [r["policy"] for r in rows]
-    panels = [("of_best", "prefix hits / best possible"), ("req_per_s", "throughput (req/s)"), ("ttft_p50_ms", "TTFT p50 (ms)"), ("ttft_p99_ms", "TTFT p99 (ms)")]  # fmt: skip
+    panels = [
+        ("of_best", "prefix hits / best possible"),
+        ("req_per_s", "throughput (req/s)"),
+        ("ttft_p50_ms", "TTFT p50 (ms)"),
+        ("ttft_p99_ms", "TTFT p99 (ms)"),
+    ]
     fig, axes = plt.subplots(1, len(panels), figsize=(16, 4))
     for ax, (key, title) in zip(axes, panels, strict=True):
         ax.bar(names, [r[key] for r in rows], color=["tab:green", "tab:gray", "tab:blue"])
@@ -243,22 +263,35 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.router_smollm2 import main as smollm2_main
 
         return smollm2_main(argv)
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--model", default="tiny", choices=["tiny", "smollm2-135m-instruct"], help="tiny: 3 tiny random replicas (this scenario); smollm2-135m-instruct: the real-model scenario")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model",
+        default="tiny",
+        choices=["tiny", "smollm2-135m-instruct"],
+        help="tiny: 3 tiny random replicas (this scenario); smollm2-135m-instruct: the real-model scenario",
+    )
     parser.add_argument("--tenants", type=int, default=8)
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--overhead-requests", type=int, default=500)
-    parser.add_argument("--overhead-only", action="store_true", help="only part 2 (prints, writes nothing)")  # fmt: skip
+    parser.add_argument(
+        "--overhead-only", action="store_true", help="only part 2 (prints, writes nothing)"
+    )
     args = parser.parse_args(argv)
-    from engine.text.tokenizer import Tokenizer
+    from pagedock.text.tokenizer import Tokenizer
     from tests.tiny_model import make_tiny_llama_dir
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = make_tiny_llama_dir(Path(tmp) / "tiny")
         logs = Path(tmp)
         if args.overhead_only:
-            print(overhead_report(router_overhead(model_dir, logs, args.overhead_requests), args.overhead_requests))  # fmt: skip
+            print(
+                overhead_report(
+                    router_overhead(model_dir, logs, args.overhead_requests), args.overhead_requests
+                )
+            )
             return 0
         turns = tenant_turns(Tokenizer.from_hf_dir(model_dir), 11, args.tenants, args.turns)
         rows = [run_policy(p, model_dir, logs, turns, args.concurrency) for p in POLICIES]

@@ -84,11 +84,15 @@ def _read_event(line: str, outcome: Outcome, started: float) -> None:
 
 
 def _client(num_connections: int) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=num_connections + 8, max_keepalive_connections=num_connections + 8)  # fmt: skip
+    limits = httpx.Limits(
+        max_connections=num_connections + 8, max_keepalive_connections=num_connections + 8
+    )
     return httpx.AsyncClient(timeout=900.0, limits=limits)
 
 
-async def closed_loop(url: str, turns: Sequence[ChatTurn], concurrency: int, max_tokens: int) -> tuple[list[Outcome], float]:  # fmt: skip
+async def closed_loop(
+    url: str, turns: Sequence[ChatTurn], concurrency: int, max_tokens: int
+) -> tuple[list[Outcome], float]:
     """Every turn, in order, `concurrency` in flight: the next one starts as soon as one ends."""
     semaphore = asyncio.Semaphore(concurrency)
     async with _client(concurrency) as client:
@@ -102,7 +106,9 @@ async def closed_loop(url: str, turns: Sequence[ChatTurn], concurrency: int, max
         return outcomes, time.perf_counter() - started
 
 
-async def open_loop(url: str, turns: Sequence[ChatTurn], arrivals_s: Sequence[float], max_tokens: int) -> tuple[list[Outcome], float]:  # fmt: skip
+async def open_loop(
+    url: str, turns: Sequence[ChatTurn], arrivals_s: Sequence[float], max_tokens: int
+) -> tuple[list[Outcome], float]:
     """Turn i sent at arrivals_s[i] after the start, whether or not earlier ones have finished;
     the duration runs from the first arrival to the last response."""
     async with _client(len(turns)) as client:
@@ -113,7 +119,9 @@ async def open_loop(url: str, turns: Sequence[ChatTurn], arrivals_s: Sequence[fl
             await asyncio.sleep(max(0.0, start + at_s - loop.time()))
             return await stream_chat(client, url, request_body(turn.messages, max_tokens))
 
-        outcomes = list(await asyncio.gather(*(one(t, a) for t, a in zip(turns, arrivals_s, strict=True))))  # fmt: skip
+        outcomes = list(
+            await asyncio.gather(*(one(t, a) for t, a in zip(turns, arrivals_s, strict=True)))
+        )
         return outcomes, loop.time() - start
 
 

@@ -28,7 +28,16 @@ RESULTS = ROOT / "benchmarks" / "results" / "router_smollm2"
 BLOCK_SIZE = 16
 
 
-def policy_row(policy: str, outcomes: list[Outcome], duration_s: float, counters: dict[str, float], requests_per_replica: list[float], target_s: float, turns: list[ChatTurn], prefix_blocks: int) -> dict[str, Any]:  # fmt: skip
+def policy_row(
+    policy: str,
+    outcomes: list[Outcome],
+    duration_s: float,
+    counters: dict[str, float],
+    requests_per_replica: list[float],
+    target_s: float,
+    turns: list[ChatTurn],
+    prefix_blocks: int,
+) -> dict[str, Any]:
     ok = [o for o in outcomes if o.status == "ok"]
     good = goodput_share([o.ttft_s if o.status == "ok" else None for o in outcomes], target_s)
     return {
@@ -49,7 +58,9 @@ def policy_row(policy: str, outcomes: list[Outcome], duration_s: float, counters
     }
 
 
-def _cache_stats(outcomes: list[Outcome], counters: dict[str, float], turns: list[ChatTurn]) -> dict[str, Any]:  # fmt: skip
+def _cache_stats(
+    outcomes: list[Outcome], counters: dict[str, float], turns: list[ChatTurn]
+) -> dict[str, Any]:
     """Prefix-cache hits two ways. Per request: the cached prompt tokens each response reports
     (usage.prompt_tokens_details.cached_tokens), once per request. The engines' own counters:
     they count a lookup at every scheduling attempt, so a request that waits for KV blocks is
@@ -83,7 +94,9 @@ def _ttft_stats(ok: list[Outcome], prefix_tokens: int) -> dict[str, Any]:
     }
 
 
-def routing_stats(outcomes: list[Outcome], turns: list[ChatTurn], replica_urls: list[str]) -> dict[str, Any]:  # fmt: skip
+def routing_stats(
+    outcomes: list[Outcome], turns: list[ChatTurn], replica_urls: list[str]
+) -> dict[str, Any]:
     """Where the router sent each tenant's requests (from x-pagedock-replica), and how often its
     prediction of the cached prompt tokens was what the engine then found."""
     split: list[dict[int, int]] = [{} for _ in replica_urls]
@@ -106,11 +119,24 @@ def _best_hit_tokens(turns: list[ChatTurn]) -> int:
     """Prefix-cache hit tokens with an unbounded cache shared by all (computed once per workload)."""
     key = id(turns)
     if key not in _best_cache:
-        _best_cache[key] = best_possible_hit_tokens([Turn(t.tenant, {}, t.token_ids) for t in turns])  # fmt: skip
+        _best_cache[key] = best_possible_hit_tokens(
+            [Turn(t.tenant, {}, t.token_ids) for t in turns]
+        )
     return _best_cache[key]
 
 
-def write_results(args: argparse.Namespace, shape: WorkloadShape, sizing: KvSizing, turns: list[ChatTurn], peak: dict[str, Any], rate: float, target_s: float, rows: list[dict[str, Any]], wall_s: float, load_average: dict[str, Any]) -> None:  # fmt: skip
+def write_results(
+    args: argparse.Namespace,
+    shape: WorkloadShape,
+    sizing: KvSizing,
+    turns: list[ChatTurn],
+    peak: dict[str, Any],
+    rate: float,
+    target_s: float,
+    rows: list[dict[str, Any]],
+    wall_s: float,
+    load_average: dict[str, Any],
+) -> None:
     stem: Path = args.output or RESULTS
     stem.parent.mkdir(parents=True, exist_ok=True)
     result = {
@@ -152,10 +178,15 @@ def _fleet_record(sizing: KvSizing) -> dict[str, Any]:
     """Every engine and router setting, as this checkout's config classes resolve the flags the
     scenario passes (the child processes run the same checkout)."""
     from engine.config import EngineConfig
-    from engine.server.context import ServerOptions
+    from engine.server.openai.context import ServerOptions
     from router.config import RouterConfig
 
-    engine = EngineConfig(num_kv_blocks=sizing.num_kv_blocks, block_size=sizing.block_size, max_model_len=sizing.max_model_len, num_threads=1)  # fmt: skip
+    engine = EngineConfig(
+        num_kv_blocks=sizing.num_kv_blocks,
+        block_size=sizing.block_size,
+        max_model_len=sizing.max_model_len,
+        num_threads=1,
+    )
     return {
         "replicas": {
             "count": 2,
@@ -192,13 +223,18 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["policies"]:
-        lines.append(f"| {r['policy']} | {r['hit_rate']:.1%} | {r['of_best']:.1%} | {r['engine_hit_rate']:.1%} | {r['ttft_p50_ms']:.0f} | {r['ttft_p90_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['req_per_s']:.2f} | {r['output_tok_per_s']:.1f} | {r['goodput']:.1%} | {r['num_rejected']} | {r['num_errors']} |")  # fmt: skip
+        lines.append(
+            f"| {r['policy']} | {r['hit_rate']:.1%} | {r['of_best']:.1%} | {r['engine_hit_rate']:.1%} | {r['ttft_p50_ms']:.0f} | {r['ttft_p90_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['req_per_s']:.2f} | {r['output_tok_per_s']:.1f} | {r['goodput']:.1%} | {r['num_rejected']} | {r['num_errors']} |"
+        )
     lines += [
         "",
         "Requests per tenant on each replica (tenant: requests), from x-pagedock-replica:",
     ]
     for r in result["policies"]:
-        split = "; ".join(f"replica {i}: " + ", ".join(f"{t}: {n}" for t, n in c.items()) for i, c in enumerate(r.get("tenants_per_replica", [])))  # fmt: skip
+        split = "; ".join(
+            f"replica {i}: " + ", ".join(f"{t}: {n}" for t, n in c.items())
+            for i, c in enumerate(r.get("tenants_per_replica", []))
+        )
         lines.append(f"- {r['policy']}: {split}")
     return "\n".join(lines) + "\n"
 
@@ -214,16 +250,33 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(17, 4))
     width = 0.27
     for i, q in enumerate((50, 90, 99)):
-        axes[0].bar([x + (i - 1) * width for x in range(len(rows))], [r[f"ttft_p{q}_ms"] for r in rows], width, label=f"p{q}")  # fmt: skip
+        axes[0].bar(
+            [x + (i - 1) * width for x in range(len(rows))],
+            [r[f"ttft_p{q}_ms"] for r in rows],
+            width,
+            label=f"p{q}",
+        )
     axes[0].set_xticks(range(len(rows)), names)
     axes[0].set_title("TTFT (ms)")
     axes[0].legend()
-    for ax, (key, title) in zip(axes[1:], [("hit_rate", "prefix-cache hit rate"), ("goodput", f"goodput (TTFT <= {result['ttft_target_ms']:.0f} ms)"), ("req_per_s", "throughput (req/s)")], strict=True):  # fmt: skip
-        ax.bar(names, [r[key] for r in rows], color=["tab:green", "tab:gray", "tab:blue"][: len(rows)])  # fmt: skip
+    for ax, (key, title) in zip(
+        axes[1:],
+        [
+            ("hit_rate", "prefix-cache hit rate"),
+            ("goodput", f"goodput (TTFT <= {result['ttft_target_ms']:.0f} ms)"),
+            ("req_per_s", "throughput (req/s)"),
+        ],
+        strict=True,
+    ):
+        ax.bar(
+            names, [r[key] for r in rows], color=["tab:green", "tab:gray", "tab:blue"][: len(rows)]
+        )
         ax.set_title(title)
     for ax in axes:
         ax.tick_params(axis="x", rotation=15)
-    fig.suptitle(f"pagedock router: 2 SmolLM2-135M replicas, Poisson arrivals at {result['arrival_rate_req_per_s']:.2f} req/s ({result['settings']['load']:.0%} of round-robin's peak)")  # fmt: skip
+    fig.suptitle(
+        f"pagedock router: 2 SmolLM2-135M replicas, Poisson arrivals at {result['arrival_rate_req_per_s']:.2f} req/s ({result['settings']['load']:.0%} of round-robin's peak)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

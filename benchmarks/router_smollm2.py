@@ -50,7 +50,12 @@ from tests.router.live import Process, free_port, metric_sum, wait_synced
 MODEL = "smollm2-135m-instruct"
 POLICIES = ("prefix-aware", "round-robin", "least-loaded")
 NUM_REPLICAS = 2
-COUNTERS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:request_success_total", "vllm:num_preemptions_total")  # fmt: skip
+COUNTERS = (
+    "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:request_success_total",
+    "vllm:num_preemptions_total",
+)
 
 
 class Fleet:
@@ -67,7 +72,9 @@ class Fleet:
             )
             for i in range(NUM_REPLICAS)
         ]
-        self.router = Process(_route_args(policy, [r.url for r in self.replicas]), logs / f"{policy}-router.log")  # fmt: skip
+        self.router = Process(
+            _route_args(policy, [r.url for r in self.replicas]), logs / f"{policy}-router.log"
+        )
         self.baseline: dict[str, float] = {}
         self.baseline_per_replica: list[float] = [0.0] * NUM_REPLICAS
 
@@ -116,11 +123,37 @@ def running_fleet(policy: str, sizing: KvSizing, logs: Path) -> Iterator[Fleet]:
 
 
 def _serve_args(sizing: KvSizing) -> list[str]:
-    return ["serve", "--model", MODEL, "--port", str(free_port()), "--num-kv-blocks", str(sizing.num_kv_blocks), "--block-size", str(sizing.block_size), "--num-threads", "1", "--max-model-len", str(sizing.max_model_len), "--log-level", "warning"]  # fmt: skip
+    return [
+        "serve",
+        "--model",
+        MODEL,
+        "--port",
+        str(free_port()),
+        "--num-kv-blocks",
+        str(sizing.num_kv_blocks),
+        "--block-size",
+        str(sizing.block_size),
+        "--num-threads",
+        "1",
+        "--max-model-len",
+        str(sizing.max_model_len),
+        "--log-level",
+        "warning",
+    ]
 
 
 def _route_args(policy: str, replicas: list[str]) -> list[str]:
-    args = ["route", "--model", MODEL, "--port", str(free_port()), "--policy", policy, "--log-level", "warning"]  # fmt: skip
+    args = [
+        "route",
+        "--model",
+        MODEL,
+        "--port",
+        str(free_port()),
+        "--policy",
+        policy,
+        "--log-level",
+        "warning",
+    ]
     for url in replicas:
         args += ["--replica", url]
     return args
@@ -137,23 +170,39 @@ def calibrate(replica_url: str, encode: Any, args: argparse.Namespace) -> dict[s
     """Unloaded TTFTs on one idle replica: a cold system prompt, then warm follow-ups."""
     (system,) = system_prompts(encode, random.Random(args.seed + 1), 1, args.system_prompt_tokens)
     system = "Calibration. " + system  # shares no block with any tenant's prompt
-    bodies = [rc.request_body(_calibration_chat(system, k), args.max_tokens) for k in range(1 + args.calibration_hits)]  # fmt: skip
+    bodies = [
+        rc.request_body(_calibration_chat(system, k), args.max_tokens)
+        for k in range(1 + args.calibration_hits)
+    ]
     outcomes = asyncio.run(rc.sequential(replica_url, bodies))
-    assert all(o.status == "ok" and o.ttft_s is not None for o in outcomes), [o.detail for o in outcomes]  # fmt: skip
+    assert all(o.status == "ok" and o.ttft_s is not None for o in outcomes), [
+        o.detail for o in outcomes
+    ]
     hits = [o.ttft_s for o in outcomes[1:] if o.ttft_s is not None]
-    return {"miss_ttft_ms": 1000 * (outcomes[0].ttft_s or 0.0), "hit_ttfts_ms": [1000 * t for t in hits], "hit_cached_tokens": [o.num_cached_tokens for o in outcomes[1:]]}  # fmt: skip
+    return {
+        "miss_ttft_ms": 1000 * (outcomes[0].ttft_s or 0.0),
+        "hit_ttfts_ms": [1000 * t for t in hits],
+        "hit_cached_tokens": [o.num_cached_tokens for o in outcomes[1:]],
+    }
 
 
 def _calibration_chat(system: str, k: int) -> Messages:
-    return [{"role": "system", "content": system}, {"role": "user", "content": f"Calibration question {k}: what is a prefix?"}]  # fmt: skip
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": f"Calibration question {k}: what is a prefix?"},
+    ]
 
 
-def measure_peak(turns: list[ChatTurn], sizing: KvSizing, encode: Any, args: argparse.Namespace, logs: Path) -> dict[str, Any]:  # fmt: skip
+def measure_peak(
+    turns: list[ChatTurn], sizing: KvSizing, encode: Any, args: argparse.Namespace, logs: Path
+) -> dict[str, Any]:
     with running_fleet("round-robin", sizing, logs) as fleet:
         calibration = calibrate(fleet.replicas[0].url, encode, args)
         fleet.rebase()
         peak_turns = turns[: args.peak_requests]
-        outcomes, duration_s = asyncio.run(rc.closed_loop(fleet.router.url, peak_turns, args.peak_concurrency, args.max_tokens))  # fmt: skip
+        outcomes, duration_s = asyncio.run(
+            rc.closed_loop(fleet.router.url, peak_turns, args.peak_concurrency, args.max_tokens)
+        )
         counters = fleet.counters()
     ok = sum(1 for o in outcomes if o.status == "ok")
     return {
@@ -170,35 +219,79 @@ def measure_peak(turns: list[ChatTurn], sizing: KvSizing, encode: Any, args: arg
     }
 
 
-def run_policy(policy: str, turns: list[ChatTurn], arrivals_s: list[float], sizing: KvSizing, target_s: float, args: argparse.Namespace, logs: Path) -> dict[str, Any]:  # fmt: skip
+def run_policy(
+    policy: str,
+    turns: list[ChatTurn],
+    arrivals_s: list[float],
+    sizing: KvSizing,
+    target_s: float,
+    args: argparse.Namespace,
+    logs: Path,
+) -> dict[str, Any]:
     with running_fleet(policy, sizing, logs) as fleet:
-        outcomes, duration_s = asyncio.run(rc.open_loop(fleet.router.url, turns, arrivals_s, args.max_tokens))  # fmt: skip
+        outcomes, duration_s = asyncio.run(
+            rc.open_loop(fleet.router.url, turns, arrivals_s, args.max_tokens)
+        )
         time.sleep(1.0)  # the engines' counters are updated at the end of a step
         counters = fleet.counters()
         per_replica = fleet.requests_per_replica()
-    row = policy_row(policy, outcomes, duration_s, counters, per_replica, target_s, turns, sizing.prefix_blocks)  # fmt: skip
+    row = policy_row(
+        policy, outcomes, duration_s, counters, per_replica, target_s, turns, sizing.prefix_blocks
+    )
     return {**row, **routing_stats(outcomes, turns, [r.url for r in fleet.replicas])}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default=MODEL, choices=[MODEL])
     shape = WorkloadShape()
     parser.add_argument("--tenants", type=int, default=shape.num_tenants)
-    parser.add_argument("--conversations", type=int, default=shape.conversations_per_tenant, help="per tenant")  # fmt: skip
-    parser.add_argument("--turns", type=int, default=shape.turns_per_conversation, help="user turns per conversation")  # fmt: skip
+    parser.add_argument(
+        "--conversations", type=int, default=shape.conversations_per_tenant, help="per tenant"
+    )
+    parser.add_argument(
+        "--turns",
+        type=int,
+        default=shape.turns_per_conversation,
+        help="user turns per conversation",
+    )
     parser.add_argument("--system-prompt-tokens", type=int, default=shape.system_prompt_tokens)
     parser.add_argument("--max-tokens", type=int, default=24, help="output tokens per request")
     parser.add_argument("--peak-requests", type=int, default=64)
-    parser.add_argument("--peak-concurrency", type=int, default=8, help="closed loop: in flight at once (both replicas busy)")  # fmt: skip
-    parser.add_argument("--load", type=float, default=0.8, help="open-loop arrival rate as a fraction of the measured peak")  # fmt: skip
+    parser.add_argument(
+        "--peak-concurrency",
+        type=int,
+        default=8,
+        help="closed loop: in flight at once (both replicas busy)",
+    )
+    parser.add_argument(
+        "--load",
+        type=float,
+        default=0.8,
+        help="open-loop arrival rate as a fraction of the measured peak",
+    )
     parser.add_argument("--calibration-hits", type=int, default=5)
-    parser.add_argument("--ttft-target-ms", type=float, help="goodput target (default: 2x the unloaded hit TTFT)")  # fmt: skip
+    parser.add_argument(
+        "--ttft-target-ms", type=float, help="goodput target (default: 2x the unloaded hit TTFT)"
+    )
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, help="result path stem (default benchmarks/results/router_smollm2)")  # fmt: skip
+    parser.add_argument(
+        "--output", type=Path, help="result path stem (default benchmarks/results/router_smollm2)"
+    )
     args = parser.parse_args(argv)
-    counts = ("tenants", "conversations", "turns", "system_prompt_tokens", "max_tokens", "peak_requests", "peak_concurrency", "calibration_hits")  # fmt: skip
+    counts = (
+        "tenants",
+        "conversations",
+        "turns",
+        "system_prompt_tokens",
+        "max_tokens",
+        "peak_requests",
+        "peak_concurrency",
+        "calibration_hits",
+    )
     for name in counts:
         if getattr(args, name) < 1:
             parser.error(
@@ -207,38 +300,62 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not 0 < args.load <= 1:
         parser.error(f"--load is a fraction of the peak in (0, 1], got {args.load}")
     if unknown := set(args.policies.split(",")) - set(POLICIES):
-        parser.error(f"--policies: unknown {', '.join(sorted(unknown))} (choose from {', '.join(POLICIES)})")  # fmt: skip
+        parser.error(
+            f"--policies: unknown {', '.join(sorted(unknown))} (choose from {', '.join(POLICIES)})"
+        )
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from engine.protocol import ChatCompletionRequest
-    from engine.text.prompt_renderer import render_chat
-    from router.prompt_hasher import load_tokenizer
+    from pagedock.protocol import ChatCompletionRequest
+    from pagedock.text.prompt_renderer import render_chat
+    from router.kv.prompt_hasher import load_tokenizer
 
     tokenizer = load_tokenizer(MODEL)
     assert tokenizer is not None
 
     def render(messages: Messages) -> list[int]:
-        return render_chat(tokenizer, ChatCompletionRequest.model_validate({"model": MODEL, "messages": messages})).token_ids  # fmt: skip
+        return render_chat(
+            tokenizer, ChatCompletionRequest.model_validate({"model": MODEL, "messages": messages})
+        ).token_ids
 
     shape = WorkloadShape(args.tenants, args.conversations, args.turns, args.system_prompt_tokens)
     turns = chat_turns(tokenizer.encode, render, shape, args.seed)
-    sizing = kv_sizing(turns, common_prefix_tokens(turns), args.max_tokens, max(1, args.peak_concurrency // NUM_REPLICAS))  # fmt: skip
+    sizing = kv_sizing(
+        turns,
+        common_prefix_tokens(turns),
+        args.max_tokens,
+        max(1, args.peak_concurrency // NUM_REPLICAS),
+    )
     started, load_before = time.time(), os.getloadavg()
-    print(f"{len(turns)} requests; {sizing.num_kv_blocks} KV blocks per replica; load average {load_before}", flush=True)  # fmt: skip
+    print(
+        f"{len(turns)} requests; {sizing.num_kv_blocks} KV blocks per replica; load average {load_before}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="router-smollm2-") as tmp:
         logs = Path(tmp)
         peak = measure_peak(turns, sizing, tokenizer.encode, args, logs)
-        target_s = args.ttft_target_ms / 1000 if args.ttft_target_ms else ttft_target_s([t / 1000 for t in peak["calibration"]["hit_ttfts_ms"]])  # fmt: skip
+        target_s = (
+            args.ttft_target_ms / 1000
+            if args.ttft_target_ms
+            else ttft_target_s([t / 1000 for t in peak["calibration"]["hit_ttfts_ms"]])
+        )
         rate = args.load * peak["req_per_s"]
-        print(f"peak {peak['req_per_s']:.2f} req/s (round-robin, closed loop); arrivals at {rate:.2f} req/s; TTFT target {1000 * target_s:.0f} ms [{time.time() - started:.0f} s]", flush=True)  # fmt: skip
+        print(
+            f"peak {peak['req_per_s']:.2f} req/s (round-robin, closed loop); arrivals at {rate:.2f} req/s; TTFT target {1000 * target_s:.0f} ms [{time.time() - started:.0f} s]",
+            flush=True,
+        )
         arrivals = poisson_arrivals(rate, len(turns), args.seed)
         rows = []
         for policy in args.policies.split(","):
             rows.append(run_policy(policy, turns, arrivals, sizing, target_s, args, logs))
-            print(f"{policy}: TTFT p90 {rows[-1]['ttft_p90_ms']:.0f} ms, hit rate {rows[-1]['hit_rate']:.1%} [{time.time() - started:.0f} s]", flush=True)  # fmt: skip
+            print(
+                f"{policy}: TTFT p90 {rows[-1]['ttft_p90_ms']:.0f} ms, hit rate {rows[-1]['hit_rate']:.1%} [{time.time() - started:.0f} s]",
+                flush=True,
+            )
     load = {"before": load_before, "after": os.getloadavg()}
-    write_results(args, shape, sizing, turns, peak, rate, target_s, rows, time.time() - started, load)  # fmt: skip
+    write_results(
+        args, shape, sizing, turns, peak, rate, target_s, rows, time.time() - started, load
+    )
     return 0

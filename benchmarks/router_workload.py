@@ -51,7 +51,9 @@ class WorkloadShape:
         return self.num_tenants * self.conversations_per_tenant * self.turns_per_conversation
 
 
-def system_prompts(encode: Callable[[str], list[int]], rng: random.Random, num_tenants: int, min_tokens: int) -> list[str]:  # fmt: skip
+def system_prompts(
+    encode: Callable[[str], list[int]], rng: random.Random, num_tenants: int, min_tokens: int
+) -> list[str]:
     """Distinct system prompts of at least `min_tokens` tokens each. The tenant's name comes
     first, so no two tenants share even their first KV block."""
     prompts = []
@@ -63,7 +65,12 @@ def system_prompts(encode: Callable[[str], list[int]], rng: random.Random, num_t
     return prompts
 
 
-def chat_turns(encode: Callable[[str], list[int]], render: Callable[[Messages], list[int]], shape: WorkloadShape, seed: int) -> list[ChatTurn]:  # fmt: skip
+def chat_turns(
+    encode: Callable[[str], list[int]],
+    render: Callable[[Messages], list[int]],
+    shape: WorkloadShape,
+    seed: int,
+) -> list[ChatTurn]:
     """Every turn of every conversation, in request order: conversations interleaved at random,
     each one's turns in order (turn k carries turns 0..k-1, their replies included)."""
     rng = random.Random(seed)
@@ -83,7 +90,14 @@ def chat_turns(encode: Callable[[str], list[int]], render: Callable[[Messages], 
     return turns
 
 
-def _conversation(system: str, tenant: int, conversation: int, shape: WorkloadShape, rng: random.Random, render: Callable[[Messages], list[int]]) -> list[ChatTurn]:  # fmt: skip
+def _conversation(
+    system: str,
+    tenant: int,
+    conversation: int,
+    shape: WorkloadShape,
+    rng: random.Random,
+    render: Callable[[Messages], list[int]],
+) -> list[ChatTurn]:
     history: Messages = [{"role": "system", "content": system}]
     turns = []
     for k in range(shape.turns_per_conversation):
@@ -130,7 +144,13 @@ class KvSizing:
     block_size: int = 16
 
 
-def kv_sizing(turns: Sequence[ChatTurn], num_prefix_tokens: int, max_tokens: int, in_flight_per_replica: int, block_size: int = 16) -> KvSizing:  # fmt: skip
+def kv_sizing(
+    turns: Sequence[ChatTurn],
+    num_prefix_tokens: int,
+    max_tokens: int,
+    in_flight_per_replica: int,
+    block_size: int = 16,
+) -> KvSizing:
     """Blocks per replica: half the tenants' system prompts plus the working set of requests in
     flight. Enough for a replica that serves half the tenants (what prefix-aware routing gives
     it) to keep their prefixes; too few for one that serves all of them (round-robin)."""

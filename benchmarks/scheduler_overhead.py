@@ -7,13 +7,13 @@ import time
 import torch
 
 from engine.config import EngineConfig
-from engine.core.block_hash import root_hash
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import ModelRunnerOutput, SampledToken
-from engine.sampling_params import SamplingParams
+from engine.inputs.sampling_params import SamplingParams
+from engine.sampling.sampling_batch import build_sampling_tensors
 from engine.worker.input_batch import build_model_inputs, order_decodes_first
-from engine.worker.sampling_batch import build_sampling_tensors
+from pagedock.kv.block_hash import root_hash
 
 
 def measure_scheduler_overhead(

@@ -30,7 +30,7 @@ import torch
 from benchmarks.machine import git_commit, machine_info
 from benchmarks.workloads import Workload, workload_a
 from engine import LLM, SamplingParams
-from engine.sampling_params import RequestOutputKind, StructuredOutputsParams
+from engine.inputs.sampling_params import RequestOutputKind, StructuredOutputsParams
 
 GUIDED_FRACTION_EVERY = 4  # every 4th request: 25 %
 SCHEMA: dict[str, Any] = {
@@ -41,12 +41,15 @@ SCHEMA: dict[str, Any] = {
         "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 4},
         "address": {
             "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 16}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+            "properties": {
+                "city": {"type": "string", "maxLength": 16},
+                "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+            },
             "required": ["city", "zip"],
         },
     },
     "required": ["name", "age", "tags", "address"],
-}  # fmt: skip
+}
 
 
 def params_for(workload: Workload, guided: bool) -> list[SamplingParams]:

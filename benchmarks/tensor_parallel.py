@@ -117,7 +117,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/tensor_parallel.json")  # fmt: skip
+    parser.add_argument(
+        "--json", type=Path, default=ROOT / "benchmarks/results/tensor_parallel.json"
+    )
     args = parser.parse_args()
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

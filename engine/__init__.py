@@ -1,7 +1,7 @@
 """pagedock's inference engine.
 
 Importing `engine` is cheap and torch-free: the router and the operator import the shared,
-torch-free modules (`engine.core.block_hash`, `engine.errors`, ...) without pulling in torch. The heavy
+torch-free modules (`pagedock.kv.block_hash`, `pagedock.errors`, ...) without pulling in torch. The heavy
 names below are resolved lazily on first use.
 """
 
@@ -10,18 +10,18 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "StructuredOutputsParams"]
 
 _LAZY = {
-    "LLM": "engine.llm",
-    "LLMEngine": "engine.llm_engine",
-    "RequestOutput": "engine.outputs",
-    "SamplingParams": "engine.sampling_params",
-    "StructuredOutputsParams": "engine.sampling_params",
+    "LLM": "engine.runtime.llm",
+    "LLMEngine": "engine.runtime.llm_engine",
+    "RequestOutput": "engine.runtime.outputs",
+    "SamplingParams": "engine.inputs.sampling_params",
+    "StructuredOutputsParams": "engine.inputs.sampling_params",
 }
 
 if TYPE_CHECKING:
-    from engine.llm import LLM
-    from engine.llm_engine import LLMEngine
-    from engine.outputs import RequestOutput
-    from engine.sampling_params import SamplingParams, StructuredOutputsParams
+    from engine.inputs.sampling_params import SamplingParams, StructuredOutputsParams
+    from engine.runtime.llm import LLM
+    from engine.runtime.llm_engine import LLMEngine
+    from engine.runtime.outputs import RequestOutput
 
 
 def __getattr__(name: str) -> Any:

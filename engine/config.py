@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from engine.errors import ConfigError
+from pagedock.errors import ConfigError
 from pagedock.limits import (
     ATTENTION_BACKENDS,
     BLOCK_SIZES,

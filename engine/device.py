@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from engine.errors import ConfigError
+from pagedock.errors import ConfigError
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -43,7 +43,9 @@ def cpu_has_native_bf16() -> bool:
     return bool(_NATIVE_BF16_FLAGS & set(flags.partition(":")[2].split()))
 
 
-def pick_cpu_gemm_dtype(name: str, dtype_name: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:  # fmt: skip
+def pick_cpu_gemm_dtype(
+    name: str, dtype_name: str, dtype: torch.dtype, device: torch.device
+) -> torch.dtype:
     """The dtype a CPU engine's linear layers multiply in. bf16 weights with float32 activations
     halve the bytes each GEMM reads and run the multiply on the bf16 units (~1.8x a float32 GEMM
     on an AVX512-BF16 EPYC); everything numerically delicate (norms, softmax, the KV cache, the

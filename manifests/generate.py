@@ -1,6 +1,6 @@
 """Regenerate the checked-in YAML from its sources: `python manifests/generate.py`.
 
-    manifests/crd.yaml, charts/pagedock/crds/crds.yaml   <- llm_operator.crd (pydantic models)
+    manifests/crd.yaml, charts/pagedock/crds/crds.yaml   <- llm_operator.api.crd (pydantic models)
     manifests/operator.yaml                              <- the Helm chart with default values
 tests/k8s_operator/test_manifests.py fails when a checked-in file differs from this output.
 """
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The operator and the shared `pagedock` package, also from a checkout that is not pip-installed.
 sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
 
-from llm_operator.crd import crd_yaml  # noqa: E402
+from llm_operator.api.crd import crd_yaml  # noqa: E402
 
 NAMESPACE = "pagedock-system"
 OPERATOR_HEADER = (

@@ -34,32 +34,34 @@ COMMANDS = {
         f"run the engine's OpenAI-compatible server (default model: {DEFAULT_MODEL})",
     ),
     "download": Command(
-        "engine.loader.download",
+        "pagedock.models.download",
         "engine",
         "fetch a model into the cache the engine reads, then exit (the operator's download Job)",
     ),
     "route": Command(
-        "router.cli", "router", "run the prefix-aware router in front of engine replicas"
+        "router.server.cli", "router", "run the prefix-aware router in front of engine replicas"
     ),
     "operator": Command(
-        "llm_operator.cli", "operator", "run the Kubernetes operator, or print its CRD"
+        "llm_operator.controller.cli", "operator", "run the Kubernetes operator, or print its CRD"
     ),
 }
 
 
 def overview() -> str:
     lines = [f"  {name:<10} {command.summary}" for name, command in COMMANDS.items()]
-    return "\n".join([
-        "usage: pagedock <command> [options]",
-        "",
-        "pagedock serves LLMs: a paged-attention engine with an OpenAI-compatible API, a",
-        "prefix-aware router, and a Kubernetes operator.",
-        "",
-        "commands:",
-        *lines,
-        "",
-        "`pagedock <command> --help` describes each command's options.",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "usage: pagedock <command> [options]",
+            "",
+            "pagedock serves LLMs: a paged-attention engine with an OpenAI-compatible API, a",
+            "prefix-aware router, and a Kubernetes operator.",
+            "",
+            "commands:",
+            *lines,
+            "",
+            "`pagedock <command> --help` describes each command's options.",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

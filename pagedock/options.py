@@ -192,13 +192,39 @@ def _add_flag(target: Any, option: Option, default: Any) -> None:
     help_text = f"{option.help} [env {option.env}; default {_shown(option.default)}]"
     help_text = help_text.replace("%", "%%")  # argparse formats help with %
     if option.container is not None:
-        target.add_argument(option.flag, dest=option.name, action=_Repeated, type=option.kind, default=default, metavar=_metavar(option), help=help_text + " (repeat the flag; comma-separated in the env)")  # fmt: skip
+        target.add_argument(
+            option.flag,
+            dest=option.name,
+            action=_Repeated,
+            type=option.kind,
+            default=default,
+            metavar=_metavar(option),
+            help=help_text + " (repeat the flag; comma-separated in the env)",
+        )
     elif option.kind is bool:
-        target.add_argument(option.flag, dest=option.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)  # fmt: skip
+        target.add_argument(
+            option.flag,
+            dest=option.name,
+            action=argparse.BooleanOptionalAction,
+            default=default,
+            help=help_text,
+        )
         if option.off_flag:
-            target.add_argument(option.off_flag, dest=option.name, action="store_false", help=f"same as --no-{option.flag[2:]}")  # fmt: skip
+            target.add_argument(
+                option.off_flag,
+                dest=option.name,
+                action="store_false",
+                help=f"same as --no-{option.flag[2:]}",
+            )
     else:
-        target.add_argument(option.flag, dest=option.name, type=option.kind, default=default, metavar=_metavar(option), help=help_text)  # fmt: skip
+        target.add_argument(
+            option.flag,
+            dest=option.name,
+            type=option.kind,
+            default=default,
+            metavar=_metavar(option),
+            help=help_text,
+        )
 
 
 class _Repeated(argparse.Action):

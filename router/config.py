@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from engine.errors import ConfigError
+from pagedock.errors import ConfigError
 from pagedock.limits import BLOCK_SIZES, DEFAULT_BLOCK_SIZE, DEFAULT_MODEL, ROUTING_POLICIES
 from pagedock.options import option_meta
 
@@ -76,7 +76,7 @@ class RouterConfig:
     stall_eject_s: float = 5.0
     """Seconds a request may wait without a byte from a replica that has left the healthy set
     (stopped, hung, partitioned) before it is taken from it: retried on another replica before
-    its first byte, ended with an error event after it (router/stall_watch.py)."""
+    its first byte, ended with an error event after it (router/replicas/stall_watch.py)."""
     max_stream_resumes: int = 2
     """Times one stream whose replica fails after its first byte (dies, hangs, cuts the
     connection) is resumed on another replica as a continuation, in the same client stream
@@ -151,37 +151,102 @@ class RouterConfig:
     def __post_init__(self) -> None:
         self.replicas = [normalize_url(u) for u in self.replicas]
         self.replicas += [u for u in self.vllm_ports if u not in self.replicas]
-        _check(self.replica_kind in REPLICA_KINDS, f"replica_kind must be one of {REPLICA_KINDS}, got {self.replica_kind!r}")  # fmt: skip
-        _check(0 < self.kv_events_port < 65536, f"kv_events_port must be a TCP port, got {self.kv_events_port}")  # fmt: skip
-        _check(0 <= self.kv_replay_port < 65536, f"kv_replay_port must be a TCP port or 0, got {self.kv_replay_port}")  # fmt: skip
+        _check(
+            self.replica_kind in REPLICA_KINDS,
+            f"replica_kind must be one of {REPLICA_KINDS}, got {self.replica_kind!r}",
+        )
+        _check(
+            0 < self.kv_events_port < 65536,
+            f"kv_events_port must be a TCP port, got {self.kv_events_port}",
+        )
+        _check(
+            0 <= self.kv_replay_port < 65536,
+            f"kv_replay_port must be a TCP port or 0, got {self.kv_replay_port}",
+        )
         _check(self.kv_replay_timeout_s > 0, "kv_replay_timeout_s must be positive")
         self.root_path = self.root_path.rstrip("/")
-        _check(not self.root_path or self.root_path.startswith("/"), f"root_path must start with /, got {self.root_path!r}")  # fmt: skip
-        _check(self.policy in ROUTING_POLICIES, f"policy must be one of {ROUTING_POLICIES}, got {self.policy!r}")  # fmt: skip
-        _check(self.discovery in DISCOVERIES, f"discovery must be one of {DISCOVERIES}, got {self.discovery!r}")  # fmt: skip
+        _check(
+            not self.root_path or self.root_path.startswith("/"),
+            f"root_path must start with /, got {self.root_path!r}",
+        )
+        _check(
+            self.policy in ROUTING_POLICIES,
+            f"policy must be one of {ROUTING_POLICIES}, got {self.policy!r}",
+        )
+        _check(
+            self.discovery in DISCOVERIES,
+            f"discovery must be one of {DISCOVERIES}, got {self.discovery!r}",
+        )
         _check(self.discovery != "k8s" or bool(self.service), "k8s discovery needs --service")
         _check(self.max_snapshot_blocks >= 1, "max_snapshot_blocks must be at least 1")
-        _check(self.discovery != "static" or bool(self.replicas), "static discovery needs at least one --replica URL")  # fmt: skip
-        _check(self.max_connections >= 0, f"max_connections must be 0 (no limit) or more, got {self.max_connections}")  # fmt: skip
-        _check(self.keep_alive_timeout_s > 0, f"keep_alive_timeout_s must be positive, got {self.keep_alive_timeout_s}")  # fmt: skip
-        _check(self.request_read_timeout_s > 0, f"request_read_timeout_s must be positive, got {self.request_read_timeout_s}")  # fmt: skip
+        _check(
+            self.discovery != "static" or bool(self.replicas),
+            "static discovery needs at least one --replica URL",
+        )
+        _check(
+            self.max_connections >= 0,
+            f"max_connections must be 0 (no limit) or more, got {self.max_connections}",
+        )
+        _check(
+            self.keep_alive_timeout_s > 0,
+            f"keep_alive_timeout_s must be positive, got {self.keep_alive_timeout_s}",
+        )
+        _check(
+            self.request_read_timeout_s > 0,
+            f"request_read_timeout_s must be positive, got {self.request_read_timeout_s}",
+        )
         _check(self.max_attempts >= 1, f"max_attempts must be at least 1, got {self.max_attempts}")
-        _check(self.max_stream_resumes >= 0, f"max_stream_resumes must be 0 or more, got {self.max_stream_resumes}")  # fmt: skip
-        _check(self.block_size in BLOCK_SIZES, f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}")  # fmt: skip
-        for name in ("health_interval_s", "health_timeout_s", "connect_timeout_s", "request_timeout_s", "stall_eject_s", "prefill_ms_per_token"):  # fmt: skip
+        _check(
+            self.max_stream_resumes >= 0,
+            f"max_stream_resumes must be 0 or more, got {self.max_stream_resumes}",
+        )
+        _check(
+            self.block_size in BLOCK_SIZES,
+            f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}",
+        )
+        for name in (
+            "health_interval_s",
+            "health_timeout_s",
+            "connect_timeout_s",
+            "request_timeout_s",
+            "stall_eject_s",
+            "prefill_ms_per_token",
+        ):
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        _check(self.hold_queue_size >= 0, f"hold_queue_size must be 0 or more, got {self.hold_queue_size}")  # fmt: skip
-        _check(self.warm_prefixes >= 0 and self.hot_prefix_entries >= 0, "warm_prefixes and hot_prefix_entries must be 0 or more")  # fmt: skip
-        _check(self.warm_timeout_s > 0, f"warm_timeout_s must be positive, got {self.warm_timeout_s}")  # fmt: skip
-        _check(self.hold_timeout_s > 0, f"hold_timeout_s must be positive, got {self.hold_timeout_s}")  # fmt: skip
+        _check(
+            self.hold_queue_size >= 0,
+            f"hold_queue_size must be 0 or more, got {self.hold_queue_size}",
+        )
+        _check(
+            self.warm_prefixes >= 0 and self.hot_prefix_entries >= 0,
+            "warm_prefixes and hot_prefix_entries must be 0 or more",
+        )
+        _check(
+            self.warm_timeout_s > 0, f"warm_timeout_s must be positive, got {self.warm_timeout_s}"
+        )
+        _check(
+            self.hold_timeout_s > 0, f"hold_timeout_s must be positive, got {self.hold_timeout_s}"
+        )
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
         _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")
-        _check(self.picker_port is None or 1 <= self.picker_port <= 65535, f"picker_port must be in 1..65535, got {self.picker_port}")  # fmt: skip
-        _check(self.picker_port is None or self.picker_port != self.port, f"picker_port must differ from port ({self.port})")  # fmt: skip
-        _check(self.picker_shed_ttft_ms >= 0, f"picker_shed_ttft_ms must be 0 (never shed) or more, got {self.picker_shed_ttft_ms}")  # fmt: skip
+        _check(
+            self.picker_port is None or 1 <= self.picker_port <= 65535,
+            f"picker_port must be in 1..65535, got {self.picker_port}",
+        )
+        _check(
+            self.picker_port is None or self.picker_port != self.port,
+            f"picker_port must differ from port ({self.port})",
+        )
+        _check(
+            self.picker_shed_ttft_ms >= 0,
+            f"picker_shed_ttft_ms must be 0 (never shed) or more, got {self.picker_shed_ttft_ms}",
+        )
         # A router that adds the replicas' key for every client would open key-protected engines
         # to keyless clients.
-        _check(self.replica_api_key is None or self.api_key is not None, "--replica-api-key needs --api-key: without it, clients without a key would reach key-protected replicas")  # fmt: skip
+        _check(
+            self.replica_api_key is None or self.api_key is not None,
+            "--replica-api-key needs --api-key: without it, clients without a key would reach key-protected replicas",
+        )
         if self.model is not None and not self.model.strip():
             self.model = None
 
@@ -206,7 +271,10 @@ def _vllm_replica(entry: str) -> tuple[str, tuple[int, int] | None]:
     if not ports:
         return normalize_url(url), None
     events, _, replay = ports.partition(":")
-    _check(events.isdigit() and replay.isdigit(), f"--vllm-replica {entry!r}: write URL@EVENTS_PORT:REPLAY_PORT, e.g. http://10.0.0.5:8000@5557:5558")  # fmt: skip
+    _check(
+        events.isdigit() and replay.isdigit(),
+        f"--vllm-replica {entry!r}: write URL@EVENTS_PORT:REPLAY_PORT, e.g. http://10.0.0.5:8000@5557:5558",
+    )
     return normalize_url(url), (int(events), int(replay))
 
 

@@ -64,7 +64,9 @@ class DemandTracker:
         return now - (self.last_request_at if self.last_request_at is not None else self.started_at)
 
 
-def demand_view(tracker: DemandTracker, num_held: int, oldest_held_s: float, replicas: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def demand_view(
+    tracker: DemandTracker, num_held: int, oldest_held_s: float, replicas: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The /router/demand body (a plain JSON document; docs/router.md lists its fields)."""
     now = time.monotonic()
     return {

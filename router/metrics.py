@@ -15,16 +15,67 @@ class RouterMetrics:
     def __init__(self, policy: str) -> None:
         self.registry = r = CollectorRegistry()
         self.policy = policy
-        self._requests = Counter("pagedock_router_requests", "Requests sent to a replica, by policy decision.", ["replica", "policy", "reason"], registry=r)  # fmt: skip
-        self._cached = Histogram("pagedock_router_predicted_cached_tokens", "Prompt tokens the chosen replica was predicted to hold cached.", ["policy"], buckets=_TOKEN_BUCKETS, registry=r)  # fmt: skip
-        self._retries = Counter("pagedock_router_retries", "Requests retried on another replica, by cause.", ["replica", "cause"], registry=r)  # fmt: skip
-        self._resumes = Counter("pagedock_router_stream_resumes", "Streams whose replica failed after the first byte, by whether another replica resumed them.", ["outcome"], registry=r)  # fmt: skip
-        self._failures = Counter("pagedock_router_failed_requests", "Requests that no replica could serve, or that broke mid-stream.", ["cause"], registry=r)  # fmt: skip
-        self._healthy = Gauge("pagedock_router_replica_healthy", "1 when the replica is a routing candidate.", ["replica"], registry=r)  # fmt: skip
-        self._lag = Gauge("pagedock_router_kv_event_lag_seconds", "Seconds since the replica's KV event stream last sent a line.", ["replica"], registry=r)  # fmt: skip
-        self._cached_blocks = Gauge("pagedock_router_replica_cached_blocks", "KV blocks the router believes the replica holds.", ["replica"], registry=r)  # fmt: skip
-        self._resyncs = Counter("pagedock_router_kv_resyncs", "KV snapshots applied (connects, gaps, restarts).", ["replica"], registry=r)  # fmt: skip
-        self._overhead = Histogram("pagedock_router_overhead_seconds", "Arrival to the replica request being sent (parse, tokenize, hash, decide).", buckets=_OVERHEAD_BUCKETS, registry=r)  # fmt: skip
+        self._requests = Counter(
+            "pagedock_router_requests",
+            "Requests sent to a replica, by policy decision.",
+            ["replica", "policy", "reason"],
+            registry=r,
+        )
+        self._cached = Histogram(
+            "pagedock_router_predicted_cached_tokens",
+            "Prompt tokens the chosen replica was predicted to hold cached.",
+            ["policy"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self._retries = Counter(
+            "pagedock_router_retries",
+            "Requests retried on another replica, by cause.",
+            ["replica", "cause"],
+            registry=r,
+        )
+        self._resumes = Counter(
+            "pagedock_router_stream_resumes",
+            "Streams whose replica failed after the first byte, by whether another replica resumed them.",
+            ["outcome"],
+            registry=r,
+        )
+        self._failures = Counter(
+            "pagedock_router_failed_requests",
+            "Requests that no replica could serve, or that broke mid-stream.",
+            ["cause"],
+            registry=r,
+        )
+        self._healthy = Gauge(
+            "pagedock_router_replica_healthy",
+            "1 when the replica is a routing candidate.",
+            ["replica"],
+            registry=r,
+        )
+        self._lag = Gauge(
+            "pagedock_router_kv_event_lag_seconds",
+            "Seconds since the replica's KV event stream last sent a line.",
+            ["replica"],
+            registry=r,
+        )
+        self._cached_blocks = Gauge(
+            "pagedock_router_replica_cached_blocks",
+            "KV blocks the router believes the replica holds.",
+            ["replica"],
+            registry=r,
+        )
+        self._resyncs = Counter(
+            "pagedock_router_kv_resyncs",
+            "KV snapshots applied (connects, gaps, restarts).",
+            ["replica"],
+            registry=r,
+        )
+        self._overhead = Histogram(
+            "pagedock_router_overhead_seconds",
+            "Arrival to the replica request being sent (parse, tokenize, hash, decide).",
+            buckets=_OVERHEAD_BUCKETS,
+            registry=r,
+        )
 
     def observe_decision(self, replica: str, reason: str, cached_tokens: int) -> None:
         self._requests.labels(replica, self.policy, reason).inc()
@@ -45,7 +96,9 @@ class RouterMetrics:
     def observe_resync(self, replica: str) -> None:
         self._resyncs.labels(replica).inc()
 
-    def set_replica(self, replica: str, healthy: bool, lag_s: float | None, cached_blocks: int) -> None:  # fmt: skip
+    def set_replica(
+        self, replica: str, healthy: bool, lag_s: float | None, cached_blocks: int
+    ) -> None:
         self._healthy.labels(replica).set(1 if healthy else 0)
         self._lag.labels(replica).set(-1 if lag_s is None else lag_s)
         self._cached_blocks.labels(replica).set(cached_blocks)

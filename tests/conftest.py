@@ -22,7 +22,7 @@ if os.environ.get("PAGEDOCK_TEST_DEVICE", "cpu") == "cpu":
 @pytest.fixture(scope="session")
 def smollm2_gguf_path() -> Path:
     """The SmolLM2-135M-Instruct Q4_1 GGUF file, from the registry's cache."""
-    from engine.loader.registry import DEFAULT_MODEL, resolve_model
+    from pagedock.models.registry import DEFAULT_MODEL, resolve_model
 
     return resolve_model(DEFAULT_MODEL).path
 

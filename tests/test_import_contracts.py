@@ -20,29 +20,29 @@ HEAVY = ("torch", "triton")
 # protocol, and everything the router and the operator import.
 TORCH_FREE_PACKAGES = (
     "engine.core",
-    "engine.text",
-    "engine.protocol",
+    "pagedock.text",
+    "pagedock.protocol",
     "engine.tool_calls",
     "pagedock",
 )
 TORCH_FREE_MODULES = (
     "engine",
-    "engine.errors",
+    "pagedock.errors",
     "engine.config",
-    "engine.sampling_params",
+    "engine.inputs.sampling_params",
     "engine.loader",
-    "engine.loader.registry",
-    "engine.loader.hub",
-    "engine.loader.download",
+    "pagedock.models.registry",
+    "pagedock.models.hub",
+    "pagedock.models.download",
 )
 # What the router may take from the engine.
 ROUTER_MAY_IMPORT = (
-    "engine.core.block_hash",
-    "engine.text",
-    "engine.loader.registry",
-    "engine.loader.hub",
-    "engine.protocol",
-    "engine.errors",
+    "pagedock.kv.block_hash",
+    "pagedock.text",
+    "pagedock.models.registry",
+    "pagedock.models.hub",
+    "pagedock.protocol",
+    "pagedock.errors",
 )
 # The C++/torch layers the torch-free core must never reach into.
 DEVICE_LAYERS = (
@@ -145,7 +145,7 @@ def test_the_engine_imports_neither_router_nor_operator(graph: ImportGraph) -> N
 def test_core_does_not_reach_into_the_device_layers(graph: ImportGraph) -> None:
     wrong = {
         name: bad
-        for name in modules_under(graph, "engine.core") + modules_under(graph, "engine.text")
+        for name in modules_under(graph, "engine.core") + modules_under(graph, "pagedock.text")
         if (bad := {t for t in graph.modules[name].imports if under_any(t, DEVICE_LAYERS)})
     }
     assert not wrong, wrong

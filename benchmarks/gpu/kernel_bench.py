@@ -163,14 +163,25 @@ def bench_decode(case: Case, dtype: torch.dtype, copy_gbs: float, sweep: bool) -
 
     def run(num_splits: int | None) -> torch.Tensor:
         return tri.paged_decode_attention_triton(
-            b.query, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, case.seq_len, scale,
+            b.query,
+            b.k_cache,
+            b.v_cache,
+            b.block_tables,
+            b.seq_lens,
+            case.seq_len,
+            scale,
             num_splits=num_splits,
-        )  # fmt: skip
+        )
 
     expected = ref.paged_decode_attention(
-        b.query.double(), b.k_cache.double(), b.v_cache.double(), b.block_tables, b.seq_lens,
-        case.seq_len, scale,
-    )  # fmt: skip
+        b.query.double(),
+        b.k_cache.double(),
+        b.v_cache.double(),
+        b.block_tables,
+        b.seq_lens,
+        case.seq_len,
+        scale,
+    )
     err = ((run(None).double() - expected).abs().max() / expected.abs().max()).item()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     auto = tri.choose_num_splits(case.num_seqs, case.num_kv_heads, case.seq_len, sms)
@@ -199,9 +210,15 @@ def bench_prefill(case: Case, dtype: torch.dtype, copy_gbs: float, sweep: bool) 
 
     def run() -> torch.Tensor:
         return tri.paged_prefill_attention_triton(
-            b.query, b.k_cache, b.v_cache, b.block_tables, b.seq_lens, b.query_start_loc,
-            case.query_len, scale,
-        )  # fmt: skip
+            b.query,
+            b.k_cache,
+            b.v_cache,
+            b.block_tables,
+            b.seq_lens,
+            b.query_start_loc,
+            case.query_len,
+            scale,
+        )
 
     # SDPA on contiguous [B, H, L, D] tensors: what the kernel would cost without paging.
     q = b.query.view(case.num_seqs, case.query_len, case.num_heads, case.head_dim).transpose(1, 2)

@@ -95,12 +95,23 @@ def write_kv_cache_triton(
     if num_tokens == 0:
         return
     write_kv_cache_kernel[(num_tokens,)](
-        key, value, k_cache, v_cache, slot_mapping,
-        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads),
-        HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
-    )  # fmt: skip
+        key,
+        value,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        NUM_KV_HEADS=num_kv_heads,
+        HEADS_PAD=triton.next_power_of_2(num_kv_heads),
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+    )
 
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
@@ -159,15 +170,35 @@ def paged_decode_attention_triton(
     part_sum = torch.empty_like(part_max)
     part_acc = query.new_empty((*part_shape, head_dim) if split else (1,), dtype=torch.float32)
     paged_decode_kernel[grid](
-        out, query, k_cache, v_cache, block_tables, seq_lens, part_acc, part_max, part_sum,
-        scale * LOG2_E, tokens_per_split,
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size, BLOCK_N=DECODE_BLOCK_N, SPLIT=split,
-        DOT_PRECISION=_dot_precision(query.dtype), INT64_OFFSETS=_int64_offsets(k_cache),
+        out,
+        query,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        part_acc,
+        part_max,
+        part_sum,
+        scale * LOG2_E,
+        tokens_per_split,
+        query.stride(0),
+        query.stride(1),
+        out.stride(0),
+        out.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        GROUP=group,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_N=DECODE_BLOCK_N,
+        SPLIT=split,
+        DOT_PRECISION=_dot_precision(query.dtype),
+        INT64_OFFSETS=_int64_offsets(k_cache),
         num_warps=DECODE_NUM_WARPS,
-    )  # fmt: skip
+    )
     if split:
         merge_splits_triton(part_acc, part_max, part_sum, seq_lens, tokens_per_split, out)
     return out
@@ -190,10 +221,18 @@ def merge_splits_triton(
     assert out.shape == (num_seqs, num_heads, head_dim) and out.stride(2) == 1, out.shape
     assert seq_lens.shape == (num_seqs,) and seq_lens.is_contiguous()
     merge_splits_kernel[(num_seqs, num_heads)](
-        out, part_acc, part_max, part_sum, seq_lens, tokens_per_split, num_splits,
-        out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, SPLITS_PAD=triton.next_power_of_2(num_splits),
-    )  # fmt: skip
+        out,
+        part_acc,
+        part_max,
+        part_sum,
+        seq_lens,
+        tokens_per_split,
+        num_splits,
+        out.stride(0),
+        out.stride(1),
+        HEAD_DIM=head_dim,
+        SPLITS_PAD=triton.next_power_of_2(num_splits),
+    )
     return out
 
 
@@ -246,13 +285,32 @@ def paged_prefill_attention_triton(
     block_q = max(1, PREFILL_BLOCK_M // group_pad)
     grid = (num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads)
     paged_prefill_kernel[grid](
-        out, query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale * LOG2_E,
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
-        BLOCK_Q=block_q, BLOCK_N=PREFILL_BLOCK_N, DOT_PRECISION=_dot_precision(query.dtype),
-        INT64_OFFSETS=_int64_offsets(k_cache), num_warps=PREFILL_NUM_WARPS,
-    )  # fmt: skip
+        out,
+        query,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        query_start_loc,
+        scale * LOG2_E,
+        query.stride(0),
+        query.stride(1),
+        out.stride(0),
+        out.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        GROUP=group,
+        GROUP_PAD=group_pad,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_Q=block_q,
+        BLOCK_N=PREFILL_BLOCK_N,
+        DOT_PRECISION=_dot_precision(query.dtype),
+        INT64_OFFSETS=_int64_offsets(k_cache),
+        num_warps=PREFILL_NUM_WARPS,
+    )
     return out
 
 
@@ -278,12 +336,25 @@ class TritonAttentionBackend:
         nd = meta.num_decodes
         if nd:
             paged_decode_attention_triton(
-                query[:nd], k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd],
-                meta.max_seq_len, scale, out=out[:nd],
-            )  # fmt: skip
+                query[:nd],
+                k_cache,
+                v_cache,
+                meta.block_tables[:nd],
+                meta.seq_lens[:nd],
+                meta.max_seq_len,
+                scale,
+                out=out[:nd],
+            )
         if meta.num_seqs > nd:
             paged_prefill_attention_triton(
-                query, k_cache, v_cache, meta.block_tables[nd:], meta.seq_lens[nd:],
-                meta.query_start_loc[nd:], meta.max_query_len, scale, out=out,
-            )  # fmt: skip
+                query,
+                k_cache,
+                v_cache,
+                meta.block_tables[nd:],
+                meta.seq_lens[nd:],
+                meta.query_start_loc[nd:],
+                meta.max_query_len,
+                scale,
+                out=out,
+            )
         return out if out_dtype is None else out.to(out_dtype)

@@ -25,12 +25,23 @@ PREFILL_NUM_WARPS = 8
 
 @triton.jit
 def write_kv_cache_kernel(
-    key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
-    stride_kt, stride_kh, stride_vt, stride_vh,
-    stride_cb, stride_ct, stride_ch,
-    NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+    key_ptr,
+    value_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_mapping_ptr,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cb,
+    stride_ct,
+    stride_ch,
+    NUM_KV_HEADS: tl.constexpr,
+    HEADS_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-):  # fmt: skip
+):
     """One program per token: copy its [num_kv_heads, head_dim] K and V rows into its slot."""
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
@@ -48,11 +59,26 @@ def write_kv_cache_kernel(
 
 @triton.jit
 def attend_tile(
-    q, acc, m_i, l_i, n, valid, keep, table_row_ptr, k_cache_ptr, v_cache_ptr, kv_head,
-    scale_log2, stride_cb, stride_ct, stride_ch,
-    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    q,
+    acc,
+    m_i,
+    l_i,
+    n,
+    valid,
+    keep,
+    table_row_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    kv_head,
+    scale_log2,
+    stride_cb,
+    stride_ct,
+    stride_ch,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
     INT64_OFFSETS: tl.constexpr,
-):  # fmt: skip
+):
     """One online-softmax step over a tile of tokens n: `valid` [BLOCK_N] says which tokens exist
     (only those are loaded), `keep` [rows or 1, BLOCK_N] which ones each query row attends to."""
     block = tl.load(table_row_ptr + n // BLOCK_SIZE, mask=valid, other=0)
@@ -74,13 +100,34 @@ def attend_tile(
 
 @triton.jit
 def paged_decode_kernel(
-    out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-    part_acc_ptr, part_max_ptr, part_sum_ptr, scale_log2, tokens_per_split,
-    stride_qs, stride_qh, stride_os, stride_oh, stride_cb, stride_ct, stride_ch, stride_bt,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, INT64_OFFSETS: tl.constexpr,
-):  # fmt: skip
+    out_ptr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    part_acc_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    scale_log2,
+    tokens_per_split,
+    stride_qs,
+    stride_qh,
+    stride_os,
+    stride_oh,
+    stride_cb,
+    stride_ct,
+    stride_ch,
+    stride_bt,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    INT64_OFFSETS: tl.constexpr,
+):
     """One (sequence, kv head, split): the GROUP query heads of the kv head read K/V once.
 
     Without SPLIT the program covers the whole context and writes the normalised output; with
@@ -109,10 +156,26 @@ def paged_decode_kernel(
         n = start + tl.arange(0, BLOCK_N)
         valid = n < hi
         acc, m_i, l_i = attend_tile(
-            q, acc, m_i, l_i, n, valid, valid[None, :], table_row_ptr, k_cache_ptr, v_cache_ptr,
-            kv_head, scale_log2, stride_cb, stride_ct, stride_ch,
-            HEAD_DIM, BLOCK_SIZE, DOT_PRECISION, INT64_OFFSETS,
-        )  # fmt: skip
+            q,
+            acc,
+            m_i,
+            l_i,
+            n,
+            valid,
+            valid[None, :],
+            table_row_ptr,
+            k_cache_ptr,
+            v_cache_ptr,
+            kv_head,
+            scale_log2,
+            stride_cb,
+            stride_ct,
+            stride_ch,
+            HEAD_DIM,
+            BLOCK_SIZE,
+            DOT_PRECISION,
+            INT64_OFFSETS,
+        )
     if SPLIT:
         part = (seq * (GROUP * tl.num_programs(1)) + head) * tl.num_programs(2) + split
         part_offs = part[:, None] * HEAD_DIM + d[None, :]
@@ -127,10 +190,18 @@ def paged_decode_kernel(
 
 @triton.jit
 def merge_splits_kernel(
-    out_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, seq_lens_ptr, tokens_per_split,
-    num_splits, stride_os, stride_oh,
-    HEAD_DIM: tl.constexpr, SPLITS_PAD: tl.constexpr,
-):  # fmt: skip
+    out_ptr,
+    part_acc_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    seq_lens_ptr,
+    tokens_per_split,
+    num_splits,
+    stride_os,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
+):
     """One (sequence, head): rescale the non-empty splits' partial states to a common max, sum."""
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -151,13 +222,31 @@ def merge_splits_kernel(
 
 @triton.jit
 def paged_prefill_kernel(
-    out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
-    scale_log2, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_ct, stride_ch,
+    out_ptr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    query_start_loc_ptr,
+    scale_log2,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_cb,
+    stride_ct,
+    stride_ch,
     stride_bt,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, INT64_OFFSETS: tl.constexpr,
-):  # fmt: skip
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    INT64_OFFSETS: tl.constexpr,
+):
     """One (sequence, tile of BLOCK_Q query tokens, kv head), causal over the whole context.
 
     The tile's rows are (token, head of the kv group) pairs, so K/V are read once per group:
@@ -193,10 +282,26 @@ def paged_prefill_kernel(
         valid = n < hi
         keep = (n[None, :] <= q_pos[:, None]) & valid[None, :]
         acc, m_i, l_i = attend_tile(
-            q, acc, m_i, l_i, n, valid, keep, table_row_ptr, k_cache_ptr, v_cache_ptr, kv_head,
-            scale_log2, stride_cb, stride_ct, stride_ch,
-            HEAD_DIM, BLOCK_SIZE, DOT_PRECISION, INT64_OFFSETS,
-        )  # fmt: skip
+            q,
+            acc,
+            m_i,
+            l_i,
+            n,
+            valid,
+            keep,
+            table_row_ptr,
+            k_cache_ptr,
+            v_cache_ptr,
+            kv_head,
+            scale_log2,
+            stride_cb,
+            stride_ct,
+            stride_ch,
+            HEAD_DIM,
+            BLOCK_SIZE,
+            DOT_PRECISION,
+            INT64_OFFSETS,
+        )
     out = acc / l_i[:, None]
     o_offs = (q_start + token).to(tl.int64)[:, None] * stride_ot + head[:, None] * stride_oh
     out_offs = o_offs + d[None, :]

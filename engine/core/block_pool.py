@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from engine.core.block_hash import BlockHash
 from engine.core.free_block_queue import FreeBlockQueue
 from engine.core.kv_cache_block import KVCacheBlock
 from engine.core.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from pagedock.kv.block_hash import BlockHash
 
 
 class BlockPool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.core.block_hash import BlockHash
+from pagedock.kv.block_hash import BlockHash
 
 
 class KVCacheBlock:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.core.block_hash import BlockHash
 from engine.core.block_pool import BlockPool
 from engine.core.kv_cache_block import KVCacheBlock
 from engine.core.kv_events import KVEvent
 from engine.core.request import Request
+from pagedock.kv.block_hash import BlockHash
 
 
 @dataclass

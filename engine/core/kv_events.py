@@ -13,7 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.core.block_hash import BlockHash
+from pagedock.kv.block_hash import BlockHash
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.core.block_hash import BlockHash, hash_blocks
-from engine.sampling_params import SamplingParams
+from engine.inputs.sampling_params import SamplingParams
+from pagedock.kv.block_hash import BlockHash, hash_blocks
 
 
 class RequestStatus(enum.IntEnum):

@@ -17,7 +17,6 @@ import itertools
 import time
 
 from engine.config import EngineConfig
-from engine.core.block_hash import BlockHash
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.kv_events import KVEvent
 from engine.core.request import Request, RequestStatus
@@ -31,7 +30,8 @@ from engine.core.scheduler_output import (
 )
 from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
 from engine.core.step_time import StepTimeModel, default_prefill_budget
-from engine.errors import UnknownRequestError
+from pagedock.errors import UnknownRequestError
+from pagedock.kv.block_hash import BlockHash
 
 # Requests that arrive within this many seconds of the waiting queue's head form its wave, served
 # shortest prompt first; at most MAX_WAVE_SCAN of them are compared (a step's admission stays cheap).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.sampling_params import SamplingParams
+from engine.inputs.sampling_params import SamplingParams
 
 
 @dataclass

@@ -1,1 +1,2 @@
-"""Tensor parallelism: the process group, the worker ranks, and what rank 0 sends them."""
+"""Tensor parallelism's process group: the collectives ranks share (gloo on the CPU, NCCL on
+GPUs) and its timeouts."""

@@ -135,7 +135,9 @@ def _remove_stale_build_lock(name: str) -> None:
     except FileNotFoundError:
         return
     if age_s > _STALE_BUILD_LOCK_S:
-        logger.warning("removing the lock of a C++ kernel build that died %.0f s ago: %s", age_s, lock)  # fmt: skip
+        logger.warning(
+            "removing the lock of a C++ kernel build that died %.0f s ago: %s", age_s, lock
+        )
         lock.unlink(missing_ok=True)
 
 

@@ -103,10 +103,10 @@ def load_prebuilt(directory: Path, flags: frozenset[str]) -> tuple[ModuleType, K
     if path is None:
         raise ImportError(f"no {variant.module_name} build in {directory}")
     spec = importlib.util.spec_from_file_location(
-        variant.module_name, path, loader=importlib.machinery.ExtensionFileLoader(
-            variant.module_name, str(path)
-        ),
-    )  # fmt: skip
+        variant.module_name,
+        path,
+        loader=importlib.machinery.ExtensionFileLoader(variant.module_name, str(path)),
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"{path}: not an importable extension module")
     module = importlib.util.module_from_spec(spec)

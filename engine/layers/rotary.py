@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from engine.kernels.cpu_kernels import kernels_for
-from engine.models.model_config import ModelConfig
+from engine.model_config import ModelConfig
 
 
 def _default_inv_freq(head_dim: int, base: float) -> torch.Tensor:

@@ -6,7 +6,7 @@ Dequantized weights are cached on disk (engine/loader/gguf_weight_cache.py), so 
 load pays for dequantizing.
 
 Importing this module is torch-free; torch is imported when weights are read. (The tokenizer and
-the router read GGUF metadata through `engine.loader.gguf_reader.open_gguf`, never this module.)
+the router read GGUF metadata through `pagedock.models.gguf_reader.open_gguf`, never this module.)
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.errors import ModelLoadError
-from engine.loader.gguf_reader import GGUFFile, GGUFTensorInfo, open_gguf
-from engine.models.model_config import ModelConfig
+from engine.model_config import ModelConfig
+from pagedock.errors import ModelLoadError
+from pagedock.models.gguf_reader import GGUFFile, GGUFTensorInfo, open_gguf
 
 if TYPE_CHECKING:
     import torch
@@ -207,9 +207,13 @@ def iter_gguf_weights(
         writer = WeightCacheWriter(cache_path, layout, dtype)
     weights = cached if cached is not None else _dequantized_weights(gguf, config, dtype)
     with tqdm(
-        total=len(layout), unit="tensor", desc=f"loading {gguf.path.name}",
-        file=sys.stderr, disable=not progress, leave=False,
-    ) as bar:  # fmt: skip
+        total=len(layout),
+        unit="tensor",
+        desc=f"loading {gguf.path.name}",
+        file=sys.stderr,
+        disable=not progress,
+        leave=False,
+    ) as bar:
         try:
             for name, weight in weights:
                 if writer is not None:

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from engine.loader.gguf_reader import GGUFFile
-from engine.loader.registry import cache_dir
+from pagedock.models.gguf_reader import GGUFFile
+from pagedock.models.registry import cache_dir
 
 if TYPE_CHECKING:
     import torch

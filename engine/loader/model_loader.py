@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.attention.backend import AttentionBackend
-from engine.errors import ModelLoadError
 from engine.layers.cpu_linear import pack_linears
+from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
-from engine.models.model_config import ModelConfig
 from engine.models.tp_layout import SKIP, Narrow
+from pagedock.errors import ModelLoadError
 
 if TYPE_CHECKING:
     from engine.distributed.tp_group import TPGroup

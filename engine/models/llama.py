@@ -19,14 +19,14 @@ import torch
 from torch import nn
 
 from engine.attention.backend import AttentionBackend, AttentionMetadata
-from engine.errors import ModelLoadError
 from engine.layers.activation import silu_and_mul
 from engine.layers.cpu_linear import gemm_input_dtype
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding, apply_rotary
 from engine.layers.vocab_parallel import VocabParallelEmbedding
-from engine.models.model_config import ModelConfig
+from engine.model_config import ModelConfig
 from engine.models.tp_layout import TPLayout
+from pagedock.errors import ModelLoadError
 
 if TYPE_CHECKING:
     from engine.distributed.tp_group import TPGroup

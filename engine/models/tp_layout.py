@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.errors import ConfigError
-from engine.models.model_config import ModelConfig
+from engine.model_config import ModelConfig
+from pagedock.errors import ConfigError
 
 # A checkpoint tensor this rank does not hold at all (a row-parallel bias lives on rank 0 only).
 SKIP = "skip"

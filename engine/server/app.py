@@ -8,11 +8,11 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from engine.protocol.auth import docs_urls
 from engine.server.body_limit import BodyLimitMiddleware
-from engine.server.context import ServerContext
-from engine.server.errors import install_error_handlers
+from engine.server.openai.context import ServerContext
+from engine.server.openai.errors import install_error_handlers
 from engine.server.routes import api_routes, open_routes
+from pagedock.http.auth import docs_urls
 
 logger = logging.getLogger("pagedock.server")
 

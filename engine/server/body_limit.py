@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from engine.protocol.errors import error_json
+from pagedock.http.errors import error_json
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

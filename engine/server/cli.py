@@ -8,8 +8,8 @@ import argparse
 import sys
 
 from engine.config import EngineConfig
-from engine.errors import PagedockError
-from engine.server.context import ServerOptions
+from engine.server.openai.context import ServerOptions
+from pagedock.errors import PagedockError
 from pagedock.options import add_options, values_for
 
 ENV_PREFIX = "PAGEDOCK_"

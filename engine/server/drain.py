@@ -18,7 +18,7 @@ from types import FrameType
 
 import uvicorn
 
-from engine.server.context import ServerContext
+from engine.server.openai.context import ServerContext
 
 logger = logging.getLogger("pagedock.server")
 _POLL_S = 0.05

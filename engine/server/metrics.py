@@ -15,15 +15,50 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 if TYPE_CHECKING:
     from engine.core.scheduler_stats import SchedulerStats
-    from engine.outputs import IterationStats
+    from engine.runtime.outputs import IterationStats
 
 _LATENCY_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0, 160.0,
-)  # fmt: skip
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+)
 _REQUEST_BUCKETS = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-)  # fmt: skip
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+)
 
 
 class EngineMetrics:
@@ -55,9 +90,11 @@ class EngineMetrics:
         self._prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens prefilled.")
         self._generation_tokens = counter("vllm:generation_tokens", "Tokens generated.")
         self._success = Counter(
-            "vllm:request_success", "Requests finished, by finish reason.",
-            ["model_name", "finished_reason"], registry=self.registry,
-        )  # fmt: skip
+            "vllm:request_success",
+            "Requests finished, by finish reason.",
+            ["model_name", "finished_reason"],
+            registry=self.registry,
+        )
         self._ttft = histogram(
             "vllm:time_to_first_token_seconds", "Arrival to first token.", _LATENCY_BUCKETS
         )

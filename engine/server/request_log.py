@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 
-from engine.outputs import FinishedRequestStats, IterationStats
+from engine.runtime.outputs import FinishedRequestStats, IterationStats
 
 logger = logging.getLogger("pagedock.requests")
 

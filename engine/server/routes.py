@@ -10,7 +10,15 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine.kernels.cpu_kernels import cpu_kernel_path
-from engine.protocol import (
+from engine.server.openai.chat import create_chat_completion
+from engine.server.openai.completions import create_completion
+from engine.server.openai.context import ServerContext
+from engine.server.openai.guards import admitting_guard
+from engine.server.openai.prompt_work import in_prompt_pool
+from engine.server.openai.render import render_chat_request, render_completion_request
+from engine.server.openai.tokenize import detokenize, tokenize
+from pagedock.http.auth import api_key_guard
+from pagedock.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     CompletionRequest,
@@ -24,15 +32,7 @@ from engine.protocol import (
     TokenizeResponse,
     VersionResponse,
 )
-from engine.protocol.auth import api_key_guard
-from engine.protocol.render import RenderedRequest
-from engine.server.chat import create_chat_completion
-from engine.server.completions import create_completion
-from engine.server.context import ServerContext
-from engine.server.guards import admitting_guard
-from engine.server.prompt_work import in_prompt_pool
-from engine.server.render import render_chat_request, render_completion_request
-from engine.server.tokenize import detokenize, tokenize
+from pagedock.protocol.render import RenderedRequest
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 500, 503)

@@ -2,7 +2,7 @@
 
 The engine loop runs on this process's main thread and uvicorn's event loop on a second thread:
 torch's OpenMP regions are measurably slower when entered from a non-main thread (see
-engine/async_engine.py), the step's heavy work is kernels that release the GIL, and a process of
+engine/runtime/async_engine.py), the step's heavy work is kernels that release the GIL, and a process of
 its own would add a pickle round trip of every step's outputs. Signals arrive on the main thread,
 so the handlers installed here hand them to the server's drain (uvicorn installs none off the
 main thread).
@@ -19,18 +19,18 @@ import uuid
 import uvicorn
 from fastapi import FastAPI
 
-from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
-from engine.errors import TensorParallelError
-from engine.llm_engine import LLMEngine
-from engine.protocol.http_limits import limited_protocol
+from engine.runtime.async_engine import AsyncEngine
+from engine.runtime.llm_engine import LLMEngine
 from engine.server.app import build_app
-from engine.server.context import ServerContext, ServerOptions
 from engine.server.drain import DrainingServer, drain
-from engine.server.kv_events_stream import KVEventHub
+from engine.server.kv_events.ndjson_stream import KVEventHub
+from engine.server.kv_events.vllm_publisher import VllmKVPublisher
 from engine.server.metrics import EngineMetrics
+from engine.server.openai.context import ServerContext, ServerOptions
 from engine.server.request_log import RequestLog
-from engine.server.vllm_kv_publisher import VllmKVPublisher
+from pagedock.errors import TensorParallelError
+from pagedock.http.limits import limited_protocol
 
 logger = logging.getLogger("pagedock.server")
 # Seconds uvicorn waits for open connections once the drain is over.

@@ -19,13 +19,13 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import InvalidRequestError
-from engine.sampling_params import StructuredOutputsParams
+from engine.inputs.sampling_params import StructuredOutputsParams
+from pagedock.errors import InvalidRequestError
 
 if TYPE_CHECKING:
     import xgrammar
 
-    from engine.text.tokenizer import Tokenizer
+    from pagedock.text.tokenizer import Tokenizer
 
 logger = logging.getLogger("pagedock.engine")
 

@@ -8,14 +8,14 @@ import concurrent.futures
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import InvalidRequestError
-from engine.sampling_params import StructuredOutputsParams
+from engine.inputs.sampling_params import StructuredOutputsParams
 from engine.structured_outputs.grammar_compiler import GrammarCompiler
+from pagedock.errors import InvalidRequestError
 
 if TYPE_CHECKING:
     from engine.structured_outputs.structured_output_manager import StructuredOutputManager
-    from engine.text.tokenizer import Tokenizer
     from engine.worker.model_runner import ModelRunner
+    from pagedock.text.tokenizer import Tokenizer
 
 
 class GuidedDecoding:

@@ -1,6 +1,6 @@
 """Tool calling, torch-free: reading calls out of generated text (parsers.py, one per model
 family's format, and stream.py for streamed deltas) and the schema that guided decoding enforces
-for forced calls (schema.py). The server (engine/server/tool_calls.py) and `LLM.chat` use it."""
+for forced calls (schema.py). The server (engine/tool_calls/chat_tools.py) and `LLM.chat` use it."""
 
 from engine.tool_calls.calls import ParsedToolCalls, ToolCall, new_call_id
 from engine.tool_calls.parsers import (

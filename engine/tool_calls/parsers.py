@@ -17,9 +17,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from engine.errors import ConfigError
 from engine.tool_calls.calls import ParsedToolCalls, PartialCall, ToolScan, partial_call
 from engine.tool_calls.json_scan import skip_whitespace, value_end
+from pagedock.errors import ConfigError
 
 
 class ToolCallParser(ABC):

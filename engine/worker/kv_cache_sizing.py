@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.config import DEFAULT_CPU_KV_CACHE_MEMORY, EngineConfig
-from engine.errors import ConfigError
-from engine.models.model_config import ModelConfig
+from engine.model_config import ModelConfig
 from engine.worker.model_runner import kv_cache_bytes_per_block
+from pagedock.errors import ConfigError
 
 if TYPE_CHECKING:
     from engine.distributed.tp_group import TPGroup

@@ -10,14 +10,14 @@ import torch
 from engine.attention.backend import AttentionBackend
 from engine.attention.kv_quant import cache_head_width
 from engine.core.scheduler_output import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
+from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
-from engine.models.model_config import ModelConfig
+from engine.sampling.sampler import Sampler, SamplingTensors
+from engine.sampling.sampling_batch import build_sampling_tensors
 from engine.structured_outputs.structured_output_manager import StructuredOutputManager
 from engine.worker.cuda_graph_runner import DecodeGraphRunner, GraphCapture, is_graphable
 from engine.worker.huge_pages import advise_huge_pages
 from engine.worker.input_batch import build_model_inputs, order_decodes_first
-from engine.worker.sampler import Sampler, SamplingTensors
-from engine.worker.sampling_batch import build_sampling_tensors
 
 logger = logging.getLogger("pagedock.engine")
 

@@ -19,7 +19,7 @@ from engine.core.scheduler_output import ScheduledRequest
 from engine.device import pick_cpu_gemm_dtype, pick_kv_cache_dtype
 from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
 from engine.loader.model_loader import load_model
-from engine.models.model_config import ModelConfig
+from engine.model_config import ModelConfig
 from engine.worker.kv_cache_sizing import pick_num_kv_blocks
 from engine.worker.model_runner import ModelRunner
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from llm_operator.cli import main
+from llm_operator.controller.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(None))

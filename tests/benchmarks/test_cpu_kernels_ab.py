@@ -16,8 +16,12 @@ def test_each_build_is_summarised_by_its_ratio_to_the_first_within_each_round() 
     first, second = summarize(times, [Path("/old"), Path("/new")])
 
     assert first["prefill bf16"] == {
-        "median_ms": 102.0, "vs_first": 1.0, "vs_first_min": 1.0, "vs_first_max": 1.0, "rounds": 3
-    }  # fmt: skip
+        "median_ms": 102.0,
+        "vs_first": 1.0,
+        "vs_first_min": 1.0,
+        "vs_first_max": 1.0,
+        "rounds": 3,
+    }
     assert second["prefill bf16"]["median_ms"] == 97.0
     assert second["prefill bf16"]["vs_first"] == pytest.approx(0.9)
     assert second["prefill bf16"]["vs_first_min"] == pytest.approx(0.9)

@@ -8,8 +8,13 @@ from benchmarks.repetitions import interleaved_order, ratio, spread
 
 def test_every_system_runs_once_per_repetition_in_the_same_order() -> None:
     assert interleaved_order(["A", "B"], 3) == [
-        (0, "A"), (0, "B"), (1, "A"), (1, "B"), (2, "A"), (2, "B"),
-    ]  # fmt: skip
+        (0, "A"),
+        (0, "B"),
+        (1, "A"),
+        (1, "B"),
+        (2, "A"),
+        (2, "B"),
+    ]
 
 
 def test_interleaving_refuses_no_repetitions_and_a_system_named_twice() -> None:

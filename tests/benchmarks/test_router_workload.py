@@ -36,7 +36,9 @@ def render(messages: Messages) -> list[int]:
     return [*ids, 3]
 
 
-SHAPE = WorkloadShape(num_tenants=3, conversations_per_tenant=2, turns_per_conversation=4, system_prompt_tokens=100)  # fmt: skip
+SHAPE = WorkloadShape(
+    num_tenants=3, conversations_per_tenant=2, turns_per_conversation=4, system_prompt_tokens=100
+)
 
 
 def make_turns(seed: int = 0, shape: WorkloadShape = SHAPE) -> list[ChatTurn]:
@@ -58,7 +60,10 @@ def test_a_conversation_s_turns_come_in_order_and_carry_the_earlier_turns() -> N
             assert [t.turn for t in mine] == [0, 1, 2, 3]
             for earlier, later in itertools.pairwise(mine):
                 assert later.messages[: len(earlier.messages)] == earlier.messages
-                assert [m["role"] for m in later.messages[len(earlier.messages) :]] == ["assistant", "user"]  # fmt: skip
+                assert [m["role"] for m in later.messages[len(earlier.messages) :]] == [
+                    "assistant",
+                    "user",
+                ]
 
 
 def test_conversations_are_interleaved_not_sent_one_after_another() -> None:

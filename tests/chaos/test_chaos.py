@@ -36,7 +36,10 @@ POISON = [
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Process, list[Process]]]:
     from tests.tiny_model import make_tiny_llama_dir
 
-    model, logs = make_tiny_llama_dir(tmp_path_factory.mktemp("tiny")), tmp_path_factory.mktemp("logs")  # fmt: skip
+    model, logs = (
+        make_tiny_llama_dir(tmp_path_factory.mktemp("tiny")),
+        tmp_path_factory.mktemp("logs"),
+    )
     replicas = [replica_process(model, logs, 128) for _ in range(2)]
     router = router_process(model, logs, [r.url for r in replicas], "--request-read-timeout-s", "3")
     try:
@@ -59,7 +62,9 @@ def good_workload(router: Process, seed: int) -> list[float]:
 
     def one(prompt: str) -> float:
         start = time.perf_counter()
-        response = httpx.post(router.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 8}, timeout=60)  # fmt: skip
+        response = httpx.post(
+            router.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 8}, timeout=60
+        )
         assert response.status_code == 200, response.text
         return time.perf_counter() - start
 
@@ -103,7 +108,12 @@ class Background:
 
 def send_poison(router: Process, rng: random.Random) -> None:
     body = rng.choice(POISON)
-    response = httpx.post(router.url + "/v1/completions", content=json.dumps(body), headers={"Content-Type": "application/json"}, timeout=30)  # fmt: skip
+    response = httpx.post(
+        router.url + "/v1/completions",
+        content=json.dumps(body),
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
     # Refused (4xx) or served (a wrapped seed is legal): never a server error.
     assert response.status_code < 500, f"{str(body)[:80]} -> {response.status_code}"
 
@@ -148,6 +158,8 @@ def test_good_requests_are_unharmed_by_an_attacker(fleet: tuple[Process, list[Pr
         time.sleep(1)
         attacked = good_workload(router, seed=4)
     allowed = max(2 * p99(quiet), p99(quiet) + 0.25)
-    print(f"\ngood p99: quiet {p99(quiet) * 1e3:.0f} ms, attacked {p99(attacked) * 1e3:.0f} ms (allowed {allowed * 1e3:.0f} ms)")  # fmt: skip
+    print(
+        f"\ngood p99: quiet {p99(quiet) * 1e3:.0f} ms, attacked {p99(attacked) * 1e3:.0f} ms (allowed {allowed * 1e3:.0f} ms)"
+    )
     assert attacker.failures == [] and probes.failures == []
     assert p99(attacked) <= allowed

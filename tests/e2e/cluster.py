@@ -104,9 +104,10 @@ class Cluster:
     def crash_looping(self, max_restarts: int = 3) -> list[str]:
         """Pods restarted more than `max_restarts` times (a scenario that waits gives up early)."""
         return [
-            f"{r.namespace}/{r.name}" for r in self.kubelet.runners.values()
+            f"{r.namespace}/{r.name}"
+            for r in self.kubelet.runners.values()
             if any(c.restart_count > max_restarts for c in r.containers)
-        ]  # fmt: skip
+        ]
 
     async def wait_ready(self, namespace: str, name: str, timeout: float) -> None:
         def ready() -> bool:
@@ -127,7 +128,9 @@ class Cluster:
         await self.client.close()
 
 
-async def eventually(check: Callable[[], Any], timeout: float, what: str | Callable[[], str] = "") -> Any:  # fmt: skip
+async def eventually(
+    check: Callable[[], Any], timeout: float, what: str | Callable[[], str] = ""
+) -> Any:
     return await polling.eventually(check, timeout, what, interval=0.2)
 
 

@@ -126,10 +126,13 @@ class ContainerRunner:
         reason = "Completed" if exit_code == 0 else "Error"
         self.last_state = {
             "terminated": {
-                "exitCode": exit_code, "reason": reason, "startedAt": started_at,
-                "finishedAt": now(), "containerID": f"e2e://{launch.container_id}",
+                "exitCode": exit_code,
+                "reason": reason,
+                "startedAt": started_at,
+                "finishedAt": now(),
+                "containerID": f"e2e://{launch.container_id}",
             }
-        }  # fmt: skip
+        }
         self.ready = self.started = False
         self.state = {"terminated": self.last_state["terminated"]}
         await self.on_change()

@@ -48,9 +48,13 @@ def is_ready(pod: Obj) -> bool:
 def owner_reference(owner: Obj) -> Obj:
     meta = owner["metadata"]
     return {
-        "apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"],
-        "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True,
-    }  # fmt: skip
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 async def sync_deployments(kubelet: Kubelet) -> None:
@@ -128,11 +132,16 @@ async def _write_status(kubelet: Kubelet, deployment: Obj, pods: list[Obj], num_
         "readyReplicas": num_ready,
         "availableReplicas": num_ready,
         "unavailableReplicas": max(wanted - num_ready, 0),
-        "conditions": [{
-            "type": "Available", "status": "True" if num_ready >= wanted else "False",
-            "reason": "MinimumReplicasAvailable" if num_ready >= wanted else "MinimumReplicasUnavailable",
-        }],
-    }  # fmt: skip
+        "conditions": [
+            {
+                "type": "Available",
+                "status": "True" if num_ready >= wanted else "False",
+                "reason": "MinimumReplicasAvailable"
+                if num_ready >= wanted
+                else "MinimumReplicasUnavailable",
+            }
+        ],
+    }
     if deployment.get("status") != status:
         meta = deployment["metadata"]
         await kubelet.client.patch(
@@ -150,10 +159,11 @@ async def sync_endpoint_slices(kubelet: Kubelet) -> None:
 async def _sync_slice(kubelet: Kubelet, service: Obj, selector: Obj) -> None:
     namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
     pods = [
-        p for p in kubelet.api.all_live(PODS, namespace)
+        p
+        for p in kubelet.api.all_live(PODS, namespace)
         if matches_labels(p["metadata"].get("labels") or {}, selector)
         and (p.get("status") or {}).get("podIP")
-    ]  # fmt: skip
+    ]
     desired = {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -182,10 +192,12 @@ def _endpoint(pod: Obj) -> Obj:
         "conditions": {"ready": ready, "serving": ready, "terminating": False},
         "nodeName": "e2e-node",
         "targetRef": {
-            "kind": "Pod", "namespace": pod["metadata"]["namespace"],
-            "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"],
+            "kind": "Pod",
+            "namespace": pod["metadata"]["namespace"],
+            "name": pod["metadata"]["name"],
+            "uid": pod["metadata"]["uid"],
         },
-    }  # fmt: skip
+    }
 
 
 def _slice_ports(service: Obj, pods: list[Obj]) -> list[Obj]:

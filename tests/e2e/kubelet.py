@@ -79,8 +79,12 @@ class Kubelet:
         except TimeoutError:
             # A teardown that hangs would hold CI until its limit: name what was still running,
             # kill it, and go on (the scenario's own result stands).
-            alive = [f"{r.namespace}/{r.name}/{c.name}" for r in runners for c in r.containers
-                     if c.process is not None and c.process.returncode is None]  # fmt: skip
+            alive = [
+                f"{r.namespace}/{r.name}/{c.name}"
+                for r in runners
+                for c in r.containers
+                if c.process is not None and c.process.returncode is None
+            ]
             warnings.warn(
                 f"pods still stopping after {TEARDOWN_S:.0f} s, killed: {alive}", stacklevel=1
             )

@@ -39,10 +39,11 @@ class PodRunner:
         self.netns, self.ip = kubelet.network.add_pod()
         self.started_at = now()
         self.containers = [
-            ContainerRunner(c, kubelet.runtime, self._configure, self._publish,
-                            kubelet.time_scale, self.ip)
+            ContainerRunner(
+                c, kubelet.runtime, self._configure, self._publish, kubelet.time_scale, self.ip
+            )
             for c in pod["spec"]["containers"]
-        ]  # fmt: skip
+        ]
         self.task: asyncio.Task[Any] | None = None
 
     @property

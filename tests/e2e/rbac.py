@@ -90,10 +90,11 @@ def rules_of(subject: tuple[str, str], objects: Iterable[Obj]) -> list[tuple[str
 def _binds(binding: Obj, subject: tuple[str, str]) -> bool:
     namespace, name = subject
     return any(
-        s.get("kind") == "ServiceAccount" and s.get("name") == name
+        s.get("kind") == "ServiceAccount"
+        and s.get("name") == name
         and s.get("namespace", binding["metadata"].get("namespace")) == namespace
         for s in binding.get("subjects") or []
-    )  # fmt: skip
+    )
 
 
 def allowed(permission: Permission, rules: list[tuple[str | None, Obj]]) -> bool:

@@ -136,9 +136,13 @@ async def _spawn(
     log = open(log_path, "ab")  # noqa: SIM115 - the child holds it; closed below
     try:
         return await asyncio.create_subprocess_exec(
-            *argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            *argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
     finally:
         log.close()
 
@@ -175,8 +179,21 @@ class ProcessRuntime:
         setpriv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
         launch = dataclasses.replace(launch, mounts=[*self.etc_mounts, *launch.mounts])
         script = _mount_script(launch, setpriv)
-        argv = [IP, "netns", "exec", launch.netns, "unshare", "--mount", "--propagation",
-                "private", "sh", "-c", script, "sh", *launch.argv]  # fmt: skip
+        argv = [
+            IP,
+            "netns",
+            "exec",
+            launch.netns,
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            *launch.argv,
+        ]
         env = {**launch.env, "PATH": launch.env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"}
         return await _spawn(argv, env, launch.log_path)
 
@@ -212,24 +229,42 @@ class BuildahRuntime:
         uid = int(user[0]) if user[0].isdigit() else 0
         gid = int(user[1]) if len(user) > 1 and user[1].isdigit() else uid
         return ImageConfig(
-            config.get("Entrypoint") or [], config.get("Cmd") or [], env, (uid, gid),
+            config.get("Entrypoint") or [],
+            config.get("Cmd") or [],
+            env,
+            (uid, gid),
             config.get("WorkingDir") or "/",
-        )  # fmt: skip
+        )
 
     async def start(self, launch: Launch) -> asyncio.subprocess.Process:
         if launch.container_id not in self.containers:
             subprocess.run(
                 [self.buildah, "from", "--pull-never", "--name", launch.container_id, launch.image],
-                check=True, capture_output=True,
-            )  # fmt: skip
+                check=True,
+                capture_output=True,
+            )
             self.containers.add(launch.container_id)
         volumes = [
             f"--volume={m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in launch.mounts
         ]
         envs = [f"--env={key}={value}" for key, value in launch.env.items()]
-        argv = [IP, "netns", "exec", launch.netns, self.buildah, "run", "--isolation=chroot", "--network=host",
-                f"--user={launch.user[0]}:{launch.user[1]}", f"--workingdir={launch.workdir}",
-                *volumes, *envs, launch.container_id, "--", *launch.argv]  # fmt: skip
+        argv = [
+            IP,
+            "netns",
+            "exec",
+            launch.netns,
+            self.buildah,
+            "run",
+            "--isolation=chroot",
+            "--network=host",
+            f"--user={launch.user[0]}:{launch.user[1]}",
+            f"--workingdir={launch.workdir}",
+            *volumes,
+            *envs,
+            launch.container_id,
+            "--",
+            *launch.argv,
+        ]
         return await _spawn(argv, dict(os.environ), launch.log_path)
 
     def remove(self, container_id: str) -> None:

@@ -33,7 +33,9 @@ async def demand(ip: str) -> Obj:
     return view
 
 
-async def complete(http: aiohttp.ClientSession, ip: str, prompt: str, stream: bool, max_tokens: int = 8) -> Obj:  # fmt: skip
+async def complete(
+    http: aiohttp.ClientSession, ip: str, prompt: str, stream: bool, max_tokens: int = 8
+) -> Obj:
     """One completion: status, dispatch order, and the text (a stream read to its end)."""
     body = {"prompt": prompt, "max_tokens": max_tokens, "stream": stream, "temperature": 0}
     url = f"http://{ip}:{ROUTER_PORT}/v1/completions"
@@ -80,9 +82,18 @@ async def wait_scaled_to_zero(cluster: Cluster, timeout: float) -> None:
     async def at_zero() -> bool:
         ready = cluster.condition("default", "smollm2", "Ready")
         gone = not cluster.kubelet.pods("smollm2-engine-")
-        if not (spec_replicas(cluster) == 0 and gone and ready.get("reason") == "ScaledToZero" and ready.get("status") == "True"):  # fmt: skip
+        if not (
+            spec_replicas(cluster) == 0
+            and gone
+            and ready.get("reason") == "ScaledToZero"
+            and ready.get("status") == "True"
+        ):
             return False
         known = [(await demand(r.ip))["replicas"] for r in cluster.kubelet.pods("smollm2-router-")]
         return not any(known)
 
-    await eventually(at_zero, timeout, lambda: f"scaled to zero, Ready={cluster.condition('default', 'smollm2', 'Ready')}")  # fmt: skip
+    await eventually(
+        at_zero,
+        timeout,
+        lambda: f"scaled to zero, Ready={cluster.condition('default', 'smollm2', 'Ready')}",
+    )

@@ -22,12 +22,19 @@ LOAD_WORKERS = 4
 LOAD_SECONDS = 75
 
 
-async def test_a_load_ramp_scales_up_within_max_and_back_down_without_flapping(cluster: Cluster) -> None:  # fmt: skip
+async def test_a_load_ramp_scales_up_within_max_and_back_down_without_flapping(
+    cluster: Cluster,
+) -> None:
     started = time.monotonic()
-    edit = autoscaled({
-        "minReplicas": 1, "maxReplicas": MAX_REPLICAS, "targetConcurrency": 1,
-        "stableWindowSeconds": 10, "scaleDownStabilizationSeconds": STABILIZATION_S,
-    })  # fmt: skip
+    edit = autoscaled(
+        {
+            "minReplicas": 1,
+            "maxReplicas": MAX_REPLICAS,
+            "targetConcurrency": 1,
+            "stableWindowSeconds": 10,
+            "scaleDownStabilizationSeconds": STABILIZATION_S,
+        }
+    )
     await cluster.apply_example(edit)
     await cluster.wait_ready("default", "smollm2", timeout=420)
     [router] = cluster.kubelet.pods("smollm2-router-")
@@ -47,14 +54,20 @@ async def test_a_load_ramp_scales_up_within_max_and_back_down_without_flapping(c
     for t, replicas, ready, concurrency in _changes(timeline):
         print(f"  {t:6.1f}  {replicas}  {ready}  {concurrency}")
     steps = _scale_steps(cluster)
-    print(f"scale events: {steps}; {len(results)} requests; took {time.monotonic() - started:.0f} s")  # fmt: skip
-    assert all(r["status"] == 200 for r in results), [r["raw"] for r in results if r["status"] != 200]  # fmt: skip
+    print(
+        f"scale events: {steps}; {len(results)} requests; took {time.monotonic() - started:.0f} s"
+    )
+    assert all(r["status"] == 200 for r in results), [
+        r["raw"] for r in results if r["status"] != 200
+    ]
     assert 2 <= peak <= MAX_REPLICAS
     assert max(replicas for _, replicas, _, _ in timeline) <= MAX_REPLICAS
     assert _most_direction_changes(steps, STABILIZATION_S) <= 2, steps
 
 
-async def _load(http: aiohttp.ClientSession, ip: str, deadline: float, results: list[dict], worker: int) -> None:  # fmt: skip
+async def _load(
+    http: aiohttp.ClientSession, ip: str, deadline: float, results: list[dict], worker: int
+) -> None:
     n = 0
     while time.monotonic() < deadline:
         prompt = f"Worker {worker}, request {n}: write a line about autumn."
@@ -67,7 +80,14 @@ async def _sample(cluster: Cluster, ip: str, timeline: list, started: float) -> 
         view = await demand(ip)
         status = cluster.llmd("default", "smollm2").get("status", {})
         concurrency = view["num_held"] + view["num_inflight"]
-        timeline.append((time.monotonic() - started, spec_replicas(cluster), status.get("readyReplicas", 0), concurrency))  # fmt: skip
+        timeline.append(
+            (
+                time.monotonic() - started,
+                spec_replicas(cluster),
+                status.get("readyReplicas", 0),
+                concurrency,
+            )
+        )
         await asyncio.sleep(0.5)
 
 

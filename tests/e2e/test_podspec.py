@@ -45,8 +45,12 @@ def test_env_is_image_then_env_from_then_env_with_value_from() -> None:
     }
     env = environment(POD, container, IMAGE, lookup)
     assert (env["A"], env["B"], env["IP"], env["KEY"], env["HOME"]) == (
-        "cm", "env", "10.0.0.2", "key", "/tmp",
-    )  # fmt: skip
+        "cm",
+        "env",
+        "10.0.0.2",
+        "key",
+        "/tmp",
+    )
 
 
 def test_a_missing_config_map_is_a_config_error() -> None:

@@ -13,9 +13,15 @@ OPERATOR = "sa:ops:op"
 def request(method: str, resource: str, **fields: Any) -> ApiRequest:
     group, _, plural = resource.rpartition("/")
     defaults: dict[str, Any] = {
-        "token": OPERATOR, "method": method, "group": group, "resource": plural,
-        "subresource": None, "namespace": "team-a", "name": None, "watch": False,
-    }  # fmt: skip
+        "token": OPERATOR,
+        "method": method,
+        "group": group,
+        "resource": plural,
+        "subresource": None,
+        "namespace": "team-a",
+        "name": None,
+        "watch": False,
+    }
     return ApiRequest(**{**defaults, **fields})
 
 
@@ -55,12 +61,18 @@ def test_a_subresource_needs_its_own_rule() -> None:
 
 def test_a_role_binding_grants_only_in_its_namespace() -> None:
     objects = [
-        {"kind": "Role", "metadata": {"name": "r", "namespace": "team-a"},
-         "rules": [rule("", ["pods"], ["list"])]},
-        {"kind": "RoleBinding", "metadata": {"name": "r", "namespace": "team-a"},
-         "roleRef": {"kind": "Role", "name": "r"},
-         "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": "ops"}]},
-    ]  # fmt: skip
+        {
+            "kind": "Role",
+            "metadata": {"name": "r", "namespace": "team-a"},
+            "rules": [rule("", ["pods"], ["list"])],
+        },
+        {
+            "kind": "RoleBinding",
+            "metadata": {"name": "r", "namespace": "team-a"},
+            "roleRef": {"kind": "Role", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": "ops"}],
+        },
+    ]
     requests = [request("GET", "pods"), request("GET", "pods", namespace="team-b")]
     assert denied(requests, objects) == {OPERATOR: ["list core/pods  (in team-b)"]}
 

@@ -27,7 +27,7 @@ def two_engines(obj: dict) -> dict:
     return obj
 
 
-async def test_scale_down_removes_the_coldest_engine_and_no_stream_fails(cluster: Cluster) -> None:  # fmt: skip
+async def test_scale_down_removes_the_coldest_engine_and_no_stream_fails(cluster: Cluster) -> None:
     started = time.monotonic()
     await cluster.apply_example(two_engines)
     await cluster.wait_ready("default", "smollm2", timeout=420)
@@ -46,13 +46,29 @@ async def test_scale_down_removes_the_coldest_engine_and_no_stream_fails(cluster
         hot_url = max(scores, key=lambda url: scores[url])
         cold_url = min(scores, key=lambda url: scores[url])
         assert scores[hot_url] > scores[cold_url], scores
-        cold_pod = next(p.name for p in cluster.kubelet.pods("smollm2-engine-") if hot_url.find(p.ip) < 0)  # fmt: skip
+        cold_pod = next(
+            p.name for p in cluster.kubelet.pods("smollm2-engine-") if hot_url.find(p.ip) < 0
+        )
 
         stop = asyncio.Event()
         streams: list[dict] = []
-        workers = [asyncio.create_task(_stream_until(http, router.ip, stop, streams, w)) for w in range(2)]  # fmt: skip
-        autoscaling = {"enabled": True, "minReplicas": 1, "maxReplicas": 2, "targetConcurrency": 4, "stableWindowSeconds": 6, "scaleDownStabilizationSeconds": 10}  # fmt: skip
-        assert await cluster.client.patch(LLMD, "default", "smollm2", {"spec": {"autoscaling": autoscaling}}) < 400  # fmt: skip
+        workers = [
+            asyncio.create_task(_stream_until(http, router.ip, stop, streams, w)) for w in range(2)
+        ]
+        autoscaling = {
+            "enabled": True,
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "targetConcurrency": 4,
+            "stableWindowSeconds": 6,
+            "scaleDownStabilizationSeconds": 10,
+        }
+        assert (
+            await cluster.client.patch(
+                LLMD, "default", "smollm2", {"spec": {"autoscaling": autoscaling}}
+            )
+            < 400
+        )
 
         def one_engine_left() -> bool:
             return spec_replicas(cluster) == 1 and len(cluster.kubelet.pods("smollm2-engine-")) == 1
@@ -68,11 +84,19 @@ async def test_scale_down_removes_the_coldest_engine_and_no_stream_fails(cluster
     assert not failed, failed
     messages = [e["message"] for e in scale_events(cluster)]
     assert any(cold_pod in m for m in messages), messages
-    print(f"scale-down: {len(streams)} streams, none failed; {cold_pod} (cold) went; scores {scores}; took {time.monotonic() - started:.0f} s")  # fmt: skip
+    print(
+        f"scale-down: {len(streams)} streams, none failed; {cold_pod} (cold) went; scores {scores}; took {time.monotonic() - started:.0f} s"
+    )
 
 
-async def _stream_until(http: aiohttp.ClientSession, ip: str, stop: asyncio.Event, results: list[dict], worker: int) -> None:  # fmt: skip
+async def _stream_until(
+    http: aiohttp.ClientSession, ip: str, stop: asyncio.Event, results: list[dict], worker: int
+) -> None:
     n = 0
     while not stop.is_set():
-        results.append(await complete(http, ip, f"Worker {worker} story {n}: once upon a time", stream=True, max_tokens=16))  # fmt: skip
+        results.append(
+            await complete(
+                http, ip, f"Worker {worker} story {n}: once upon a time", stream=True, max_tokens=16
+            )
+        )
         n += 1

@@ -27,7 +27,9 @@ QUEUE_SIZE = 20
 IDLE_SECONDS = 15
 
 
-async def test_held_requests_bring_an_engine_from_zero_and_idle_takes_it_back(cluster: Cluster) -> None:  # fmt: skip
+async def test_held_requests_bring_an_engine_from_zero_and_idle_takes_it_back(
+    cluster: Cluster,
+) -> None:
     started = time.monotonic()
     edit = autoscaled(
         {"minReplicas": 0, "maxReplicas": 1, "scaleToZeroAfterSeconds": IDLE_SECONDS},
@@ -60,7 +62,9 @@ async def test_held_requests_bring_an_engine_from_zero_and_idle_takes_it_back(cl
         seqs = [r["seq"] for r in results]
         assert seqs == sorted(seqs), f"dispatch order {seqs} is not the arrival order"
         assert spec_replicas(cluster) == 1
-        print(f"from zero: all {QUEUE_SIZE} held requests answered {from_zero_s:.1f} s after the 21st was refused")  # fmt: skip
+        print(
+            f"from zero: all {QUEUE_SIZE} held requests answered {from_zero_s:.1f} s after the 21st was refused"
+        )
 
         await wait_scaled_to_zero(cluster, timeout=IDLE_SECONDS + 120)
         back = await complete(http, router.ip, "Back again?", stream=True)

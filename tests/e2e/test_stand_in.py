@@ -24,20 +24,29 @@ def deployment(owner: dict[str, Any], **container: Any) -> dict[str, Any]:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": "exits", "namespace": "default",
-            "ownerReferences": [{
-                "apiVersion": owner["apiVersion"], "kind": owner["kind"],
-                "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
-            }],
+            "name": "exits",
+            "namespace": "default",
+            "ownerReferences": [
+                {
+                    "apiVersion": owner["apiVersion"],
+                    "kind": owner["kind"],
+                    "name": owner["metadata"]["name"],
+                    "uid": owner["metadata"]["uid"],
+                }
+            ],
         },
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {
-                "containers": [container], "volumes": [{"name": "tmp", "emptyDir": {}}],
-            }},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [container],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                },
+            },
         },
-    }  # fmt: skip
+    }
 
 
 def crash_looping(cluster: Cluster) -> dict[str, Any] | None:
@@ -59,11 +68,15 @@ async def test_a_read_only_root_filesystem_leaves_only_the_volumes_writable(
         }
     )
     script = "touch /tmp/volume || exit 3; touch /var/tmp/pagedock-e2e-root || exit 4"
-    await cluster.client.create(deployment(
-        owner, command=["sh", "-c", script], args=[],
-        volumeMounts=[{"name": "tmp", "mountPath": "/tmp"}],
-        securityContext={"readOnlyRootFilesystem": True, "runAsUser": 0},
-    ))  # fmt: skip
+    await cluster.client.create(
+        deployment(
+            owner,
+            command=["sh", "-c", script],
+            args=[],
+            volumeMounts=[{"name": "tmp", "mountPath": "/tmp"}],
+            securityContext={"readOnlyRootFilesystem": True, "runAsUser": 0},
+        )
+    )
     status = await eventually(lambda: crash_looping(cluster), 60, "CrashLoopBackOff")
     assert status["lastState"]["terminated"]["exitCode"] == 4
 

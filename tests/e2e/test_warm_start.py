@@ -30,13 +30,17 @@ def tenant_prompt(tenant: int, n: int) -> str:
 def round_robin(warm_prefixes: int) -> Any:
     def edit(obj: dict) -> dict:
         # a generous warm timeout: on this loaded 2-core machine one prefill can take seconds
-        obj["spec"]["router"] = {"policy": "round-robin", "warmPrefixes": warm_prefixes, "warmTimeoutSeconds": 300}  # fmt: skip
+        obj["spec"]["router"] = {
+            "policy": "round-robin",
+            "warmPrefixes": warm_prefixes,
+            "warmTimeoutSeconds": 300,
+        }
         return obj
 
     return edit
 
 
-async def test_a_warmed_engine_hits_the_cache_more_in_its_first_requests(cluster: Cluster) -> None:  # fmt: skip
+async def test_a_warmed_engine_hits_the_cache_more_in_its_first_requests(cluster: Cluster) -> None:
     started = time.monotonic()
     await cluster.apply_example(round_robin(0))
     await cluster.wait_ready("default", "smollm2", timeout=420)
@@ -50,11 +54,17 @@ async def test_a_warmed_engine_hits_the_cache_more_in_its_first_requests(cluster
         [old] = cluster.kubelet.pods("smollm2-router-")
         patch = {"spec": {"router": {"warmPrefixes": NUM_TENANTS}}}
         assert await cluster.client.patch(LLMD, "default", "smollm2", patch) < 400
-        await eventually(lambda: _router_args_have(cluster, "--warm-prefixes", str(NUM_TENANTS)), 120, "the router restarted with warm start")  # fmt: skip
+        await eventually(
+            lambda: _router_args_have(cluster, "--warm-prefixes", str(NUM_TENANTS)),
+            120,
+            "the router restarted with warm start",
+        )
         router = await _router(cluster, replaced=old.name)
         await _tenant_traffic(http, router, counter, rounds=1)  # the new router learns what is hot
         warm = await _first_requests_hit_rate(cluster, http, counter, replicas=3)
-    print(f"warm start: a new engine's prefix hit rate over its first {FIRST_REQUESTS} requests: {cold:.2f} without warming, {warm:.2f} with; took {time.monotonic() - started:.0f} s")  # fmt: skip
+    print(
+        f"warm start: a new engine's prefix hit rate over its first {FIRST_REQUESTS} requests: {cold:.2f} without warming, {warm:.2f} with; took {time.monotonic() - started:.0f} s"
+    )
     assert warm > cold
 
 
@@ -74,17 +84,23 @@ def _router_args_have(cluster: Cluster, flag: str, value: str) -> bool:
     return len(args) == 1 and value == args[0][args[0].index(flag) + 1]
 
 
-async def _tenant_traffic(http: aiohttp.ClientSession, router: str, counter: Any, rounds: int) -> list[dict]:  # fmt: skip
+async def _tenant_traffic(
+    http: aiohttp.ClientSession, router: str, counter: Any, rounds: int
+) -> list[dict]:
     results = []
     for _ in range(rounds):
         for tenant in range(NUM_TENANTS):
-            result = await complete(http, router, tenant_prompt(tenant, next(counter)), stream=False, max_tokens=1)  # fmt: skip
+            result = await complete(
+                http, router, tenant_prompt(tenant, next(counter)), stream=False, max_tokens=1
+            )
             assert result["status"] == 200, result["raw"]
             results.append(result)
     return results
 
 
-async def _first_requests_hit_rate(cluster: Cluster, http: aiohttp.ClientSession, counter: Any, replicas: int) -> float:  # fmt: skip
+async def _first_requests_hit_rate(
+    cluster: Cluster, http: aiohttp.ClientSession, counter: Any, replicas: int
+) -> float:
     """Scale to `replicas`, wait for the new engine to be a candidate, then send tenant traffic
     until it served FIRST_REQUESTS; its hit rate (tokens) over exactly those requests."""
     before = {p.ip for p in cluster.kubelet.pods("smollm2-engine-")}
@@ -93,7 +109,13 @@ async def _first_requests_hit_rate(cluster: Cluster, http: aiohttp.ClientSession
 
     async def new_candidate() -> str | None:
         view = await get_json(router, 8080, "/router/replicas")
-        fresh = [r["url"] for r in view["replicas"] if r["healthy"] and not r["warming"] and r["url"].split("//")[1].split(":")[0] not in before]  # fmt: skip
+        fresh = [
+            r["url"]
+            for r in view["replicas"]
+            if r["healthy"]
+            and not r["warming"]
+            and r["url"].split("//")[1].split(":")[0] not in before
+        ]
         return fresh[0] if len(view["replicas"]) == replicas and fresh else None
 
     url = await eventually(new_candidate, 300, f"engine {replicas} a routing candidate")
@@ -102,7 +124,16 @@ async def _first_requests_hit_rate(cluster: Cluster, http: aiohttp.ClientSession
     served, tenants = 0, itertools.cycle(range(NUM_TENANTS))
     while served < FIRST_REQUESTS:
         # one request per engine at a time (round-robin): the new engine's share arrives in order
-        batch = [complete(http, router, tenant_prompt(next(tenants), next(counter)), stream=False, max_tokens=1) for _ in range(min(replicas, FIRST_REQUESTS - served))]  # fmt: skip
+        batch = [
+            complete(
+                http,
+                router,
+                tenant_prompt(next(tenants), next(counter)),
+                stream=False,
+                max_tokens=1,
+            )
+            for _ in range(min(replicas, FIRST_REQUESTS - served))
+        ]
         for result in await asyncio.gather(*batch):
             assert result["status"] == 200, result["raw"]
             served += result["replica"] == url

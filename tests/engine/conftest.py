@@ -55,7 +55,7 @@ def prefill_logits(llm: Any, prompt: list[int]) -> Any:
     import torch
 
     from engine.core.scheduler_output import ScheduledRequest
-    from engine.sampling_params import SamplingParams
+    from engine.inputs.sampling_params import SamplingParams
     from engine.worker.input_batch import build_model_inputs
 
     engine = llm.engine

@@ -6,11 +6,11 @@ import itertools
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.core.block_hash import root_hash
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import ModelRunnerOutput, SampledToken, SchedulerOutput
-from engine.sampling_params import SamplingParams
+from engine.inputs.sampling_params import SamplingParams
+from pagedock.kv.block_hash import root_hash
 
 ROOT = root_hash("test-model")
 EOS = 2

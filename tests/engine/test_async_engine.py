@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
 from engine.core.scheduler_output import EngineCoreOutput
-from engine.llm_engine import LLMEngine
-from engine.outputs import RequestOutput
-from engine.sampling_params import RequestOutputKind, SamplingParams
-from engine.text.detokenizer import IncrementalDetokenizer
+from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
+from engine.runtime.async_engine import AsyncEngine
+from engine.runtime.llm_engine import LLMEngine
+from engine.runtime.outputs import RequestOutput
+from pagedock.text.detokenizer import IncrementalDetokenizer
 
 NUM_KV_BLOCKS = 64
 DELTA = RequestOutputKind.DELTA

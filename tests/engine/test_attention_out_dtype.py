@@ -80,7 +80,9 @@ def test_a_bad_out_dtype_is_refused_by_the_kernel() -> None:
     out = torch.empty(query.shape, dtype=torch.float16)
     assert kernels is not None
     with pytest.raises(RuntimeError, match="out must be float32 or bfloat16"):
-        kernels.paged_decode(query, k_cache, v_cache, tables, torch.tensor([5], dtype=torch.int32), 0.125, out)  # fmt: skip
+        kernels.paged_decode(
+            query, k_cache, v_cache, tables, torch.tensor([5], dtype=torch.int32), 0.125, out
+        )
 
 
 @pytest.mark.skipif(not onednn_available(), reason="this torch build cannot pack for oneDNN")

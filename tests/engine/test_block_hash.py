@@ -1,6 +1,6 @@
 import struct
 
-from engine.core.block_hash import hash_block, hash_blocks, root_hash
+from pagedock.kv.block_hash import hash_block, hash_blocks, root_hash
 
 
 def test_only_full_blocks_are_hashed() -> None:

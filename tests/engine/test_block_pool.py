@@ -1,6 +1,6 @@
-from engine.core.block_hash import hash_block
 from engine.core.block_pool import BlockPool
 from engine.core.kv_events import BlockRemoved, BlockStored
+from pagedock.kv.block_hash import hash_block
 from tests.engine.factories import ROOT
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine.config import EngineConfig, parse_bytes
-from engine.errors import ConfigError, InvalidRequestError
 from engine.server.cli import build_parser
 from pagedock.cli import main
+from pagedock.errors import ConfigError, InvalidRequestError
 
 # The built-in SmolLM2 has 9 attention heads and 3 KV heads.
 TP_DOES_NOT_FIT = (

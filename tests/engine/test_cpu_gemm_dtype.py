@@ -9,8 +9,8 @@ from torch import nn
 
 from engine import device
 from engine.device import pick_cpu_gemm_dtype
-from engine.errors import ConfigError
 from engine.layers.cpu_linear import PackedLinear, onednn_available
+from pagedock.errors import ConfigError
 
 CPU = torch.device("cpu")
 
@@ -42,7 +42,9 @@ def test_an_explicit_float32_dtype_is_float32_throughout() -> None:
 
 @pytest.mark.usefixtures("native_bf16")
 def test_gpus_and_bf16_engines_multiply_in_their_own_dtype() -> None:
-    assert pick_cpu_gemm_dtype("auto", "auto", torch.bfloat16, torch.device("cuda")) == torch.bfloat16  # fmt: skip
+    assert (
+        pick_cpu_gemm_dtype("auto", "auto", torch.bfloat16, torch.device("cuda")) == torch.bfloat16
+    )
     assert pick_cpu_gemm_dtype("float32", "bfloat16", torch.bfloat16, CPU) == torch.bfloat16
 
 

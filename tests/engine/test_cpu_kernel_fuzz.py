@@ -42,11 +42,15 @@ def run_kernel(query, k_cache, v_cache, tables, lens, out=None):  # type: ignore
 def test_any_accepted_layout_matches_the_reference(problem: dict) -> None:
     torch.manual_seed(problem["seed"])
     seq_lens, heads = problem["seq_lens"], problem["num_kv_heads"] * problem["group"]
-    k_cache, v_cache, tables = random_paged_cache(seq_lens, problem["block_size"], problem["num_kv_heads"], problem["head_dim"])  # fmt: skip
+    k_cache, v_cache, tables = random_paged_cache(
+        seq_lens, problem["block_size"], problem["num_kv_heads"], problem["head_dim"]
+    )
     k_cache, v_cache = k_cache.to(problem["kv_dtype"]), v_cache.to(problem["kv_dtype"])
     query = torch.randn(len(seq_lens), heads, problem["head_dim"])
     lens = torch.tensor(seq_lens, dtype=torch.int32)
-    expected = paged_decode_attention(query, k_cache.float(), v_cache.float(), tables, lens, max(max(seq_lens), 1), 0.1)  # fmt: skip
+    expected = paged_decode_attention(
+        query, k_cache.float(), v_cache.float(), tables, lens, max(max(seq_lens), 1), 0.1
+    )
     out = run_kernel(query, k_cache, v_cache, tables, lens)
     rows = lens > 0  # an empty context has no defined output; the reference gives NaN there
     torch.testing.assert_close(out[rows], expected[rows], rtol=1e-4, atol=1e-5)
@@ -60,13 +64,21 @@ def test_the_layout_that_overflowed_the_per_item_state_is_computed() -> None:
     query = torch.randn(1, 125, 32)
     lens = torch.tensor(seq_lens, dtype=torch.int32)
     expected = paged_decode_attention(query, k_cache, v_cache, tables, lens, 40, 0.1)
-    torch.testing.assert_close(run_kernel(query, k_cache, v_cache, tables, lens), expected, rtol=1e-4, atol=1e-5)  # fmt: skip
+    torch.testing.assert_close(
+        run_kernel(query, k_cache, v_cache, tables, lens), expected, rtol=1e-4, atol=1e-5
+    )
 
 
 def valid_problem() -> tuple[torch.Tensor, ...]:
     torch.manual_seed(1)
     k_cache, v_cache, tables = random_paged_cache([20, 33], 16, 2, 32)
-    return torch.randn(2, 4, 32), k_cache, v_cache, tables, torch.tensor([20, 33], dtype=torch.int32)  # fmt: skip
+    return (
+        torch.randn(2, 4, 32),
+        k_cache,
+        v_cache,
+        tables,
+        torch.tensor([20, 33], dtype=torch.int32),
+    )
 
 
 def with_block_id(block_id: int) -> tuple[torch.Tensor, ...]:
@@ -109,7 +121,9 @@ def with_query(query: torch.Tensor) -> tuple[torch.Tensor, ...]:
     ],
 )
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
-def test_invalid_metadata_raises_instead_of_reading_past_the_cache(problem: tuple[torch.Tensor, ...], message: str, kv_dtype: torch.dtype) -> None:  # fmt: skip
+def test_invalid_metadata_raises_instead_of_reading_past_the_cache(
+    problem: tuple[torch.Tensor, ...], message: str, kv_dtype: torch.dtype
+) -> None:
     query, k_cache, v_cache, tables, lens = problem
     out = torch.empty_like(query)
     with pytest.raises(RuntimeError, match=message):

@@ -16,10 +16,14 @@ from engine.kernels.cpu_kernels import load_cpu_kernels
 def test_the_kernels_build_wherever_a_compiler_is() -> None:
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         pytest.skip("no C++ compiler: the torch path is the engine's path here")
-    assert load_cpu_kernels(enabled=True) is not None, "the C++ CPU kernels failed to build (see the warning logged above)"  # fmt: skip
+    assert load_cpu_kernels(enabled=True) is not None, (
+        "the C++ CPU kernels failed to build (see the warning logged above)"
+    )
 
 
-def test_the_lock_of_a_dead_build_is_removed_and_a_live_one_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_the_lock_of_a_dead_build_is_removed_and_a_live_one_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """torch's build waits for ever on a killed build's lock; an old lock is a dead build's."""
     from engine.kernels import cpu_kernels
 

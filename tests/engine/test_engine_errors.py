@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine import LLM, SamplingParams
-from engine.errors import (
+from pagedock.errors import (
     ConfigError,
     InvalidRequestError,
     PromptTooLongError,

@@ -42,7 +42,9 @@ def test_onednn_on_packs_the_linears(tiny_model_dir: Path) -> None:
 def test_cpu_kernels_off_runs_pure_torch(tiny_model_dir: Path) -> None:
     llm = make_llm(tiny_model_dir, cpu_kernels=False)
     assert cpu_kernels.load_cpu_kernels() is None
-    (out,) = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=3, ignore_eos=True), use_tqdm=False)  # fmt: skip
+    (out,) = llm.generate(
+        [[5, 6, 7]], SamplingParams(max_tokens=3, ignore_eos=True), use_tqdm=False
+    )
     assert len(out.token_ids) == 3
 
 
@@ -61,4 +63,8 @@ def test_cpu_gemm_dtype_sets_the_packed_weights_dtype(tiny_model_dir: Path, sett
 
 def test_an_explicit_float32_dtype_keeps_every_gemm_in_float32(tiny_model_dir: Path) -> None:
     llm = make_llm(tiny_model_dir, dtype="float32")
-    assert all(m.gemm_dtype == torch.float32 for m in llm.engine.model.modules() if isinstance(m, PackedLinear))  # fmt: skip
+    assert all(
+        m.gemm_dtype == torch.float32
+        for m in llm.engine.model.modules()
+        if isinstance(m, PackedLinear)
+    )

@@ -88,7 +88,7 @@ def test_the_users_own_malloc_settings_are_left_alone() -> None:
 def test_an_engine_on_the_cpu_asks_for_it(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import engine.llm_engine as llm_engine
+    import engine.runtime.llm_engine as llm_engine
 
     calls: list[bool] = []
     monkeypatch.setattr(llm_engine, "keep_freed_memory", lambda: calls.append(True) or True)

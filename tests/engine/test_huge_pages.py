@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.models.model_config import ModelConfig
+from engine.model_config import ModelConfig
 from engine.worker.huge_pages import HUGE_PAGE, advise_huge_pages
 from engine.worker.model_runner import allocate_kv_caches
 

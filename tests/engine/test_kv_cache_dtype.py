@@ -13,10 +13,10 @@ import torch
 from engine import LLM, SamplingParams
 from engine.config import EngineConfig
 from engine.device import pick_kv_cache_dtype
-from engine.errors import ConfigError
 from engine.kernels import cpu_kernels
 from engine.loader.model_loader import read_model_config
 from engine.worker.model_runner import kv_cache_bytes_per_block
+from pagedock.errors import ConfigError
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -128,7 +128,10 @@ def test_tensor_parallel_ranks_with_bf16_caches_match_one_rank_under_pressure(
     shared = list(range(10, 50))
     prompts = [[*shared, 5, 6, 7], [*shared, 8, 9], list(range(60, 95)), list(range(100, 112))]
     greedy = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
-    expected = [o.token_ids for o in make_llm(tiny_model_dir, **pressure).generate(prompts, greedy, use_tqdm=False)]  # fmt: skip
+    expected = [
+        o.token_ids
+        for o in make_llm(tiny_model_dir, **pressure).generate(prompts, greedy, use_tqdm=False)
+    ]
     tp2 = make_llm(tiny_model_dir, tensor_parallel_size=2, **pressure)
     try:
         assert [o.token_ids for o in tp2.generate(prompts, greedy, use_tqdm=False)] == expected

@@ -12,11 +12,11 @@ import jsonschema
 import pytest
 
 from engine import LLM, SamplingParams
-from engine.errors import InvalidRequestError
-from engine.sampling_params import StructuredOutputsParams
-from engine.text.chat_template import SHIPPED_TEMPLATES_DIR
-from engine.text.prompt_renderer import read_conversation, render_chat
+from engine.inputs.sampling_params import StructuredOutputsParams
 from engine.tool_calls import parse_tool_calls, tool_call_schema
+from pagedock.errors import InvalidRequestError
+from pagedock.text.chat_template import SHIPPED_TEMPLATES_DIR
+from pagedock.text.prompt_renderer import read_conversation, render_chat
 
 PARAMETERS = {
     "type": "object",

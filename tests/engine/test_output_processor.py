@@ -6,13 +6,13 @@ import random
 
 import pytest
 
-from engine.core.parallel_sampling import child_request_id
 from engine.core.request import RequestTiming
 from engine.core.scheduler_output import EngineCoreOutput, SampledToken
-from engine.output_processor import NewRequest, OutputProcessor
-from engine.outputs import RequestOutput
-from engine.sampling_params import RequestOutputKind, SamplingParams
-from engine.text.tokenizer import Tokenizer
+from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
+from engine.runtime.output_processor import NewRequest, OutputProcessor
+from engine.runtime.outputs import RequestOutput
+from engine.sampling.parallel_sampling import child_request_id
+from pagedock.text.tokenizer import Tokenizer
 from tests.tiny_model import TINY_VOCAB, save_tiny_tokenizer
 
 DELTA, FINAL_ONLY = RequestOutputKind.DELTA, RequestOutputKind.FINAL_ONLY

@@ -11,10 +11,10 @@ import torch
 
 from engine import LLM, SamplingParams
 from engine.core.scheduler_output import SampledToken
-from engine.errors import InvalidRequestError
-from engine.llm_engine import LLMEngine
-from engine.outputs import RequestOutput
-from engine.worker.sampler import SamplingTensors
+from engine.runtime.llm_engine import LLMEngine
+from engine.runtime.outputs import RequestOutput
+from engine.sampling.sampler import SamplingTensors
+from pagedock.errors import InvalidRequestError
 from pagedock.limits import MAX_INT32, MAX_STOP_STRING_CHARS, MAX_TOKEN_ID_LIST, SEED_MAX
 from tests.tiny_model import TINY_VOCAB
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from engine.core.scheduler_output import ScheduledRequest
-from engine.sampling_params import SamplingParams
-from engine.worker.sampler import Sampler, apply_top_k_top_p
-from engine.worker.sampling_batch import build_sampling_tensors
+from engine.inputs.sampling_params import SamplingParams
+from engine.sampling.sampler import Sampler, apply_top_k_top_p
+from engine.sampling.sampling_batch import build_sampling_tensors
 
 VOCAB = 50
 
@@ -58,7 +58,7 @@ def test_presence_and_frequency_penalties_subtract_from_output_tokens() -> None:
 
 
 def test_repetition_penalty_divides_positive_and_multiplies_negative_logits() -> None:
-    from engine.worker.sampler import apply_penalties
+    from engine.sampling.sampler import apply_penalties
 
     logits = torch.tensor([[2.0, -2.0, 2.0, -2.0]])
     params = SamplingParams(repetition_penalty=2.0)

@@ -165,7 +165,9 @@ def test_decodes_go_before_a_long_prefill_that_would_use_the_whole_budget() -> N
 
 def test_a_wave_of_prompts_is_prefilled_shortest_first() -> None:
     sched = make_scheduler(max_num_batched_tokens=64)
-    long, short, middle = (make_request(n, arrival_time=100.0 + i / 1000) for i, n in enumerate((100, 10, 30)))  # fmt: skip
+    long, short, middle = (
+        make_request(n, arrival_time=100.0 + i / 1000) for i, n in enumerate((100, 10, 30))
+    )
     for request in (long, short, middle):
         sched.add_request(request)
     out = sched.schedule()
@@ -185,7 +187,9 @@ def test_a_later_wave_never_passes_an_earlier_one() -> None:
 
 
 def test_a_step_target_cuts_prefill_beside_decodes_to_what_the_step_cost_allows() -> None:
-    sched = make_scheduler(num_blocks=128, max_model_len=1024, max_num_batched_tokens=2048, max_step_ms=100)  # fmt: skip
+    sched = make_scheduler(
+        num_blocks=128, max_model_len=1024, max_num_batched_tokens=2048, max_step_ms=100
+    )
     decoding = make_request(4, max_tokens=50)
     sched.add_request(decoding)
     step(sched)
@@ -198,7 +202,9 @@ def test_a_step_target_cuts_prefill_beside_decodes_to_what_the_step_cost_allows(
 
 
 def test_prompts_outnumbering_the_decodes_stretch_the_step_target_by_their_ratio() -> None:
-    sched = make_scheduler(num_blocks=256, max_model_len=1024, max_num_batched_tokens=2048, max_step_ms=100)  # fmt: skip
+    sched = make_scheduler(
+        num_blocks=256, max_model_len=1024, max_num_batched_tokens=2048, max_step_ms=100
+    )
     sched.add_request(make_request(4, max_tokens=50))
     step(sched)
     sched.step_time.observe(num_decode_tokens=1, num_prefill_tokens=0, seconds=0.020)

@@ -10,18 +10,18 @@ import pytest
 import torch
 
 from engine.core.scheduler_output import ScheduledRequest
-from engine.errors import InvalidRequestError
-from engine.sampling_params import SamplingParams, StructuredOutputsParams
+from engine.inputs.sampling_params import SamplingParams, StructuredOutputsParams
+from engine.sampling.sampler import Sampler
+from engine.sampling.sampling_batch import build_sampling_tensors
 from engine.structured_outputs.grammar_compiler import GrammarCompiler
 from engine.structured_outputs.structured_output_manager import (
     StructuredOutputManager,
     apply_grammar_bitmask,
     unpack_bitmask,
 )
-from engine.text.tokenizer import Tokenizer, load_tokenizer
-from engine.worker.sampler import Sampler
-from engine.worker.sampling_batch import build_sampling_tensors
+from pagedock.errors import InvalidRequestError
 from pagedock.limits import MAX_STRUCTURED_OUTPUT_CHARS
+from pagedock.text.tokenizer import Tokenizer, load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from engine import LLM
-from engine.sampling_params import SamplingParams, StructuredOutputsParams
+from engine.inputs.sampling_params import SamplingParams, StructuredOutputsParams
 from tests.structured_schemas import SCHEMAS, prompt_for
 
 pytestmark = pytest.mark.slow

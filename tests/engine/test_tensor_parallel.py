@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from engine import LLM, SamplingParams
-from engine.errors import TensorParallelError
+from pagedock.errors import TensorParallelError
 from tests.engine.conftest import hf_greedy, make_prompts
 from tests.tiny_model import make_tiny_llama_dir
 
@@ -103,7 +103,10 @@ def test_smollm2_at_tp3_matches_one_rank(smollm2_gguf_path: Path) -> None:
     texts = ["The capital of France is", "def fibonacci(n):\n    "]
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     args: dict[str, Any] = dict(dtype="float32", max_model_len=256, num_kv_blocks=64)
-    expected = [o.token_ids for o in LLM(str(smollm2_gguf_path), **args).generate(texts, params, use_tqdm=False)]  # fmt: skip
+    expected = [
+        o.token_ids
+        for o in LLM(str(smollm2_gguf_path), **args).generate(texts, params, use_tqdm=False)
+    ]
     llm = LLM(str(smollm2_gguf_path), tensor_parallel_size=3, **args)
     try:
         assert [o.token_ids for o in llm.generate(texts, params, use_tqdm=False)] == expected

@@ -7,11 +7,11 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.core.scheduler_output import ScheduledRequest
-from engine.distributed.step_codec import decode_step, encode_step
-from engine.errors import ConfigError
-from engine.models.model_config import ModelConfig
+from engine.executor.step_codec import decode_step, encode_step
+from engine.inputs.sampling_params import SamplingParams
+from engine.model_config import ModelConfig
 from engine.models.tp_layout import SKIP, Narrow, TPLayout, check_tp_layout
-from engine.sampling_params import SamplingParams
+from pagedock.errors import ConfigError
 
 
 def make_config(heads: int = 8, kv_heads: int = 2, vocab: int = 101) -> ModelConfig:

@@ -127,9 +127,16 @@ def run_decode(
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     scale = shape.head_dim**-0.5
     out = tri.paged_decode_attention_triton(
-        query, k_cache, v_cache, block_tables, lens, max(seq_lens), scale,
-        out=poisoned(query), num_splits=num_splits,
-    )  # fmt: skip
+        query,
+        k_cache,
+        v_cache,
+        block_tables,
+        lens,
+        max(seq_lens),
+        scale,
+        out=poisoned(query),
+        num_splits=num_splits,
+    )
     q64, k64, v64 = f64(query, k_cache, v_cache)
     expected = ref.paged_decode_attention(q64, k64, v64, block_tables, lens, max(seq_lens), scale)
     assert_matches(out, expected, dtype)
@@ -207,9 +214,16 @@ def test_paged_prefill_matches_reference(shape: Shape, dtype: torch.dtype) -> No
     ref.write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
     scale = shape.head_dim**-0.5
     out = tri.paged_prefill_attention_triton(
-        query, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc,
-        meta.max_query_len, scale, out=poisoned(query),
-    )  # fmt: skip
+        query,
+        k_cache,
+        v_cache,
+        meta.block_tables,
+        meta.seq_lens,
+        meta.query_start_loc,
+        meta.max_query_len,
+        scale,
+        out=poisoned(query),
+    )
     q64, k64, v64, k_cache64, v_cache64 = f64(query, key, value, k_cache, v_cache)
     expected = ref.paged_attention(q64, k64, v64, k_cache64, v_cache64, meta, scale)
     assert_matches(out, expected, dtype)
@@ -278,6 +292,10 @@ def test_kernels_compile_for_sm90() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run(
         [sys.executable, str(check), "--arch", "90", "--dtypes", "fp16"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from kopf.testing import KopfRunner
-from llm_operator.handlers import make_registry
+from llm_operator.controller.handlers import make_registry
 from llm_operator.settings import OperatorSettings
 
 from tests.k8s_operator.emulator import RESOURCES, Emulator

@@ -15,34 +15,49 @@ import kmock
 
 RESOURCES: dict[str, kmock.ResourceInfo] = {
     "pagedock.dev/v1alpha1/llmdeployments": kmock.ResourceInfo(
-        kind="LLMDeployment", namespaced=True, subresources={"status", "scale"},
+        kind="LLMDeployment",
+        namespaced=True,
+        subresources={"status", "scale"},
         verbs={"list", "watch", "get", "patch", "create", "delete", "update"},
     ),
     "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
-        kind="CustomResourceDefinition", namespaced=False,
+        kind="CustomResourceDefinition",
+        namespaced=False,
         verbs={"list", "watch", "get", "create", "patch"},
     ),
-    "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list", "watch", "get"}),
+    "v1/namespaces": kmock.ResourceInfo(
+        kind="Namespace", namespaced=False, verbs={"list", "watch", "get"}
+    ),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create"}),
     "apps/v1/deployments": kmock.ResourceInfo(
-        kind="Deployment", namespaced=True, subresources={"status", "scale"},
+        kind="Deployment",
+        namespaced=True,
+        subresources={"status", "scale"},
         verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
     "v1/services": kmock.ResourceInfo(
-        kind="Service", namespaced=True, verbs={"list", "watch", "get", "patch", "create", "delete"},
+        kind="Service",
+        namespaced=True,
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
     "v1/pods": kmock.ResourceInfo(
-        kind="Pod", namespaced=True, subresources={"status"},
+        kind="Pod",
+        namespaced=True,
+        subresources={"status"},
         verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
     "batch/v1/jobs": kmock.ResourceInfo(
-        kind="Job", namespaced=True, subresources={"status"},
+        kind="Job",
+        namespaced=True,
+        subresources={"status"},
         verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
     "v1/persistentvolumeclaims": kmock.ResourceInfo(
-        kind="PersistentVolumeClaim", namespaced=True, verbs={"list", "watch", "get", "create"},
+        kind="PersistentVolumeClaim",
+        namespaced=True,
+        verbs={"list", "watch", "get", "create"},
     ),
-}  # fmt: skip
+}
 _versions = itertools.count(1000)
 
 
@@ -71,7 +86,9 @@ class Emulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
         if request.resource is not None and request.resource.group in self.missing_groups:
-            raise kmock.KubernetesError(404, "NotFound", "the server could not find the requested resource", {})  # fmt: skip
+            raise kmock.KubernetesError(
+                404, "NotFound", "the server could not find the requested resource", {}
+            )
         for (action, resource), error in self.refusals.items():
             if request.action == action and request.resource == resource:
                 raise error  # before kmock's own _handle, which would store the object

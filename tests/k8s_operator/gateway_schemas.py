@@ -19,18 +19,47 @@ Schema = dict[str, Any]
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_SUBDOMAIN = rf"{DNS_LABEL}(\.{DNS_LABEL})*"
 GROUP: Schema = {"type": "string", "maxLength": 253, "pattern": rf"^$|^{DNS_SUBDOMAIN}$"}
-KIND: Schema = {"type": "string", "minLength": 1, "maxLength": 63, "pattern": r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$"}  # fmt: skip
+KIND: Schema = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 63,
+    "pattern": r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$",
+}
 OBJECT_NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 253}
-NAMESPACE: Schema = {"type": "string", "minLength": 1, "maxLength": 63, "pattern": rf"^{DNS_LABEL}$"}  # fmt: skip
+NAMESPACE: Schema = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 63,
+    "pattern": rf"^{DNS_LABEL}$",
+}
 PORT_NUMBER: Schema = {"type": "integer", "minimum": 1, "maximum": 65535}
-SECTION_NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 253, "pattern": rf"^{DNS_SUBDOMAIN}$"}  # fmt: skip
+SECTION_NAME: Schema = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 253,
+    "pattern": rf"^{DNS_SUBDOMAIN}$",
+}
 DURATION: Schema = {"type": "string", "pattern": r"^([0-9]{1,5}(h|m|s|ms)){1,4}$"}
-LABEL_KEY: Schema = {"type": "string", "minLength": 1, "maxLength": 253, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$"}  # fmt: skip
-LABEL_VALUE: Schema = {"type": "string", "maxLength": 63, "pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"}  # fmt: skip
+LABEL_KEY: Schema = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 253,
+    "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$",
+}
+LABEL_VALUE: Schema = {
+    "type": "string",
+    "maxLength": 63,
+    "pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+}
 
 
 def closed(properties: Schema, required: tuple[str, ...] = ()) -> Schema:
-    return {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}  # fmt: skip
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
 
 
 METADATA: Schema = {

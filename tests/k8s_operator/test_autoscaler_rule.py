@@ -6,20 +6,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_operator.api.autoscaling import AutoscalingSpec
 from llm_operator.autoscaler.rule import Decision, Observation, ScalerState, decide
-from llm_operator.spec_autoscaling import AutoscalingSpec
 
 
 def make_spec(**fields: Any) -> AutoscalingSpec:
     base: dict[str, Any] = {
-        "enabled": True, "minReplicas": 0, "maxReplicas": 5, "targetConcurrency": 2,
-        "stableWindowSeconds": 60, "scaleDownStabilizationSeconds": 30,
+        "enabled": True,
+        "minReplicas": 0,
+        "maxReplicas": 5,
+        "targetConcurrency": 2,
+        "stableWindowSeconds": 60,
+        "scaleDownStabilizationSeconds": 30,
         "scaleToZeroAfterSeconds": 120,
-    }  # fmt: skip
+    }
     return AutoscalingSpec.model_validate({**base, **fields})
 
 
-def observe(now: float, held: int = 0, inflight: int = 0, ready: int = 1, current: int = 1, idle: float = 0.0) -> Observation:  # fmt: skip
+def observe(
+    now: float,
+    held: int = 0,
+    inflight: int = 0,
+    ready: int = 1,
+    current: int = 1,
+    idle: float = 0.0,
+) -> Observation:
     return Observation(now, held, inflight, idle, ready, current)
 
 
@@ -60,7 +71,9 @@ def test_scale_up_asks_at_most_max_scale_up_rate_times_the_ready_replicas() -> N
 
 
 def test_never_above_max_replicas() -> None:
-    decision = decide(make_spec(maxReplicas=3), ScalerState(), observe(0, inflight=100, ready=3, current=3))  # fmt: skip
+    decision = decide(
+        make_spec(maxReplicas=3), ScalerState(), observe(0, inflight=100, ready=3, current=3)
+    )
     assert decision.replicas == 3
 
 
@@ -85,7 +98,9 @@ def test_scale_down_waits_for_the_stabilization_window() -> None:
     spec, state = make_spec(panicThresholdPercentage=1000), ScalerState()
     decide(spec, state, observe(-100, inflight=6, ready=3, current=3))  # watching for a while
     decide(spec, state, observe(0, inflight=6, ready=3, current=3))
-    held: list[Decision] = [decide(spec, state, observe(t, inflight=0, ready=3, current=3)) for t in range(1, 30)]  # fmt: skip
+    held: list[Decision] = [
+        decide(spec, state, observe(t, inflight=0, ready=3, current=3)) for t in range(1, 30)
+    ]
     assert all(d.replicas == 3 for d in held)
     # the stable window's mean has fallen since: after 30 s the high want has left the window
     later = decide(spec, state, observe(95, inflight=0, ready=3, current=3))

@@ -3,12 +3,12 @@
 from typing import Any
 
 import pytest
+from llm_operator.api.spec import LLMDeploymentSpec
 from llm_operator.builders import BuildContext, build_children
 from llm_operator.builders.children import drop_empty
 from llm_operator.builders.engine_args import engine_args
 from llm_operator.builders.model_source import resolve_model_source
 from llm_operator.settings import OperatorSettings
-from llm_operator.spec import LLMDeploymentSpec
 
 from tests.k8s_operator.validation import validate_kubernetes
 
@@ -18,26 +18,59 @@ SPECS: dict[str, dict[str, Any]] = {
         "model": {"source": "hf://org/model", "revision": "main", "cacheVolumeClaim": "hf-cache"},
         "resources": {"gpus": 1, "requests": {"cpu": "8", "memory": "64Gi"}},
         "engine": {"dtype": "bfloat16", "maxModelLen": 8192},
-        "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
-                {"name": "LOG_LEVEL", "value": "debug"}],
-        "ingress": {"enabled": True, "host": "llm.example.com", "tlsSecretName": "tls", "className": "nginx"},
+        "env": [
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+            {"name": "LOG_LEVEL", "value": "debug"},
+        ],
+        "ingress": {
+            "enabled": True,
+            "host": "llm.example.com",
+            "tlsSecretName": "tls",
+            "className": "nginx",
+        },
         "autoscaling": {"enabled": True, "targetCPUUtilizationPercentage": 80},
         "apiKeySecret": {"name": "key"},
         "scheduling": {
             "nodeSelector": {"gpu": "h100"},
-            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
-            }}},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}
+            ],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "In", "values": ["a"]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
         },
     },
     "pvc-no-router": {"model": {"source": "pvc://weights/llama/8b"}, "router": {"enabled": False}},
-    "gpu-tensor-parallel": {"resources": {"gpus": 2, "shmSize": "4Gi"}, "engine": {"tensorParallelSize": 2}},
-    "gateway": {"gateway": {"failureMode": "FailOpen", "shedTtftMs": 500, "httpRoute": {
-        "parentRefs": [{"name": "inference-gw", "namespace": "gw", "sectionName": "http"}],
-        "hostnames": ["llm.example.com"], "path": "/llm", "requestTimeout": "600s"},
-        "dataPlanePeers": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gw"}}}]}},
-}  # fmt: skip
+    "gpu-tensor-parallel": {
+        "resources": {"gpus": 2, "shmSize": "4Gi"},
+        "engine": {"tensorParallelSize": 2},
+    },
+    "gateway": {
+        "gateway": {
+            "failureMode": "FailOpen",
+            "shedTtftMs": 500,
+            "httpRoute": {
+                "parentRefs": [{"name": "inference-gw", "namespace": "gw", "sectionName": "http"}],
+                "hostnames": ["llm.example.com"],
+                "path": "/llm",
+                "requestTimeout": "600s",
+            },
+            "dataPlanePeers": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gw"}}}
+            ],
+        }
+    },
+}
 
 
 def make_context(spec: dict[str, Any], name: str = "chat") -> BuildContext:
@@ -56,10 +89,20 @@ def test_every_child_is_valid_kubernetes(spec_name: str) -> None:
 
 def test_defaults_give_a_working_cpu_deployment_with_router() -> None:
     kinds = sorted(c["kind"] for c in build_children(make_context({})))
-    assert kinds == sorted([
-        "ConfigMap", "Service", "Deployment", "NetworkPolicy", "PodDisruptionBudget",
-        "ServiceAccount", "Role", "RoleBinding", "Service", "Deployment",
-    ])  # fmt: skip
+    assert kinds == sorted(
+        [
+            "ConfigMap",
+            "Service",
+            "Deployment",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "Deployment",
+        ]
+    )
 
 
 def test_gpu_engine_requests_gpus_and_tolerates_gpu_nodes() -> None:
@@ -89,16 +132,28 @@ def test_a_tensor_parallel_engine_gets_a_gpu_and_shm_per_rank_and_its_rendezvous
 
 def test_one_rank_keeps_its_shm_size_as_written_and_no_rendezvous_env() -> None:
     spec = {"resources": {"shmSize": "1536Mi"}}
-    pod = find(build_children(make_context(spec)), "Deployment", "chat-engine")["spec"]["template"]["spec"]  # fmt: skip
+    pod = find(build_children(make_context(spec)), "Deployment", "chat-engine")["spec"]["template"][
+        "spec"
+    ]
     assert (
         next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]["sizeLimit"] == "1536Mi"
     )
-    assert not any(e["name"].startswith(("PAGEDOCK_TENSOR", "NCCL")) for e in pod["containers"][0]["env"])  # fmt: skip
+    assert not any(
+        e["name"].startswith(("PAGEDOCK_TENSOR", "NCCL")) for e in pod["containers"][0]["env"]
+    )
 
 
 def test_engine_args_mirror_the_engine_settings() -> None:
-    spec = {"engine": {"enablePrefixCaching": False, "enableChunkedPrefill": False, "maxNumSeqs": 8,
-                       "maxNumBatchedTokens": 4096, "blockSize": 32}, "model": {"name": "chat-model"}}  # fmt: skip
+    spec = {
+        "engine": {
+            "enablePrefixCaching": False,
+            "enableChunkedPrefill": False,
+            "maxNumSeqs": 8,
+            "maxNumBatchedTokens": 4096,
+            "blockSize": 32,
+        },
+        "model": {"name": "chat-model"},
+    }
     args = engine_args(make_context(spec))
     assert args[:7] == [
         "serve",
@@ -109,8 +164,12 @@ def test_engine_args_mirror_the_engine_settings() -> None:
         "--port",
         "8000",
     ]
-    for flag, value in [("--max-num-seqs", "8"), ("--max-num-batched-tokens", "4096"),
-                        ("--block-size", "32"), ("--served-model-name", "chat-model")]:  # fmt: skip
+    for flag, value in [
+        ("--max-num-seqs", "8"),
+        ("--max-num-batched-tokens", "4096"),
+        ("--block-size", "32"),
+        ("--served-model-name", "chat-model"),
+    ]:
         assert args[args.index(flag) + 1] == value
     assert "--no-prefix-caching" in args and "--no-chunked-prefill" in args
 
@@ -133,10 +192,33 @@ def test_the_cpu_gemm_and_kv_cache_dtypes_are_passed_only_when_not_auto() -> Non
 def test_router_runs_k8s_discovery_against_the_engine_service() -> None:
     router = find(build_children(make_context({})), "Deployment", "chat-router")
     args = router["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == ["route", "--discovery", "k8s", "--service", "chat-engine", "--namespace", "team-a",
-                    "--model", "smollm2-135m-instruct", "--policy", "prefix-aware", "--block-size", "16",
-                    "--hold-queue-size", "256", "--hold-timeout-s", "300", "--warm-prefixes", "8", "--warm-timeout-s", "30",
-                    "--host", "0.0.0.0", "--port", "8080"]  # fmt: skip
+    assert args == [
+        "route",
+        "--discovery",
+        "k8s",
+        "--service",
+        "chat-engine",
+        "--namespace",
+        "team-a",
+        "--model",
+        "smollm2-135m-instruct",
+        "--policy",
+        "prefix-aware",
+        "--block-size",
+        "16",
+        "--hold-queue-size",
+        "256",
+        "--hold-timeout-s",
+        "300",
+        "--warm-prefixes",
+        "8",
+        "--warm-timeout-s",
+        "30",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8080",
+    ]
 
 
 def test_pvc_source_mounts_the_claim_read_only() -> None:
@@ -168,12 +250,16 @@ def test_the_router_mounts_a_pvc_models_claim_only_when_it_is_shared(shared: boo
     ("source", "model_arg", "served_name"),
     [
         ("smollm2-135m-instruct", "smollm2-135m-instruct", "smollm2-135m-instruct"),
-        ("hf://HuggingFaceTB/SmolLM2-135M-Instruct", "hf://HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct"),
+        (
+            "hf://HuggingFaceTB/SmolLM2-135M-Instruct",
+            "hf://HuggingFaceTB/SmolLM2-135M-Instruct",
+            "SmolLM2-135M-Instruct",
+        ),
         ("hf://org/model@v2", "hf://org/model@v2", "model"),
         ("pvc://models/qwen", "/models/models/qwen", "qwen"),
         ("file:///opt/models/tiny", "/opt/models/tiny", "tiny"),
     ],
-)  # fmt: skip
+)
 def test_model_sources_resolve(source: str, model_arg: str, served_name: str) -> None:
     resolved = resolve_model_source(source)
     assert (resolved.model_arg, resolved.default_served_name) == (model_arg, served_name)
@@ -257,14 +343,26 @@ def test_engine_network_policy_admits_scrapers_from_the_named_namespaces_only() 
     policy = find(build_children(ctx), "NetworkPolicy", "chat-engine")
     (rule,) = policy["spec"]["ingress"]
     router, scrapers = rule["from"]
-    assert router == {"podSelector": {"matchLabels": {
-        "app.kubernetes.io/name": "pagedock", "app.kubernetes.io/instance": "chat",
-        "app.kubernetes.io/component": "router",
-    }}}  # fmt: skip
-    assert scrapers == {"namespaceSelector": {"matchExpressions": [{
-        "key": "kubernetes.io/metadata.name", "operator": "In",
-        "values": ["monitoring", "pagedock-system"],
-    }]}}  # fmt: skip
+    assert router == {
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "pagedock",
+                "app.kubernetes.io/instance": "chat",
+                "app.kubernetes.io/component": "router",
+            }
+        }
+    }
+    assert scrapers == {
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "In",
+                    "values": ["monitoring", "pagedock-system"],
+                }
+            ]
+        }
+    }
     validate_kubernetes(policy)
     none = BuildContext(
         "chat", "team-a", LLMDeploymentSpec(), OperatorSettings(scraper_namespaces=())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from llm_operator.cli import build_parser, main
+from llm_operator.controller.cli import build_parser, main
 from llm_operator.settings import OperatorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,8 +21,11 @@ def test_crd_command_prints_the_crd(capsys: pytest.CaptureFixture[str]) -> None:
 def test_python_dash_m_runs_the_cli() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "llm_operator", "crd", "--peering"],
-        capture_output=True, text=True, check=True, cwd=ROOT / "operator",
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT / "operator",
+    )
     assert result.stdout == (ROOT / "manifests" / "crd.yaml").read_text()
 
 
@@ -35,14 +38,16 @@ def test_run_arguments_parse_namespaces_or_all() -> None:
 
 
 def test_settings_come_from_the_environment() -> None:
-    settings = OperatorSettings.from_env({
-        "PAGEDOCK_OPERATOR_NAMESPACES": "a, b",
-        "PAGEDOCK_IMAGE_REPOSITORY": "registry.test/team/",
-        "PAGEDOCK_IMAGE_TAG": "1",
-        "PAGEDOCK_OPERATOR_LOG_LEVEL": "debug",
-        "PAGEDOCK_OPERATOR_SCRAPE_METRICS": "false",
-        "PAGEDOCK_OPERATOR_RESYNC_SECONDS": "15",
-    })  # fmt: skip
+    settings = OperatorSettings.from_env(
+        {
+            "PAGEDOCK_OPERATOR_NAMESPACES": "a, b",
+            "PAGEDOCK_IMAGE_REPOSITORY": "registry.test/team/",
+            "PAGEDOCK_IMAGE_TAG": "1",
+            "PAGEDOCK_OPERATOR_LOG_LEVEL": "debug",
+            "PAGEDOCK_OPERATOR_SCRAPE_METRICS": "false",
+            "PAGEDOCK_OPERATOR_RESYNC_SECONDS": "15",
+        }
+    )
     assert settings.namespaces == ("a", "b")
     assert (settings.image("engine-cpu"), settings.log_level) == (
         "registry.test/team/engine-cpu:1",

@@ -36,9 +36,17 @@ async def start_operator(*args: str) -> asyncio.subprocess.Process:
         "PAGEDOCK_OPERATOR_RESYNC_SECONDS": "1",
     }
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pagedock", "operator", "run", *args,
-        env=env, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "pagedock",
+        "operator",
+        "run",
+        *args,
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 async def stop(process: asyncio.subprocess.Process) -> str:

@@ -8,8 +8,8 @@ import jsonschema
 import pydantic
 import pytest
 import yaml
-from llm_operator.crd import build_crd, crd_yaml
-from llm_operator.spec import LLMDeploymentSpec
+from llm_operator.api.crd import build_crd, crd_yaml
+from llm_operator.api.spec import LLMDeploymentSpec
 
 from tests.k8s_operator.validation import validate_custom_resource, validate_kubernetes
 

@@ -1,6 +1,6 @@
 """Desired-vs-live comparison and the merge patch that removes fields we no longer set."""
 
-from llm_operator.diff import is_subset, merge_patch, parse_quantity, with_last_applied
+from llm_operator.k8s.diff import is_subset, merge_patch, parse_quantity, with_last_applied
 
 
 def test_server_defaults_do_not_count_as_drift() -> None:

@@ -37,8 +37,10 @@ def arg_default(name: str) -> str:
 def test_dockerfile_passes_hadolint() -> None:
     result = subprocess.run(
         [hadolint(), "--config", str(ROOT / ".hadolint.yaml"), str(ROOT / "Dockerfile")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -15,13 +15,13 @@ import jsonschema
 import pydantic
 import pytest
 from kopf.testing import KopfRunner
+from llm_operator.api.spec import LLMDeploymentSpec
 from llm_operator.builders import BuildContext, build_children, child_refs
 from llm_operator.settings import OperatorSettings
-from llm_operator.spec import LLMDeploymentSpec
 
 from pagedock.options import values_for
-from router.cli import build_parser
 from router.config import RouterConfig
+from router.server.cli import build_parser
 from tests.eventually import eventually
 from tests.k8s_operator.emulator import Emulator
 from tests.k8s_operator.gateway_schemas import HTTP_ROUTE_V1, INFERENCE_POOL_V1
@@ -31,7 +31,10 @@ from tests.k8s_operator.test_operator_status_e2e import warnings
 
 POOLS = "inference.networking.k8s.io/v1/inferencepools"
 ROUTES = "gateway.networking.k8s.io/v1/httproutes"
-ROUTE = {"parentRefs": [{"name": "inference-gw", "namespace": "gw"}], "hostnames": ["llm.example.com"]}  # fmt: skip
+ROUTE = {
+    "parentRefs": [{"name": "inference-gw", "namespace": "gw"}],
+    "hostnames": ["llm.example.com"],
+}
 GATEWAY = {"httpRoute": ROUTE}
 LLMD_PATH = f"/apis/pagedock.dev/v1alpha1/namespaces/{NAMESPACE}/llmdeployments/chat"
 
@@ -75,22 +78,39 @@ def test_the_router_runs_as_the_picker_on_the_port_its_service_targets() -> None
     objs = children({"shedTtftMs": 750, "failureMode": "FailOpen"})
     container = router_container(objs)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    config = RouterConfig(**values_for(RouterConfig, build_parser().parse_args(container["args"][1:])))  # fmt: skip
+    config = RouterConfig(
+        **values_for(RouterConfig, build_parser().parse_args(container["args"][1:]))
+    )
     assert config.picker_port == ports["picker"]
     assert config.picker_shed_ttft_ms == 750
-    assert find(objs, "InferencePool", "chat")["spec"]["endpointPickerRef"]["failureMode"] == "FailOpen"  # fmt: skip
+    assert (
+        find(objs, "InferencePool", "chat")["spec"]["endpointPickerRef"]["failureMode"]
+        == "FailOpen"
+    )
 
 
 def test_the_route_sends_its_gateways_traffic_to_the_pool() -> None:
     route_spec = {**ROUTE, "path": "/llm", "requestTimeout": "600s"}
     route = find(children({"httpRoute": route_spec}), "HTTPRoute", "chat")
     jsonschema.validate(route, HTTP_ROUTE_V1)
-    assert route["spec"]["parentRefs"] == [{"name": "inference-gw", "namespace": "gw", "group": "gateway.networking.k8s.io", "kind": "Gateway"}]  # fmt: skip
+    assert route["spec"]["parentRefs"] == [
+        {
+            "name": "inference-gw",
+            "namespace": "gw",
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+        }
+    ]
     assert route["spec"]["hostnames"] == ["llm.example.com"]
     [rule] = route["spec"]["rules"]
-    assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "chat"}]  # fmt: skip
+    assert rule["backendRefs"] == [
+        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "chat"}
+    ]
     assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/llm"}}]
-    assert rule["filters"][0]["urlRewrite"]["path"] == {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}  # fmt: skip
+    assert rule["filters"][0]["urlRewrite"]["path"] == {
+        "type": "ReplacePrefixMatch",
+        "replacePrefixMatch": "/",
+    }
     assert rule["timeouts"] == {"request": "600s"}
 
 
@@ -123,7 +143,15 @@ def test_named_data_plane_peers_join_the_router_on_the_engine_port() -> None:
     peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gw"}}}
     [rule] = engine_policy_rules({"dataPlanePeers": [peer]})
     assert peer in rule["from"]
-    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "pagedock", "app.kubernetes.io/instance": "chat", "app.kubernetes.io/component": "router"}}} in rule["from"]  # fmt: skip
+    assert {
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "pagedock",
+                "app.kubernetes.io/instance": "chat",
+                "app.kubernetes.io/component": "router",
+            }
+        }
+    } in rule["from"]
 
 
 def test_without_named_peers_the_gateway_proxies_may_reach_the_engines() -> None:
@@ -168,7 +196,12 @@ async def ready_deployments(cluster: Emulator, api: aiohttp.ClientSession) -> No
 async def test_the_operator_creates_the_pool_and_route_owned_by_the_llmdeployment(
     operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
 ) -> None:
-    await send(api, "POST", f"/apis/pagedock.dev/v1alpha1/namespaces/{NAMESPACE}/llmdeployments", make_llmd(gateway=GATEWAY))  # fmt: skip
+    await send(
+        api,
+        "POST",
+        f"/apis/pagedock.dev/v1alpha1/namespaces/{NAMESPACE}/llmdeployments",
+        make_llmd(gateway=GATEWAY),
+    )
     pool = await eventually(lambda: live(cluster, POOLS, "chat"))
     route = await eventually(lambda: live(cluster, ROUTES, "chat"))
     picker = await eventually(lambda: live(cluster, SERVICES, "chat-picker"))
@@ -185,11 +218,18 @@ async def test_the_operator_creates_the_pool_and_route_owned_by_the_llmdeploymen
 async def test_an_edited_pool_is_restored_and_dropping_the_gateway_prunes_its_children(
     operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
 ) -> None:
-    await send(api, "POST", f"/apis/pagedock.dev/v1alpha1/namespaces/{NAMESPACE}/llmdeployments", make_llmd(gateway=GATEWAY))  # fmt: skip
+    await send(
+        api,
+        "POST",
+        f"/apis/pagedock.dev/v1alpha1/namespaces/{NAMESPACE}/llmdeployments",
+        make_llmd(gateway=GATEWAY),
+    )
     await eventually(lambda: live(cluster, ROUTES, "chat"))
     pool_path = f"/apis/inference.networking.k8s.io/v1/namespaces/{NAMESPACE}/inferencepools/chat"
     await send(api, "PATCH", pool_path, {"spec": {"targetPorts": [{"number": 9999}]}})
-    await eventually(lambda: (live(cluster, POOLS, "chat") or {})["spec"]["targetPorts"] == [{"number": 8000}])  # fmt: skip
+    await eventually(
+        lambda: (live(cluster, POOLS, "chat") or {})["spec"]["targetPorts"] == [{"number": 8000}]
+    )
     await send(api, "PATCH", LLMD_PATH, {"spec": {"gateway": None}})
     for resource, name in ((POOLS, "chat"), (ROUTES, "chat"), (SERVICES, "chat-picker")):
         await eventually(lambda resource=resource, name=name: live(cluster, resource, name) is None)
@@ -202,7 +242,12 @@ async def test_missing_crds_are_named_and_the_rest_of_the_deployment_is_built(
 ) -> None:
     cluster.uninstall("inference.networking.k8s.io")
     cluster.uninstall("gateway.networking.k8s.io")
-    await send(api, "POST", f"/apis/pagedock.dev/v1alpha1/namespaces/{NAMESPACE}/llmdeployments", make_llmd(gateway=GATEWAY))  # fmt: skip
+    await send(
+        api,
+        "POST",
+        f"/apis/pagedock.dev/v1alpha1/namespaces/{NAMESPACE}/llmdeployments",
+        make_llmd(gateway=GATEWAY),
+    )
     await eventually(lambda: all(live(cluster, res, name) for res, name in CHILDREN[:10]))
     assert live(cluster, SERVICES, "chat-picker")
     await ready_deployments(cluster, api)

@@ -10,9 +10,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+from llm_operator.api.spec import LLMDeploymentSpec
 from llm_operator.builders import BuildContext, build_children
 from llm_operator.settings import OperatorSettings
-from llm_operator.spec import LLMDeploymentSpec
 
 STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 TRIGGER = {
@@ -107,7 +107,9 @@ SCALED_OBJECT_SCHEMA: dict[str, Any] = {
 
 
 def scaled_object(autoscaling: dict[str, Any]) -> dict[str, Any]:
-    spec = LLMDeploymentSpec.model_validate({"autoscaling": {"enabled": True, "mode": "keda", **autoscaling}})  # fmt: skip
+    spec = LLMDeploymentSpec.model_validate(
+        {"autoscaling": {"enabled": True, "mode": "keda", **autoscaling}}
+    )
     children = build_children(BuildContext("chat", "team-a", spec, OperatorSettings()))
     [found] = [c for c in children if c["kind"] == "ScaledObject"]
     assert not [c for c in children if c["kind"] == "HorizontalPodAutoscaler"]
@@ -132,8 +134,14 @@ def test_the_scaled_object_matches_kedas_reference(autoscaling: dict[str, Any]) 
 
 
 def test_the_scaled_object_scales_the_llmdeployment_to_zero_after_the_idle_time() -> None:
-    spec = scaled_object({"minReplicas": 0, "maxReplicas": 6, "scaleToZeroAfterSeconds": 90})["spec"]  # fmt: skip
-    assert spec["scaleTargetRef"] == {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", "name": "chat"}  # fmt: skip
+    spec = scaled_object({"minReplicas": 0, "maxReplicas": 6, "scaleToZeroAfterSeconds": 90})[
+        "spec"
+    ]
+    assert spec["scaleTargetRef"] == {
+        "apiVersion": "pagedock.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "name": "chat",
+    }
     assert (spec["minReplicaCount"], spec["maxReplicaCount"], spec["cooldownPeriod"]) == (0, 6, 90)
     [trigger] = spec["triggers"]
     assert trigger["type"] == "prometheus"
@@ -143,7 +151,13 @@ def test_the_scaled_object_scales_the_llmdeployment_to_zero_after_the_idle_time(
 
 def test_the_schema_catches_what_keda_would_refuse() -> None:
     good = scaled_object({})
-    bad_trigger = {**good, "spec": {**good["spec"], "triggers": [{"type": "prometheus", "metadata": {"threshold": 4}}]}}  # fmt: skip
+    bad_trigger = {
+        **good,
+        "spec": {
+            **good["spec"],
+            "triggers": [{"type": "prometheus", "metadata": {"threshold": 4}}],
+        },
+    }
     typo = {**good, "spec": {**good["spec"], "maxReplicas": 3}}
     for obj in (bad_trigger, typo):
         with pytest.raises(jsonschema.ValidationError):

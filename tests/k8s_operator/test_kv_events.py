@@ -5,19 +5,24 @@ import json
 from typing import Any
 
 import pytest
+from llm_operator.api.spec import LLMDeploymentSpec
 from llm_operator.builders import BuildContext, build_children
 from llm_operator.settings import OperatorSettings
-from llm_operator.spec import LLMDeploymentSpec
 from pydantic import ValidationError
 
-from engine.protocol.vllm_kv_events import KVEventsConfig
+from pagedock.kv.vllm_events import KVEventsConfig
 from tests.k8s_operator.validation import validate_kubernetes
 
 ON = {"engine": {"kvEvents": {"enabled": True}}}
-ROUTER_PODS = {"podSelector": {"matchLabels": {
-    "app.kubernetes.io/name": "pagedock", "app.kubernetes.io/instance": "chat",
-    "app.kubernetes.io/component": "router",
-}}}  # fmt: skip
+ROUTER_PODS = {
+    "podSelector": {
+        "matchLabels": {
+            "app.kubernetes.io/name": "pagedock",
+            "app.kubernetes.io/instance": "chat",
+            "app.kubernetes.io/component": "router",
+        }
+    }
+}
 
 
 def children(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -26,7 +31,11 @@ def children(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def engine_container(spec: dict[str, Any]) -> dict[str, Any]:
-    deployment = next(c for c in children(spec) if c["kind"] == "Deployment" and c["metadata"]["name"] == "chat-engine")  # fmt: skip
+    deployment = next(
+        c
+        for c in children(spec)
+        if c["kind"] == "Deployment" and c["metadata"]["name"] == "chat-engine"
+    )
     container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
     return container
 
@@ -85,7 +94,10 @@ def test_network_policy_admits_the_zmq_ports_from_router_pods_only() -> None:
 
 def test_named_peers_are_admitted_too_and_no_peer_means_no_rule() -> None:
     epp = {"podSelector": {"matchLabels": {"app": "llm-d-epp"}}}
-    spec = {"router": {"enabled": False}, "engine": {"kvEvents": {"enabled": True, "allowedFrom": [epp]}}}  # fmt: skip
+    spec = {
+        "router": {"enabled": False},
+        "engine": {"kvEvents": {"enabled": True, "allowedFrom": [epp]}},
+    }
     assert engine_policy_rules(spec)[1]["from"] == [epp]
     # An empty `from` would admit every pod: without a router or peers, nothing is admitted.
     alone = {"router": {"enabled": False}, **ON}
@@ -114,7 +126,7 @@ def test_every_child_is_valid_kubernetes(spec_name: str) -> None:
 
 
 def crd_schema() -> dict[str, Any]:
-    from llm_operator.crd import build_crd
+    from llm_operator.api.crd import build_crd
 
     schema: dict[str, Any] = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
@@ -128,13 +140,22 @@ def test_the_crd_schema_has_kv_events_with_strict_fields() -> None:
     engine = crd_schema()["properties"]["spec"]["properties"]["engine"]["properties"]
     kv = engine["kvEvents"]
     assert set(kv["properties"]) == {"enabled", "port", "replayPort", "allowedFrom"}
-    assert kv["properties"]["port"]["default"] == 5557 and kv["properties"]["port"]["maximum"] == 65535  # fmt: skip
+    assert (
+        kv["properties"]["port"]["default"] == 5557 and kv["properties"]["port"]["maximum"] == 65535
+    )
     assert len(kv["x-kubernetes-validations"]) == 2
 
     def resource(kv_events: dict[str, Any]) -> dict[str, Any]:
-        return {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", "metadata": {}, "spec": {"engine": {"kvEvents": kv_events}}}  # fmt: skip
+        return {
+            "apiVersion": "pagedock.dev/v1alpha1",
+            "kind": "LLMDeployment",
+            "metadata": {},
+            "spec": {"engine": {"kvEvents": kv_events}},
+        }
 
-    validate_custom_resource(resource({"enabled": True, "allowedFrom": [{"podSelector": {}}]}), crd_schema())  # fmt: skip
+    validate_custom_resource(
+        resource({"enabled": True, "allowedFrom": [{"podSelector": {}}]}), crd_schema()
+    )
     for bad in ({"topic": "x"}, {"port": 70000}, {"enabled": "yes"}):
         with pytest.raises(jsonschema.ValidationError):
             validate_custom_resource(resource(bad), crd_schema())

@@ -5,8 +5,8 @@ import datetime
 from typing import Any
 
 import pytest
-from llm_operator.leadership import Peering, is_active, outranked
-from llm_operator.resync import resync_once
+from llm_operator.controller.resync import resync_once
+from llm_operator.k8s.leadership import Peering, is_active, outranked
 from llm_operator.settings import OperatorSettings
 
 NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
@@ -59,10 +59,12 @@ class FakeReconciler:
 
 def cluster_with(peers: dict[str, Any]) -> FakeKube:
     item = {"metadata": {"name": "chat", "namespace": "team-a"}}
-    return FakeKube({
-        "/apis/kopf.dev/v1/clusterkopfpeerings/pagedock": {"status": peers},
-        "/apis/pagedock.dev/v1alpha1/llmdeployments": {"items": [item]},
-    })  # fmt: skip
+    return FakeKube(
+        {
+            "/apis/kopf.dev/v1/clusterkopfpeerings/pagedock": {"status": peers},
+            "/apis/pagedock.dev/v1alpha1/llmdeployments": {"items": [item]},
+        }
+    )
 
 
 @pytest.mark.asyncio

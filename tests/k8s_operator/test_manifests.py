@@ -99,7 +99,7 @@ def granted(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -
 
 @pytest.mark.parametrize("name", ["defaults", "namespaced"])
 def test_rbac_grants_what_the_api_server_checks(name: str) -> None:
-    from llm_operator.resources import KINDS
+    from llm_operator.k8s.resources import KINDS
 
     roles = [d for d in render(VALUE_SETS[name]) if d["kind"] in {"ClusterRole", "Role"}]
     needed = [
@@ -129,9 +129,10 @@ def test_rbac_grants_what_the_api_server_checks(name: str) -> None:
 
 
 def test_the_operators_own_namespace_is_always_a_scraper_namespace() -> None:
-    for values, expected in (({}, "pagedock-system,monitoring"), (
-        {"metrics": {"scraperNamespaces": ["prom", "pagedock-system"]}}, "pagedock-system,prom"
-    )):  # fmt: skip
+    for values, expected in (
+        ({}, "pagedock-system,monitoring"),
+        ({"metrics": {"scraperNamespaces": ["prom", "pagedock-system"]}}, "pagedock-system,prom"),
+    ):
         deployment = next(d for d in render(values) if d["kind"] == "Deployment")
         env = {
             e["name"]: e.get("value")

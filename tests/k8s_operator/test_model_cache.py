@@ -5,10 +5,10 @@ import dataclasses
 from typing import Any
 
 import pytest
+from llm_operator.api.spec import LLMDeploymentSpec
 from llm_operator.builders import BuildContext, build_children
 from llm_operator.builders.model_cache import build_model_download_job, download_job_name
 from llm_operator.settings import OperatorSettings
-from llm_operator.spec import LLMDeploymentSpec
 
 from tests.k8s_operator.validation import validate_kubernetes
 
@@ -50,7 +50,10 @@ def test_without_a_claim_each_engine_downloads_into_an_emptydir_it_requests() ->
 def test_with_a_claim_engines_mount_it_read_only_and_stay_offline() -> None:
     pod = pod_of(make_context(HF_CLAIM), "chat-engine")
     container = pod["containers"][0]
-    claim = {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-cache", "readOnly": True}}  # fmt: skip
+    claim = {
+        "name": "model-cache",
+        "persistentVolumeClaim": {"claimName": "hf-cache", "readOnly": True},
+    }
     assert claim in pod["volumes"]
     assert CLAIM_MOUNT in container["volumeMounts"]
     assert OFFLINE in container["env"]
@@ -63,7 +66,10 @@ def test_router_mounts_the_claim_only_when_it_is_shared(shared: bool) -> None:
     container = pod_of(make_context(HF_CLAIM, shared=shared), "chat-router")["containers"][0]
     assert (CLAIM_MOUNT in container["volumeMounts"]) is shared
     assert (OFFLINE in container["env"]) is shared
-    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in container["env"]  # fmt: skip
+    assert {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}},
+    } in container["env"]
 
 
 def test_a_non_hub_source_downloads_nothing_and_asks_little_storage() -> None:
@@ -84,7 +90,9 @@ def test_download_job_fills_the_claim_with_the_engine_image_and_hardening() -> N
     assert container["image"] == "registry.test/engine-cuda:7"
     assert container["args"] == ["download", "hf://org/model@v1"]
     assert {"name": "model-cache", "mountPath": "/cache/huggingface"} in container["volumeMounts"]
-    assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}} in pod["volumes"]  # fmt: skip
+    assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}} in pod[
+        "volumes"
+    ]
     assert "nvidia.com/gpu" not in str(container["resources"])
     assert pod["nodeSelector"] == {"gpu": "h100"}
     assert pod["restartPolicy"] == "Never"

@@ -47,7 +47,9 @@ async def create_claim(api: aiohttp.ClientSession, access_mode: str) -> None:
 
 
 async def finish_job(api: aiohttp.ClientSession, name: str, status: dict) -> None:
-    await send(api, "PATCH", f"/apis/batch/v1/namespaces/team-a/jobs/{name}/status", {"status": status})  # fmt: skip
+    await send(
+        api, "PATCH", f"/apis/batch/v1/namespaces/team-a/jobs/{name}/status", {"status": status}
+    )
 
 
 def model_reason(cluster: Emulator) -> str | None:
@@ -62,7 +64,10 @@ async def test_engines_start_only_after_the_download_job_succeeded(
     [job_name] = await eventually(lambda: download_jobs(cluster))
     await eventually(lambda: model_reason(cluster) == "Downloading")
     job = live(cluster, JOBS, job_name) or {}
-    assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["download", "hf://org/model@v1"]  # fmt: skip
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "download",
+        "hf://org/model@v1",
+    ]
     assert job["metadata"]["ownerReferences"][0]["kind"] == "LLMDeployment"
     assert live(cluster, SERVICES, "chat-engine")  # the rest is there already
     assert live(cluster, DEPLOYMENTS, "chat-engine") is None
@@ -74,7 +79,11 @@ async def test_engines_start_only_after_the_download_job_succeeded(
     for deployment in (engine, router):
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         assert {"name": "HF_HUB_OFFLINE", "value": "1"} in container["env"]
-        assert {"name": "model-cache", "mountPath": "/cache/huggingface", "readOnly": True} in container["volumeMounts"]  # fmt: skip
+        assert {
+            "name": "model-cache",
+            "mountPath": "/cache/huggingface",
+            "readOnly": True,
+        } in container["volumeMounts"]
     await eventually(lambda: model_reason(cluster) == "ModelLoading")
     await asyncio.sleep(1.5)  # settle, then resync passes write nothing (the Job is not re-made)
     before = num_writes(cluster)
@@ -99,7 +108,9 @@ async def test_a_new_revision_downloads_again_while_the_old_engines_keep_serving
     [second] = await eventually(lambda: [n for n in download_jobs(cluster) if n != first])
     await eventually(lambda: download_jobs(cluster) == [second])  # the old Job is deleted
     await asyncio.sleep(1.5)  # a resync pass: the engines still run v1
-    args = (live(cluster, DEPLOYMENTS, "chat-engine") or {})["spec"]["template"]["spec"]["containers"][0]["args"]  # fmt: skip
+    args = (live(cluster, DEPLOYMENTS, "chat-engine") or {})["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
     assert "hf://org/model@v1" in args
 
     await finish_job(api, second, {"succeeded": 1})

@@ -5,7 +5,7 @@ import asyncio
 import aiohttp
 import pytest
 from kopf.testing import KopfRunner
-from llm_operator.handlers import make_registry
+from llm_operator.controller.handlers import make_registry
 from llm_operator.settings import OperatorSettings
 
 from tests.eventually import eventually
@@ -118,8 +118,13 @@ async def test_status_turns_ready_when_the_deployments_are_ready(
     assert status["endpoint"] == "http://chat-router.team-a.svc:8080"
     assert "app.kubernetes.io/component=engine" in status["selector"]
     assert {c["type"] for c in status["conditions"]} == {
-        "ModelReady", "EngineReady", "RouterReady", "IngressReady", "GatewayReady", "Ready",
-    }  # fmt: skip
+        "ModelReady",
+        "EngineReady",
+        "RouterReady",
+        "IngressReady",
+        "GatewayReady",
+        "Ready",
+    }
     assert all(c["status"] == "True" and c["lastTransitionTime"] for c in status["conditions"])
 
 

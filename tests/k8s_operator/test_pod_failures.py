@@ -1,6 +1,6 @@
 """Engine pods → the failure that status names (reason, message), one cause per test."""
 
-from llm_operator.pod_failures import PodFailure, engine_failure, pod_failure
+from llm_operator.fleet.pod_failures import PodFailure, engine_failure, pod_failure
 
 from tests.k8s_operator.pods import (
     BAD_IMAGE,

@@ -10,7 +10,10 @@ from llm_operator.autoscaler.signals import combine, ready_pod_ips
 def pod(name: str, ip: str, cost: str | None = None, ready: bool = True) -> dict:
     annotations = {DELETION_COST: cost} if cost is not None else {}
     conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
-    return {"metadata": {"name": name, "annotations": annotations}, "status": {"podIP": ip, "conditions": conditions}}  # fmt: skip
+    return {
+        "metadata": {"name": name, "annotations": annotations},
+        "status": {"podIP": ip, "conditions": conditions},
+    }
 
 
 def test_the_pod_whose_cache_the_routers_used_least_goes_first() -> None:
@@ -27,8 +30,18 @@ def test_an_unchanged_deletion_cost_is_not_written_again() -> None:
 
 
 def test_several_routers_demand_is_summed_and_the_idle_time_is_the_shortest() -> None:
-    one = {"num_held": 2, "num_inflight": 1, "idle_seconds": 40, "replicas": [{"url": "http://10.0.0.1:8000", "inflight": 1, "prefix_hit_score": 10}]}  # fmt: skip
-    two = {"num_held": 3, "num_inflight": 0, "idle_seconds": 2, "replicas": [{"url": "http://10.0.0.1:8000", "inflight": 0, "prefix_hit_score": 5}]}  # fmt: skip
+    one = {
+        "num_held": 2,
+        "num_inflight": 1,
+        "idle_seconds": 40,
+        "replicas": [{"url": "http://10.0.0.1:8000", "inflight": 1, "prefix_hit_score": 10}],
+    }
+    two = {
+        "num_held": 3,
+        "num_inflight": 0,
+        "idle_seconds": 2,
+        "replicas": [{"url": "http://10.0.0.1:8000", "inflight": 0, "prefix_hit_score": 5}],
+    }
     demand = combine([one, two])
     assert demand is not None
     assert (demand.num_routers, demand.num_held, demand.num_inflight, demand.idle_seconds) == (
@@ -46,16 +59,37 @@ def test_only_ready_router_pods_are_polled() -> None:
 
 
 def test_engine_reported_load_counts_each_engine_once() -> None:
-    replica = {"url": "http://10.0.0.1:8000", "inflight": 0, "num_requests_running": 3, "num_requests_waiting": 2}  # fmt: skip
-    demand = combine([{"replicas": [replica]}, {"replicas": [{**replica, "num_requests_running": 1}]}])  # fmt: skip
+    replica = {
+        "url": "http://10.0.0.1:8000",
+        "inflight": 0,
+        "num_requests_running": 3,
+        "num_requests_waiting": 2,
+    }
+    demand = combine(
+        [{"replicas": [replica]}, {"replicas": [{**replica, "num_requests_running": 1}]}]
+    )
     assert demand is not None and demand.num_engine_requests == 5
 
 
 def test_a_scale_event_is_about_the_llmdeployment_and_says_why() -> None:
     from llm_operator.autoscaler.events import build_event
 
-    body = {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", "metadata": {"name": "chat", "namespace": "team-a", "uid": "u1"}}  # fmt: skip
+    body = {
+        "apiVersion": "pagedock.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": "chat", "namespace": "team-a", "uid": "u1"},
+    }
     event = build_event(body, "Scaled", "engine replicas 1 -> 2: concurrency 9 (3 held)")
-    assert event["involvedObject"] == {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", "name": "chat", "namespace": "team-a", "uid": "u1"}  # fmt: skip
-    assert (event["reason"], event["type"], event["metadata"]["namespace"]) == ("Scaled", "Normal", "team-a")  # fmt: skip
+    assert event["involvedObject"] == {
+        "apiVersion": "pagedock.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "name": "chat",
+        "namespace": "team-a",
+        "uid": "u1",
+    }
+    assert (event["reason"], event["type"], event["metadata"]["namespace"]) == (
+        "Scaled",
+        "Normal",
+        "team-a",
+    )
     assert event["metadata"]["name"].startswith("chat.")

@@ -3,9 +3,9 @@
 import dataclasses
 
 from llm_operator.conditions import merge_conditions
-from llm_operator.metrics import aggregate, parse_samples
-from llm_operator.pod_failures import PodFailure
-from llm_operator.status import ChildrenState, build_conditions, transition_warnings
+from llm_operator.fleet.metrics import aggregate, parse_samples
+from llm_operator.fleet.pod_failures import PodFailure
+from llm_operator.fleet.status import ChildrenState, build_conditions, transition_warnings
 
 METRICS = """# HELP vllm:kv_cache_usage_perc KV-cache usage.
 # TYPE vllm:kv_cache_usage_perc gauge
@@ -139,13 +139,21 @@ def test_metrics_are_summed_across_engines() -> None:
 
 
 def test_zero_engines_by_autoscaling_policy_is_ready_scaled_to_zero() -> None:
-    state = ChildrenState(deployment(0, 0), deployment(1, 1), None, True, False, zero_by_policy=True)  # fmt: skip
+    state = ChildrenState(
+        deployment(0, 0), deployment(1, 1), None, True, False, zero_by_policy=True
+    )
     conditions = by_type(build_conditions(state, "m", 3))
     assert {c.status for c in conditions.values()} == {"True"}
-    assert (conditions["Ready"].reason, conditions["EngineReady"].reason) == ("ScaledToZero", "ScaledToZero")  # fmt: skip
+    assert (conditions["Ready"].reason, conditions["EngineReady"].reason) == (
+        "ScaledToZero",
+        "ScaledToZero",
+    )
 
 
 def test_zero_engines_without_the_policy_is_not_ready() -> None:
     state = ChildrenState(deployment(0, 0), deployment(1, 1), None, True, False)
     conditions = by_type(build_conditions(state, "m", 3))
-    assert (conditions["Ready"].status, conditions["EngineReady"].reason) == ("False", "ScaledToZero")  # fmt: skip
+    assert (conditions["Ready"].status, conditions["EngineReady"].reason) == (
+        "False",
+        "ScaledToZero",
+    )

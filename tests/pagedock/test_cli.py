@@ -53,9 +53,9 @@ def test_commands_resolve_to_a_main_of_their_program() -> None:
     modules = {name: command.module for name, command in cli.COMMANDS.items()}
     assert modules == {
         "serve": "engine.server.cli",
-        "download": "engine.loader.download",
-        "route": "router.cli",
-        "operator": "llm_operator.cli",
+        "download": "pagedock.models.download",
+        "route": "router.server.cli",
+        "operator": "llm_operator.controller.cli",
     }
     for command in cli.COMMANDS.values():
         assert callable(cli.load(command))

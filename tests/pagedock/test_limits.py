@@ -8,12 +8,12 @@ from typing import Any
 import jsonschema
 import pydantic
 import pytest
-from llm_operator.crd import build_crd
-from llm_operator.spec import LLMDeploymentSpec
+from llm_operator.api.crd import build_crd
+from llm_operator.api.spec import LLMDeploymentSpec
 
 from engine.config import EngineConfig
-from engine.errors import ConfigError
-from engine.server.context import ServerOptions
+from engine.server.openai.context import ServerOptions
+from pagedock.errors import ConfigError
 from pagedock.limits import BLOCK_SIZES, DEFAULT_MODEL, MAX_BODY_BYTES
 from router.config import RouterConfig
 from tests.k8s_operator.validation import validate_custom_resource
@@ -23,7 +23,12 @@ OPENAPI = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
 def llmdeployment(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", "metadata": {}, "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": "pagedock.dev/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {},
+        "spec": spec,
+    }
 
 
 def test_the_crd_rejects_an_unsupported_block_size() -> None:
@@ -47,7 +52,9 @@ def test_every_supported_block_size_passes_crd_engine_and_router(block_size: int
 
 
 def test_the_router_rejects_an_unsupported_block_size() -> None:
-    with pytest.raises(ConfigError, match=r"block_size must be one of \(8, 16, 32, 64, 128\), got 24"):  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=r"block_size must be one of \(8, 16, 32, 64, 128\), got 24"
+    ):
         make_config(block_size=24)
 
 
@@ -57,7 +64,7 @@ def test_the_engine_rejects_an_unsupported_block_size() -> None:
 
 
 def test_engine_and_router_share_the_body_limit() -> None:
-    from router import app
+    from router.server import app
 
     assert ServerOptions().max_body_bytes == app.MAX_BODY_BYTES == MAX_BODY_BYTES
 

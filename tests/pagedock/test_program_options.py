@@ -12,10 +12,10 @@ from llm_operator.settings import ENV_PREFIX, OperatorSettings
 
 from engine.config import EngineConfig
 from engine.server import cli as serve_cli
-from engine.server.context import ServerOptions
+from engine.server.openai.context import ServerOptions
 from pagedock.options import OptionError, options, values_for
-from router import cli as route_cli
 from router.config import RouterConfig
+from router.server import cli as route_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART_DEPLOYMENT = ROOT / "charts" / "pagedock" / "templates" / "deployment.yaml"
@@ -42,12 +42,21 @@ def test_a_junk_engine_switch_is_a_usage_error(
     monkeypatch.setenv("PAGEDOCK_CPU_KERNELS", "maybe")
     with pytest.raises(SystemExit):
         serve_cli.build_parser()
-    assert "pagedock serve: error: PAGEDOCK_CPU_KERNELS='maybe': expected one of 0, 1" in capsys.readouterr().err  # fmt: skip
+    assert (
+        "pagedock serve: error: PAGEDOCK_CPU_KERNELS='maybe': expected one of 0, 1"
+        in capsys.readouterr().err
+    )
 
 
 def test_serve_keeps_the_vllm_aliases_and_the_positional_model() -> None:
-    ns = serve_cli.build_parser().parse_args(["m.gguf", "--no-prefix-caching", "--no-chunked-prefill"])  # fmt: skip
-    assert (ns.model_arg, ns.enable_prefix_caching, ns.enable_chunked_prefill) == ("m.gguf", False, False)  # fmt: skip
+    ns = serve_cli.build_parser().parse_args(
+        ["m.gguf", "--no-prefix-caching", "--no-chunked-prefill"]
+    )
+    assert (ns.model_arg, ns.enable_prefix_caching, ns.enable_chunked_prefill) == (
+        "m.gguf",
+        False,
+        False,
+    )
 
 
 def test_serve_has_a_flag_per_engine_and_server_field() -> None:
@@ -76,23 +85,31 @@ def test_operator_settings_read_a_false_switch() -> None:
 
 
 def test_operator_settings_refuse_a_junk_switch() -> None:
-    with pytest.raises(OptionError, match=r"PAGEDOCK_OPERATOR_SCRAPE_METRICS='sometimes': expected one of"):  # fmt: skip
+    with pytest.raises(
+        OptionError, match=r"PAGEDOCK_OPERATOR_SCRAPE_METRICS='sometimes': expected one of"
+    ):
         OperatorSettings.from_env({"PAGEDOCK_OPERATOR_SCRAPE_METRICS": "sometimes"})
 
 
 def test_operator_settings_keep_the_chart_env_names() -> None:
-    settings = OperatorSettings.from_env({
-        "PAGEDOCK_IMAGE_REPOSITORY": "r.test",
-        "PAGEDOCK_IMAGE_TAG": "2",
-        "PAGEDOCK_OPERATOR_PEERING": "",
-        "PAGEDOCK_OPERATOR_NAMESPACES": "a,b",
-        "PAGEDOCK_OPERATOR_LIVENESS_PORT": "0",
-    })  # fmt: skip
+    settings = OperatorSettings.from_env(
+        {
+            "PAGEDOCK_IMAGE_REPOSITORY": "r.test",
+            "PAGEDOCK_IMAGE_TAG": "2",
+            "PAGEDOCK_OPERATOR_PEERING": "",
+            "PAGEDOCK_OPERATOR_NAMESPACES": "a,b",
+            "PAGEDOCK_OPERATOR_LIVENESS_PORT": "0",
+        }
+    )
     assert (settings.image("engine-cuda"), settings.image("router")) == (
         "r.test/engine-cuda:2",
         "r.test/router:2",
     )
-    assert (settings.peering_name, settings.namespaces, settings.liveness_port) == ("", ("a", "b"), 0)  # fmt: skip
+    assert (settings.peering_name, settings.namespaces, settings.liveness_port) == (
+        "",
+        ("a", "b"),
+        0,
+    )
 
 
 def test_every_env_var_the_chart_sets_is_an_operator_setting() -> None:
@@ -104,7 +121,7 @@ def test_every_env_var_the_chart_sets_is_an_operator_setting() -> None:
 def test_a_bad_operator_setting_stops_the_operator_with_a_message(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from llm_operator.cli import main
+    from llm_operator.controller.cli import main
 
     monkeypatch.setenv("PAGEDOCK_OPERATOR_RESYNC_SECONDS", "soon")
     assert main(["run"]) == 2

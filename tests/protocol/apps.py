@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from engine.text.tokenizer import Tokenizer
+from pagedock.text.tokenizer import Tokenizer
 
 
 class _IdleEngine:
@@ -22,7 +22,7 @@ class _IdleEngine:
 
 def server_app(tokenizer: Tokenizer | None = None, api_key: str | None = None) -> FastAPI:
     from engine.server.app import build_app
-    from engine.server.context import ServerContext, ServerOptions
+    from engine.server.openai.context import ServerContext, ServerOptions
 
     ctx = ServerContext(
         engine=_IdleEngine(),  # type: ignore[arg-type]
@@ -39,11 +39,11 @@ def server_app(tokenizer: Tokenizer | None = None, api_key: str | None = None) -
 
 def router_app(api_key: str | None = None) -> FastAPI:
     """A router that knows no replica: past its guard, every API call is a 503."""
-    from router.app import build_app
     from router.config import RouterConfig
-    from router.context import RouterContext
-    from router.discovery.static import StaticDiscovery
-    from router.prompt_hasher import PromptHasher
+    from router.kv.prompt_hasher import PromptHasher
+    from router.replicas.discovery.static import StaticDiscovery
+    from router.server.app import build_app
+    from router.server.context import RouterContext
 
     config = RouterConfig(replicas=["http://127.0.0.1:1"], model=None, api_key=api_key)
     return build_app(RouterContext(config, PromptHasher(None), StaticDiscovery(config.replicas)))

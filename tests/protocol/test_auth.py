@@ -1,4 +1,4 @@
-"""engine/protocol/auth.py: the one API-key guard, on the engine's server and on the router."""
+"""pagedock/http/auth.py: the one API-key guard, on the engine's server and on the router."""
 
 from __future__ import annotations
 
@@ -8,13 +8,21 @@ from collections.abc import Callable
 import pytest
 from fastapi import FastAPI
 
-from engine.protocol.auth import INVALID_API_KEY_MESSAGE, check_api_key
-from engine.protocol.errors import APIError, error_body
+from pagedock.http.auth import INVALID_API_KEY_MESSAGE, check_api_key
+from pagedock.http.errors import APIError, error_body
 from tests.protocol.apps import client, router_app, server_app
 
 KEY = "sekret"
 APPS: dict[str, Callable[..., FastAPI]] = {"server": server_app, "router": router_app}
-GUARDED = {"server": [("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/tokenize")], "router": [("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/router/replicas")]}  # fmt: skip
+GUARDED = {
+    "server": [("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/tokenize")],
+    "router": [
+        ("GET", "/v1/models"),
+        ("POST", "/v1/completions"),
+        ("POST", "/v1/chat/completions"),
+        ("GET", "/router/replicas"),
+    ],
+}
 UNAUTHORIZED = error_body(401, INVALID_API_KEY_MESSAGE, code="invalid_api_key")
 
 
@@ -28,7 +36,9 @@ def side(request: pytest.FixtureRequest) -> str:
     [None, "Bearer wrong", f"Bearer {KEY}x", KEY, f"Basic {KEY}", "Bearer "],
     ids=["missing", "wrong", "prefix-of-a-longer-guess", "no-scheme", "basic", "empty"],
 )
-def test_a_missing_or_wrong_key_is_a_401_with_www_authenticate(side: str, authorization: str | None) -> None:  # fmt: skip
+def test_a_missing_or_wrong_key_is_a_401_with_www_authenticate(
+    side: str, authorization: str | None
+) -> None:
     headers = {} if authorization is None else {"Authorization": authorization}
     http = client(APPS[side](api_key=KEY), **headers)
     for method, path in GUARDED[side]:
@@ -40,7 +50,9 @@ def test_a_missing_or_wrong_key_is_a_401_with_www_authenticate(side: str, author
 
 def test_the_right_key_passes_the_guard(side: str) -> None:
     for scheme in ("Bearer", "bearer"):
-        response = client(APPS[side](api_key=KEY), Authorization=f"{scheme} {KEY}").get("/v1/models")  # fmt: skip
+        response = client(APPS[side](api_key=KEY), Authorization=f"{scheme} {KEY}").get(
+            "/v1/models"
+        )
         # The server lists its model; the router, knowing no replica, says so: past the guard.
         assert response.status_code == (200 if side == "server" else 503)
 
@@ -56,13 +68,17 @@ def test_health_needs_no_key(side: str) -> None:
 
 
 def test_the_routers_replica_list_opens_to_the_key() -> None:
-    response = client(router_app(api_key=KEY), Authorization=f"Bearer {KEY}").get("/router/replicas")  # fmt: skip
+    response = client(router_app(api_key=KEY), Authorization=f"Bearer {KEY}").get(
+        "/router/replicas"
+    )
     assert response.status_code == 200
 
 
 @pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json"])
 def test_the_api_docs_and_schema_are_off_when_a_key_is_set(side: str, path: str) -> None:
-    assert client(APPS[side](api_key=KEY), Authorization=f"Bearer {KEY}").get(path).status_code == 404  # fmt: skip
+    assert (
+        client(APPS[side](api_key=KEY), Authorization=f"Bearer {KEY}").get(path).status_code == 404
+    )
 
 
 @pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json"])

@@ -1,4 +1,4 @@
-"""engine/protocol/errors.py: the one OpenAI error shape, as the engine's server and the router
+"""pagedock/http/errors.py: the one OpenAI error shape, as the engine's server and the router
 both answer it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 from fastapi import FastAPI
 
-from engine.protocol import ErrorResponse
-from engine.protocol.errors import APIError, error_body, error_json, error_response, error_type
+from pagedock.http.errors import APIError, error_body, error_json, error_response, error_type
+from pagedock.protocol import ErrorResponse
 from tests.protocol.apps import client, router_app, server_app
 
 TYPES = {
@@ -37,17 +37,26 @@ def test_each_status_has_openais_error_type(status: int, expected: str) -> None:
 def test_the_body_has_exactly_openais_fields_in_order() -> None:
     body = error_body(400, "bad n", param="n", code="invalid_value")
     assert list(body) == ["error"]
-    assert body["error"] == {"message": "bad n", "type": "invalid_request_error", "param": "n", "code": "invalid_value"}  # fmt: skip
+    assert body["error"] == {
+        "message": "bad n",
+        "type": "invalid_request_error",
+        "param": "n",
+        "code": "invalid_value",
+    }
     assert list(body["error"]) == ["message", "type", "param", "code"]
     assert ErrorResponse.model_validate(body).model_dump() == body
 
 
 def test_param_and_code_default_to_null() -> None:
-    assert json.loads(error_json(500, "boom")) == {"error": {"message": "boom", "type": "server_error", "param": None, "code": None}}  # fmt: skip
+    assert json.loads(error_json(500, "boom")) == {
+        "error": {"message": "boom", "type": "server_error", "param": None, "code": None}
+    }
 
 
 def test_error_json_is_the_body_as_json_text() -> None:
-    assert error_json(429, "busy", code="queue_full") == json.dumps(error_body(429, "busy", code="queue_full"))  # fmt: skip
+    assert error_json(429, "busy", code="queue_full") == json.dumps(
+        error_body(429, "busy", code="queue_full")
+    )
 
 
 def test_an_api_errors_response_carries_its_status_body_and_headers() -> None:

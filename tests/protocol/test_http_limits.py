@@ -14,7 +14,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from engine.protocol.http_limits import limited_protocol
+from pagedock.http.limits import limited_protocol
 from tests.router.live import free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,7 +43,13 @@ def make_app() -> FastAPI:
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
     port = free_port()
-    config = uvicorn.Config(make_app(), host="127.0.0.1", port=port, log_level="warning", http=limited_protocol(DEADLINE_S, 0))  # fmt: skip
+    config = uvicorn.Config(
+        make_app(),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        http=limited_protocol(DEADLINE_S, 0),
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -86,7 +92,13 @@ def read_response(sock: socket.socket) -> bytes:
     while b"\r\n\r\n" not in data:
         data += sock.recv(4096)
     head, _, body = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))  # fmt: skip
+    length = int(
+        next(
+            line.split(b":")[1]
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+    )
     while len(body) < length:
         body += sock.recv(4096)
     return head
@@ -103,6 +115,8 @@ def test_a_whole_request_is_answered_and_the_next_one_on_the_connection_too(port
 
 
 def test_a_response_that_streams_longer_than_the_deadline_is_not_cut(port: int) -> None:
-    _, received = seconds_until_closed(port, b"GET /slow-stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")  # fmt: skip
+    _, received = seconds_until_closed(
+        port, b"GET /slow-stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
     assert received.startswith(b"HTTP/1.1 200")
     assert all(f"{i}\n".encode() in received for i in range(4))

@@ -1,4 +1,4 @@
-"""engine/protocol/tools.py: tools and tool_choice checked as OpenAI and vLLM check them, and the
+"""pagedock/protocol/tools.py: tools and tool_choice checked as OpenAI and vLLM check them, and the
 tool calls of messages in the shape chat templates read."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from engine.errors import InvalidRequestError
-from engine.protocol import ChatCompletionRequest
-from engine.protocol.tools import read_tool_request, template_tool_calls
+from pagedock.errors import InvalidRequestError
 from pagedock.limits import MAX_TOOLS, MAX_TOOLS_JSON_CHARS
+from pagedock.protocol import ChatCompletionRequest
+from pagedock.protocol.tools import read_tool_request, template_tool_calls
 
 
 def tool(name: str = "get_weather", **function: Any) -> dict[str, Any]:
@@ -142,11 +142,17 @@ def test_a_chat_request_carries_tool_calls_and_tool_results_to_the_template() ->
 @pytest.mark.parametrize(
     ("message", "param"),
     [
-        ({"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]}, "messages[0]"),
-        ({"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]}, "messages[0].tool_calls"),
+        (
+            {"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]},
+            "messages[0]",
+        ),
+        (
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]},
+            "messages[0].tool_calls",
+        ),
     ],
     ids=["user-with-calls", "call-without-function"],
-)  # fmt: skip
+)
 def test_malformed_tool_messages_are_a_400_naming_the_field(
     message: dict[str, Any], param: str
 ) -> None:

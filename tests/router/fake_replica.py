@@ -22,7 +22,9 @@ class ServerThread:
     def __init__(self, app: Any) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)  # fmt: skip
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -66,15 +68,63 @@ class FakeReplica:
             while self.mode == "hang" or self.frozen.is_set():
                 await asyncio.sleep(0.05)
             if self.mode == "bad":
-                return JSONResponse({"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}}, 400)  # fmt: skip
+                return JSONResponse(
+                    {
+                        "error": {
+                            "message": "bad",
+                            "type": "invalid_request_error",
+                            "param": None,
+                            "code": None,
+                        }
+                    },
+                    400,
+                )
             if self.mode == "unavailable":
-                return JSONResponse({"error": {"message": "down", "type": "service_unavailable_error", "param": None, "code": "draining"}}, 503)  # fmt: skip
+                return JSONResponse(
+                    {
+                        "error": {
+                            "message": "down",
+                            "type": "service_unavailable_error",
+                            "param": None,
+                            "code": "draining",
+                        }
+                    },
+                    503,
+                )
             if self.mode == "dead":
-                return JSONResponse({"error": {"message": "dead", "type": "service_unavailable_error", "param": None, "code": "engine_dead"}}, 503)  # fmt: skip
+                return JSONResponse(
+                    {
+                        "error": {
+                            "message": "dead",
+                            "type": "service_unavailable_error",
+                            "param": None,
+                            "code": "engine_dead",
+                        }
+                    },
+                    503,
+                )
             if self.mode == "poison":
-                return JSONResponse({"error": {"message": "generation failed", "type": "internal_server_error", "param": None, "code": "engine_error"}}, 500)  # fmt: skip
+                return JSONResponse(
+                    {
+                        "error": {
+                            "message": "generation failed",
+                            "type": "internal_server_error",
+                            "param": None,
+                            "code": "engine_error",
+                        }
+                    },
+                    500,
+                )
             if self.mode in ("ok", "inf_load", "locked"):
-                return JSONResponse({"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "fake", "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]})  # fmt: skip
+                return JSONResponse(
+                    {
+                        "id": "cmpl-1",
+                        "object": "text_completion",
+                        "created": 0,
+                        "model": "fake",
+                        "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
+                    }
+                )
             return StreamingResponse(self._events(), media_type="text/event-stream")
 
         @app.get("/health")
@@ -88,16 +138,40 @@ class FakeReplica:
         @app.get("/metrics")
         async def metrics() -> Response:
             if self.mode == "inf_load":
-                return Response('vllm:num_requests_running{model_name="fake"} +Inf\nvllm:num_requests_waiting{model_name="fake"} NaN\n')  # fmt: skip
+                return Response(
+                    'vllm:num_requests_running{model_name="fake"} +Inf\nvllm:num_requests_waiting{model_name="fake"} NaN\n'
+                )
             return Response('vllm:num_requests_running{model_name="fake"} 0.0\n')
 
         @app.get("/v1/kv/events")
         async def events() -> Response:
             if self.mode == "locked":
-                return JSONResponse({"error": {"message": "key", "type": "authentication_error", "param": None, "code": "invalid_api_key"}}, 401)  # fmt: skip
+                return JSONResponse(
+                    {
+                        "error": {
+                            "message": "key",
+                            "type": "authentication_error",
+                            "param": None,
+                            "code": "invalid_api_key",
+                        }
+                    },
+                    401,
+                )
 
             async def lines() -> AsyncIterator[str]:
-                yield json.dumps({"type": "snapshot", "instance_id": instance, "seq": -1, "block_size": 16, "block_hashes": [], "root_hash": "00"}) + "\n"  # fmt: skip
+                yield (
+                    json.dumps(
+                        {
+                            "type": "snapshot",
+                            "instance_id": instance,
+                            "seq": -1,
+                            "block_size": 16,
+                            "block_hashes": [],
+                            "root_hash": "00",
+                        }
+                    )
+                    + "\n"
+                )
                 await asyncio.sleep(3600)
 
             return StreamingResponse(lines(), media_type="application/x-ndjson")

@@ -49,7 +49,9 @@ def free_port() -> int:
 class Process:
     """One `pagedock` subcommand as a child process, with its log in a file."""
 
-    def __init__(self, args: list[str], log: Path, health_path: str = "/health", cpus: set[int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, args: list[str], log: Path, health_path: str = "/health", cpus: set[int] | None = None
+    ) -> None:
         self.args = args
         self.cpus = cpus
         """Cores the process (and every thread it starts) may run on; None = any."""
@@ -62,7 +64,14 @@ class Process:
     def start(self) -> Process:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pagedock", *self.args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=self._pin if self.cpus is not None else None)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pagedock", *self.args],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=self._pin if self.cpus is not None else None,
+            )
         return self
 
     def _pin(self) -> None:
@@ -81,7 +90,9 @@ class Process:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise AssertionError(f"{self.args[0]} on {self.port} not ready: {self.log.read_text()[-3000:]}")  # fmt: skip
+        raise AssertionError(
+            f"{self.args[0]} on {self.port} not ready: {self.log.read_text()[-3000:]}"
+        )
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -94,15 +105,46 @@ class Process:
         self.proc = None
 
 
-def replica_process(model_dir: Path, log_dir: Path, num_kv_blocks: int, port: int | None = None) -> Process:  # fmt: skip
+def replica_process(
+    model_dir: Path, log_dir: Path, num_kv_blocks: int, port: int | None = None
+) -> Process:
     port = port or free_port()
-    args = ["serve", "--model", str(model_dir), "--port", str(port), "--num-kv-blocks", str(num_kv_blocks), "--num-threads", "1", "--max-model-len", "512", "--log-level", "warning"]  # fmt: skip
+    args = [
+        "serve",
+        "--model",
+        str(model_dir),
+        "--port",
+        str(port),
+        "--num-kv-blocks",
+        str(num_kv_blocks),
+        "--num-threads",
+        "1",
+        "--max-model-len",
+        "512",
+        "--log-level",
+        "warning",
+    ]
     return Process(args, log_dir / f"replica-{port}.log")
 
 
-def router_process(model_dir: Path, log_dir: Path, replicas: list[str], *extra: str, port: int | None = None) -> Process:  # fmt: skip
+def router_process(
+    model_dir: Path, log_dir: Path, replicas: list[str], *extra: str, port: int | None = None
+) -> Process:
     port = port or free_port()
-    args = ["route", "--model", str(model_dir), "--port", str(port), "--health-interval-s", "0.5", "--health-timeout-s", "0.5", "--log-level", "warning", *extra]  # fmt: skip
+    args = [
+        "route",
+        "--model",
+        str(model_dir),
+        "--port",
+        str(port),
+        "--health-interval-s",
+        "0.5",
+        "--health-timeout-s",
+        "0.5",
+        "--log-level",
+        "warning",
+        *extra,
+    ]
     for url in replicas:
         args += ["--replica", url]
     return Process(args, log_dir / f"router-{port}.log")
@@ -126,7 +168,12 @@ def wait_until(check: Any, timeout_s: float = 10.0, interval_s: float = 0.1) -> 
 
 def wait_synced(router: Process, urls: list[str], timeout_s: float = 10.0) -> None:
     """Every replica in `urls` healthy and its KV snapshot applied by the router."""
-    wait_until(lambda: all((v := replica_view(router).get(u)) and v["healthy"] and v["kv_synced"] for u in urls), timeout_s)  # fmt: skip
+    wait_until(
+        lambda: all(
+            (v := replica_view(router).get(u)) and v["healthy"] and v["kv_synced"] for u in urls
+        ),
+        timeout_s,
+    )
 
 
 def metric_sum(url: str, name: str) -> float:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from router.proxy import REPLICA_HEADER
+from router.http.proxy import REPLICA_HEADER
 from tests.router.live import (
     WORDS,
     Process,
@@ -27,10 +27,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Process], list[Process]]]:  # fmt: skip
+def fleet(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[list[Process], list[Process]]]:
     from tests.tiny_model import make_tiny_llama_dir
 
-    model, logs = make_tiny_llama_dir(tmp_path_factory.mktemp("tiny")), tmp_path_factory.mktemp("logs")  # fmt: skip
+    model, logs = (
+        make_tiny_llama_dir(tmp_path_factory.mktemp("tiny")),
+        tmp_path_factory.mktemp("logs"),
+    )
     replicas = [replica_process(model, logs, 128) for _ in range(2)]
     routers = [router_process(model, logs, [r.url for r in replicas]) for _ in range(2)]
     try:
@@ -54,12 +59,16 @@ def tenant_prompts(seed: int, tenants: int) -> list[str]:
 
 
 def served_by(router: Process, prompt: str) -> str:
-    response = httpx.post(router.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=60)  # fmt: skip
+    response = httpx.post(
+        router.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=60
+    )
     assert response.status_code == 200, response.text
     return response.headers[REPLICA_HEADER]
 
 
-def test_both_routers_send_a_tenant_to_the_replica_holding_its_prefix(fleet: tuple[list[Process], list[Process]]) -> None:  # fmt: skip
+def test_both_routers_send_a_tenant_to_the_replica_holding_its_prefix(
+    fleet: tuple[list[Process], list[Process]],
+) -> None:
     (a, b), _ = fleet
     for i, prompt in enumerate(tenant_prompts(seed=11, tenants=6)):
         first, second = (a, b) if i % 2 == 0 else (b, a)
@@ -70,7 +79,9 @@ def test_both_routers_send_a_tenant_to_the_replica_holding_its_prefix(fleet: tup
         assert served_by(second, prompt + " second turn") == holder
 
 
-def test_killing_one_router_loses_nothing_for_the_others_clients(fleet: tuple[list[Process], list[Process]]) -> None:  # fmt: skip
+def test_killing_one_router_loses_nothing_for_the_others_clients(
+    fleet: tuple[list[Process], list[Process]],
+) -> None:
     (a, b), _ = fleet
     statuses: list[int] = []
     stop = threading.Event()
@@ -80,7 +91,9 @@ def test_killing_one_router_loses_nothing_for_the_others_clients(fleet: tuple[li
         while not stop.is_set():
             prompt = " ".join(rng.choices(WORDS, k=30))
             body = {"prompt": prompt, "max_tokens": 4}
-            statuses.append(httpx.post(b.url + "/v1/completions", json=body, timeout=60).status_code)  # fmt: skip
+            statuses.append(
+                httpx.post(b.url + "/v1/completions", json=body, timeout=60).status_code
+            )
 
     client = threading.Thread(target=client_of_b)
     client.start()

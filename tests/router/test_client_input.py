@@ -32,7 +32,9 @@ def raw_post(router: str, headers: bytes, body: bytes = BODY) -> tuple[int, byte
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         head = b"POST /v1/completions HTTP/1.1\r\nHost: router\r\nConnection: close\r\n"
         length = b"Content-Length: %d\r\n" % len(body)
-        sock.sendall(head + b"Content-Type: application/json\r\n" + headers + length + b"\r\n" + body)  # fmt: skip
+        sock.sendall(
+            head + b"Content-Type: application/json\r\n" + headers + length + b"\r\n" + body
+        )
         response = b""
         while chunk := sock.recv(65536):
             response += chunk
@@ -41,7 +43,9 @@ def raw_post(router: str, headers: bytes, body: bytes = BODY) -> tuple[int, byte
 
 
 @pytest.mark.parametrize("value", [b"abc\x7fdef", b"a\x01b", b"\x1b[31m"])
-def test_a_control_character_in_x_request_id_is_a_400_naming_the_header(replica_and_router: tuple[FakeReplica, str], value: bytes) -> None:  # fmt: skip
+def test_a_control_character_in_x_request_id_is_a_400_naming_the_header(
+    replica_and_router: tuple[FakeReplica, str], value: bytes
+) -> None:
     fake, router = replica_and_router
     status, body = raw_post(router, b"X-Request-Id: " + value + b"\r\n")
     assert status == 400
@@ -52,13 +56,17 @@ def test_a_control_character_in_x_request_id_is_a_400_naming_the_header(replica_
     assert httpx.get(router + "/health").status_code == 200
 
 
-def test_a_tab_in_a_header_value_is_legal_and_forwarded(replica_and_router: tuple[FakeReplica, str]) -> None:  # fmt: skip
+def test_a_tab_in_a_header_value_is_legal_and_forwarded(
+    replica_and_router: tuple[FakeReplica, str],
+) -> None:
     fake, router = replica_and_router
     status, _ = raw_post(router, b"X-Request-Id: a\tb\r\n")
     assert status == 200 and fake.last_headers["x-request-id"] == "a\tb"
 
 
-def test_a_chunked_body_over_the_limit_is_a_413(replica_and_router: tuple[FakeReplica, str]) -> None:  # fmt: skip
+def test_a_chunked_body_over_the_limit_is_a_413(
+    replica_and_router: tuple[FakeReplica, str],
+) -> None:
     fake, router = replica_and_router
     chunk = b"x" * (1 << 20)
 

@@ -16,7 +16,17 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_connections_over_the_cap_get_a_503_until_others_close(tmp_path: Path) -> None:
     dead_replica = f"http://127.0.0.1:{free_port()}"
-    args = ["route", "--port", str(free_port()), "--replica", dead_replica, "--max-connections", "3", "--log-level", "warning"]  # fmt: skip
+    args = [
+        "route",
+        "--port",
+        str(free_port()),
+        "--replica",
+        dead_replica,
+        "--max-connections",
+        "3",
+        "--log-level",
+        "warning",
+    ]
     # Readiness is /metrics answering at all (the router would be ready at /health too).
     router = Process(args, tmp_path / "router.log", health_path="/metrics").start()
     try:
@@ -27,6 +37,8 @@ def test_connections_over_the_cap_get_a_503_until_others_close(tmp_path: Path) -
         assert refused.json()["error"]["code"] == "too_many_connections"
         for s in idle:
             s.close()
-        wait_until(lambda: httpx.get(router.url + "/metrics", timeout=5).status_code == 200, timeout_s=5)  # fmt: skip
+        wait_until(
+            lambda: httpx.get(router.url + "/metrics", timeout=5).status_code == 200, timeout_s=5
+        )
     finally:
         router.kill()

@@ -25,13 +25,13 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from google.protobuf import json_format, struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from engine.core.block_hash import hash_blocks
-from router.context import RouterContext
-from router.discovery.static import StaticDiscovery
-from router.ext_proc import BODY_CHUNK_BYTES
-from router.picker_server import start_picker, stop_picker
-from router.prompt_hasher import PromptHasher
-from router.replica import Replica
+from pagedock.kv.block_hash import hash_blocks
+from router.kv.prompt_hasher import PromptHasher
+from router.picker.ext_proc import BODY_CHUNK_BYTES
+from router.picker.picker_server import start_picker, stop_picker
+from router.replicas.discovery.static import StaticDiscovery
+from router.replicas.replica import Replica
+from router.server.context import RouterContext
 from tests.router.factories import make_config
 from tests.router.live import free_port
 
@@ -65,10 +65,17 @@ class Picker:
 
 @pytest_asyncio.fixture()
 async def picker() -> AsyncIterator[Picker]:
-    config = make_config(replicas=[f"http://{e}" for e in (A, B, C)], host="127.0.0.1", picker_port=free_port(), block_size=BLOCK_SIZE)  # fmt: skip
+    config = make_config(
+        replicas=[f"http://{e}" for e in (A, B, C)],
+        host="127.0.0.1",
+        picker_port=free_port(),
+        block_size=BLOCK_SIZE,
+    )
     ctx = RouterContext(config, PromptHasher(None), StaticDiscovery(config.replicas))
     for url in config.replicas:  # as discovery and a KV snapshot would leave them
-        ctx.replica_set.replicas[url] = Replica(url, root_hash=ROOT, block_size=BLOCK_SIZE, kv_synced=True)  # fmt: skip
+        ctx.replica_set.replicas[url] = Replica(
+            url, root_hash=ROOT, block_size=BLOCK_SIZE, kv_synced=True
+        )
     server = await start_picker(ctx)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{config.picker_port}")
     try:
@@ -85,7 +92,7 @@ def headers(
     mode: int | None = None,
     extra: dict[str, str] | None = None,
 ) -> pb.ProcessingRequest:
-    fields = {":method": "POST", ":path": path, "content-type": "application/json", **(extra or {})}  # fmt: skip
+    fields = {":method": "POST", ":path": path, "content-type": "application/json", **(extra or {})}
     header_map = base_pb2.HeaderMap(
         headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in fields.items()]
     )
@@ -117,7 +124,11 @@ def completion(prompt: list[int] | str = PROMPT, **fields: Any) -> bytes:
 
 def destination_header(response: pb.ProcessingResponse) -> str:
     common = getattr(response, response.WhichOneof("response")).response
-    values = [h.header.raw_value.decode() for h in common.header_mutation.set_headers if h.header.key == "x-gateway-destination-endpoint"]  # fmt: skip
+    values = [
+        h.header.raw_value.decode()
+        for h in common.header_mutation.set_headers
+        if h.header.key == "x-gateway-destination-endpoint"
+    ]
     assert len(values) == 1, common
     assert common.clear_route_cache
     return values[0]
@@ -132,18 +143,24 @@ def cache_prompt_on(picker: Picker, endpoint: str, num_blocks: int) -> None:
     picker.ctx.index.store(f"http://{endpoint}", hash_blocks(PROMPT, BLOCK_SIZE, ROOT)[:num_blocks])
 
 
-async def test_full_duplex_headers_wait_for_the_body_then_name_the_cached_replica_first(picker: Picker) -> None:  # fmt: skip
+async def test_full_duplex_headers_wait_for_the_body_then_name_the_cached_replica_first(
+    picker: Picker,
+) -> None:
     cache_prompt_on(picker, B, 4)
     cache_prompt_on(picker, C, 2)
     body = completion()
-    responses = await picker.exchange(headers(mode=ProcessingMode.FULL_DUPLEX_STREAMED), *body_frames(body))  # fmt: skip
+    responses = await picker.exchange(
+        headers(mode=ProcessingMode.FULL_DUPLEX_STREAMED), *body_frames(body)
+    )
     first, *body_back = responses
     assert first.WhichOneof("response") == "request_headers"
     endpoints = destination_header(first).split(",")
     assert endpoints[0] == B
     assert sorted(endpoints) == sorted([A, B, C])  # ordered fallbacks, every eligible replica
     assert destination_metadata(first) == destination_header(first)
-    returned = b"".join(r.request_body.response.body_mutation.streamed_response.body for r in body_back)  # fmt: skip
+    returned = b"".join(
+        r.request_body.response.body_mutation.streamed_response.body for r in body_back
+    )
     assert returned == body
     assert body_back[-1].request_body.response.body_mutation.streamed_response.end_of_stream
 
@@ -176,15 +193,23 @@ async def test_trailers_end_a_full_duplex_body_too(picker: Picker) -> None:
     body = pb.ProcessingRequest(request_body=pb.HttpBody(body=completion(), end_of_stream=False))
     trailers = pb.ProcessingRequest(request_trailers=pb.HttpTrailers())
     responses = await picker.exchange(headers(), body, trailers)
-    assert [r.WhichOneof("response") for r in responses] == ["request_headers", "request_body", "request_trailers"]  # fmt: skip
+    assert [r.WhichOneof("response") for r in responses] == [
+        "request_headers",
+        "request_body",
+        "request_trailers",
+    ]
     assert destination_header(responses[0]).startswith(B + ",")
     streamed = responses[1].request_body.response.body_mutation.streamed_response
     assert (streamed.body, streamed.end_of_stream) == (completion(), False)  # the trailers end it
 
 
-async def test_buffered_mode_continues_the_headers_and_answers_the_body_with_the_destination(picker: Picker) -> None:  # fmt: skip
+async def test_buffered_mode_continues_the_headers_and_answers_the_body_with_the_destination(
+    picker: Picker,
+) -> None:
     cache_prompt_on(picker, A, 4)
-    responses = await picker.exchange(headers(mode=ProcessingMode.BUFFERED), *body_frames(completion(), 1))  # fmt: skip
+    responses = await picker.exchange(
+        headers(mode=ProcessingMode.BUFFERED), *body_frames(completion(), 1)
+    )
     assert [r.WhichOneof("response") for r in responses] == ["request_headers", "request_body"]
     assert not responses[0].request_headers.response.header_mutation.set_headers
     assert destination_header(responses[1]).startswith(A + ",")
@@ -193,7 +218,7 @@ async def test_buffered_mode_continues_the_headers_and_answers_the_body_with_the
 
 async def test_a_buffered_body_over_grpcs_default_message_size_is_taken(picker: Picker) -> None:
     body = completion("z" * (5 * 1024 * 1024))  # gRPC's default limit is 4 MiB a message
-    responses = await picker.exchange(headers(mode=ProcessingMode.BUFFERED), *body_frames(body, 1))  # fmt: skip
+    responses = await picker.exchange(headers(mode=ProcessingMode.BUFFERED), *body_frames(body, 1))
     assert len(destination_header(responses[1]).split(",")) == 3
 
 
@@ -214,7 +239,9 @@ async def test_a_comma_separated_subset_hint_is_read_too(picker: Picker) -> None
     assert sorted(destination_header(responses[0]).split(",")) == [A, C]
 
 
-def immediate_status(responses: list[pb.ProcessingResponse]) -> tuple[int, dict[str, Any], dict[str, str]]:  # fmt: skip
+def immediate_status(
+    responses: list[pb.ProcessingResponse],
+) -> tuple[int, dict[str, Any], dict[str, str]]:
     assert len(responses) == 1 and responses[0].WhichOneof("response") == "immediate_response"
     answer = responses[0].immediate_response
     headers = {h.header.key: h.header.raw_value.decode() for h in answer.headers.set_headers}
@@ -267,8 +294,10 @@ async def test_one_idle_replica_is_enough_not_to_shed(picker: Picker) -> None:
     assert destination_header(responses[0]).startswith(C + ",")
 
 
-async def test_a_body_over_the_limit_is_a_413(picker: Picker, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    monkeypatch.setattr("router.endpoint_picker.MAX_BODY_BYTES", 100)
+async def test_a_body_over_the_limit_is_a_413(
+    picker: Picker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("router.picker.endpoint_picker.MAX_BODY_BYTES", 100)
     responses = await picker.exchange(headers(), *body_frames(completion("y" * 200)))
     assert immediate_status(responses)[0] == 413
 
@@ -287,7 +316,9 @@ def response_headers(served: str | None) -> pb.ProcessingRequest:
     return request
 
 
-async def test_the_request_counts_on_the_served_replica_until_its_stream_ends(picker: Picker) -> None:  # fmt: skip
+async def test_the_request_counts_on_the_served_replica_until_its_stream_ends(
+    picker: Picker,
+) -> None:
     cache_prompt_on(picker, A, 4)
     requests = [headers(), *body_frames(completion())]
     stream = picker.stub.Process()
@@ -310,7 +341,9 @@ async def test_the_request_counts_on_the_served_replica_until_its_stream_ends(pi
 async def test_response_frames_pass_through_in_full_duplex_response_mode(picker: Picker) -> None:
     first = headers(end_of_stream=True)
     first.protocol_config.response_body_mode = ProcessingMode.FULL_DUPLEX_STREAMED  # type: ignore[assignment]
-    chunk = pb.ProcessingRequest(response_body=pb.HttpBody(body=b"data: {}\n\n", end_of_stream=True))  # fmt: skip
+    chunk = pb.ProcessingRequest(
+        response_body=pb.HttpBody(body=b"data: {}\n\n", end_of_stream=True)
+    )
     responses = await picker.exchange(first, response_headers(served=None), chunk)
     streamed = responses[-1].response_body.response.body_mutation.streamed_response
     assert (streamed.body, streamed.end_of_stream) == (b"data: {}\n\n", True)
@@ -321,7 +354,10 @@ async def test_health_services_follow_the_protocol(picker: Picker) -> None:
         request = health_pb2.HealthCheckRequest(service=service)
         return int((await picker.health.Check(request)).status)
 
-    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING  # fmt: skip
+    serving, not_serving = (
+        health_pb2.HealthCheckResponse.SERVING,
+        health_pb2.HealthCheckResponse.NOT_SERVING,
+    )
     for service in ("", "liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"):
         assert await status(service) == serving
     for replica in picker.ctx.replica_set.replicas.values():

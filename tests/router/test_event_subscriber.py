@@ -5,10 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from router.event_subscriber import EventSubscriber, ResyncNeeded
-from router.kv_index import KVIndex
+from router.kv.event_subscriber import EventSubscriber, ResyncNeeded
+from router.kv.kv_index import KVIndex
 from router.metrics import RouterMetrics
-from router.replica import Replica
+from router.replicas.replica import Replica
 from tests.router.factories import h, make_config
 
 URL = "http://replica"
@@ -16,12 +16,23 @@ URL = "http://replica"
 
 def make_subscriber() -> tuple[EventSubscriber, KVIndex, Replica]:
     index, replica = KVIndex(), Replica(URL)
-    subscriber = EventSubscriber(replica, index, httpx.AsyncClient(), make_config(), RouterMetrics("prefix-aware"))  # fmt: skip
+    subscriber = EventSubscriber(
+        replica, index, httpx.AsyncClient(), make_config(), RouterMetrics("prefix-aware")
+    )
     return subscriber, index, replica
 
 
-def snapshot(instance: str = "i1", seq: int = 4, hashes: tuple[int, ...] = (1, 2)) -> dict[str, object]:  # fmt: skip
-    return {"type": "snapshot", "instance_id": instance, "seq": seq, "block_size": 16, "root_hash": "ab", "block_hashes": [h(i).hex() for i in hashes]}  # fmt: skip
+def snapshot(
+    instance: str = "i1", seq: int = 4, hashes: tuple[int, ...] = (1, 2)
+) -> dict[str, object]:
+    return {
+        "type": "snapshot",
+        "instance_id": instance,
+        "seq": seq,
+        "block_size": 16,
+        "root_hash": "ab",
+        "block_hashes": [h(i).hex() for i in hashes],
+    }
 
 
 def batch(seq: int, *events: dict[str, object], instance: str = "i1") -> dict[str, object]:
@@ -29,7 +40,11 @@ def batch(seq: int, *events: dict[str, object], instance: str = "i1") -> dict[st
 
 
 def stored(*hashes: int) -> dict[str, object]:
-    return {"type": "stored", "block_hashes": [h(i).hex() for i in hashes], "parent_block_hash": None}  # fmt: skip
+    return {
+        "type": "stored",
+        "block_hashes": [h(i).hex() for i in hashes],
+        "parent_block_hash": None,
+    }
 
 
 def removed(*hashes: int) -> dict[str, object]:
@@ -40,7 +55,11 @@ def test_a_snapshot_sets_the_replicas_blocks_root_and_block_size() -> None:
     subscriber, index, replica = make_subscriber()
     subscriber.apply(snapshot())
     assert index.match([h(1), h(2)], [URL]) == {URL: 2}
-    assert (replica.root_hash, replica.block_size, replica.kv_synced) == (bytes.fromhex("ab"), 16, True)  # fmt: skip
+    assert (replica.root_hash, replica.block_size, replica.kv_synced) == (
+        bytes.fromhex("ab"),
+        16,
+        True,
+    )
 
 
 def test_batches_apply_in_sequence() -> None:

@@ -12,7 +12,7 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
-from router.proxy import DISPATCH_HEADER
+from router.http.proxy import DISPATCH_HEADER
 from tests.router.fake_replica import FakeReplica, ServerThread
 from tests.router.test_proxy import PROMPT, serve_router
 
@@ -56,7 +56,9 @@ def test_the_router_is_healthy_with_no_ready_replica(stack: ExitStack) -> None:
     assert (response.status_code, response.json()["healthy_replicas"]) == (200, 0)
 
 
-def test_held_requests_are_dispatched_in_arrival_order_once_a_replica_is_ready(stack: ExitStack) -> None:  # fmt: skip
+def test_held_requests_are_dispatched_in_arrival_order_once_a_replica_is_ready(
+    stack: ExitStack,
+) -> None:
     fake, url = down_replica(stack, "stream")
     router = serve_router(stack, [url], hold_timeout_s=30)
     wait_until(lambda: unhealthy(router))
@@ -76,7 +78,9 @@ def test_held_requests_are_dispatched_in_arrival_order_once_a_replica_is_ready(s
     assert demand(router)["num_held"] == 0
 
 
-def test_a_request_beyond_the_queue_size_gets_a_503_with_retry_after_at_once(stack: ExitStack) -> None:  # fmt: skip
+def test_a_request_beyond_the_queue_size_gets_a_503_with_retry_after_at_once(
+    stack: ExitStack,
+) -> None:
     _, url = down_replica(stack)
     router = serve_router(stack, [url], hold_queue_size=2, hold_timeout_s=30)
     wait_until(lambda: unhealthy(router))
@@ -92,7 +96,9 @@ def test_a_request_beyond_the_queue_size_gets_a_503_with_retry_after_at_once(sta
     assert int(response.headers["retry-after"]) >= 1
 
 
-def test_a_held_request_gets_a_503_with_retry_after_after_the_hold_timeout(stack: ExitStack) -> None:  # fmt: skip
+def test_a_held_request_gets_a_503_with_retry_after_after_the_hold_timeout(
+    stack: ExitStack,
+) -> None:
     _, url = down_replica(stack)
     router = serve_router(stack, [url], hold_timeout_s=0.5)
     wait_until(lambda: unhealthy(router))

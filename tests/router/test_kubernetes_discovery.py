@@ -15,7 +15,7 @@ import kmock
 import pytest
 import pytest_asyncio
 
-from router.discovery.kubernetes import KubernetesDiscovery
+from router.replicas.discovery.kubernetes import KubernetesDiscovery
 from tests.kubeconfig import write_kubeconfig
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -39,7 +39,9 @@ def _parse_bool_queries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture()
-def cluster(kmock: kmock.KubernetesEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> kmock.KubernetesEmulator:  # fmt: skip
+def cluster(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> kmock.KubernetesEmulator:
     _parse_bool_queries(monkeypatch)
     kmock.resources["discovery.k8s.io/v1/endpointslices"] = kmock.ResourceInfo(
         kind="EndpointSlice",
@@ -58,7 +60,9 @@ async def api(cluster: kmock.KubernetesEmulator) -> AsyncIterator[httpx.AsyncCli
         yield client
 
 
-def endpoint_slice(name: str, service: str, addresses: dict[str, bool], port: int = 8000) -> dict[str, Any]:  # fmt: skip
+def endpoint_slice(
+    name: str, service: str, addresses: dict[str, bool], port: int = 8000
+) -> dict[str, Any]:
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -102,24 +106,46 @@ async def seen(cluster: kmock.KubernetesEmulator) -> AsyncIterator[Seen]:
     await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_ready_endpoints_of_the_services_slices_become_replicas(api: httpx.AsyncClient, seen: Seen) -> None:  # fmt: skip
-    await api.post(SLICES, json=endpoint_slice("chat-engine-a", "chat-engine", {"10.0.0.1": True, "10.0.0.2": True, "10.0.0.3": False}))  # fmt: skip
+async def test_ready_endpoints_of_the_services_slices_become_replicas(
+    api: httpx.AsyncClient, seen: Seen
+) -> None:
+    await api.post(
+        SLICES,
+        json=endpoint_slice(
+            "chat-engine-a", "chat-engine", {"10.0.0.1": True, "10.0.0.2": True, "10.0.0.3": False}
+        ),
+    )
     await api.post(SLICES, json=endpoint_slice("other-a", "other", {"10.9.9.9": True}))
     await seen.becomes({"http://10.0.0.1:8000", "http://10.0.0.2:8000"})
 
 
-async def test_adding_and_removing_a_slice_changes_the_replica_set(api: httpx.AsyncClient, seen: Seen) -> None:  # fmt: skip
-    await api.post(SLICES, json=endpoint_slice("chat-engine-a", "chat-engine", {"10.0.0.1": True}))  # fmt: skip
+async def test_adding_and_removing_a_slice_changes_the_replica_set(
+    api: httpx.AsyncClient, seen: Seen
+) -> None:
+    await api.post(SLICES, json=endpoint_slice("chat-engine-a", "chat-engine", {"10.0.0.1": True}))
     await seen.becomes({"http://10.0.0.1:8000"})
-    await api.post(SLICES, json=endpoint_slice("chat-engine-b", "chat-engine", {"10.0.1.1": True}))  # fmt: skip
+    await api.post(SLICES, json=endpoint_slice("chat-engine-b", "chat-engine", {"10.0.1.1": True}))
     await seen.becomes({"http://10.0.0.1:8000", "http://10.0.1.1:8000"})
     await api.delete(f"{SLICES}/chat-engine-a")
     await seen.becomes({"http://10.0.1.1:8000"})
 
 
 async def test_an_endpoint_that_turns_unready_leaves(api: httpx.AsyncClient, seen: Seen) -> None:
-    await api.post(SLICES, json=endpoint_slice("chat-engine-a", "chat-engine", {"10.0.0.1": True, "10.0.0.2": True}))  # fmt: skip
+    await api.post(
+        SLICES,
+        json=endpoint_slice("chat-engine-a", "chat-engine", {"10.0.0.1": True, "10.0.0.2": True}),
+    )
     await seen.becomes({"http://10.0.0.1:8000", "http://10.0.0.2:8000"})
-    patch = {"endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}, {"addresses": ["10.0.0.2"], "conditions": {"ready": False}}], "metadata": {"resourceVersion": str(next(_versions))}}  # fmt: skip
-    await api.patch(f"{SLICES}/chat-engine-a", json=patch, headers={"content-type": "application/merge-patch+json"})  # fmt: skip
+    patch = {
+        "endpoints": [
+            {"addresses": ["10.0.0.1"], "conditions": {"ready": True}},
+            {"addresses": ["10.0.0.2"], "conditions": {"ready": False}},
+        ],
+        "metadata": {"resourceVersion": str(next(_versions))},
+    }
+    await api.patch(
+        f"{SLICES}/chat-engine-a",
+        json=patch,
+        headers={"content-type": "application/merge-patch+json"},
+    )
     await seen.becomes({"http://10.0.0.1:8000"})

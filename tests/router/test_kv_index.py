@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from router.kv_index import KVIndex
+from router.kv.kv_index import KVIndex
 from tests.router.factories import h
 
 

@@ -10,12 +10,12 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
-from engine.text.tokenizer import Tokenizer
-from router.app import INLINE_PARSE_BYTES, build_app
+from pagedock.text.tokenizer import Tokenizer
 from router.config import RouterConfig
-from router.context import RouterContext
-from router.discovery.static import StaticDiscovery
-from router.prompt_hasher import PromptHasher
+from router.kv.prompt_hasher import PromptHasher
+from router.replicas.discovery.static import StaticDiscovery
+from router.server.app import INLINE_PARSE_BYTES, build_app
+from router.server.context import RouterContext
 from tests.router.fake_replica import FakeReplica, ServerThread
 from tests.tiny_model import make_tiny_llama_dir
 
@@ -55,19 +55,25 @@ def post(router: str, prompt_chars: int) -> httpx.Response:
     return httpx.post(router + "/v1/completions", json=body, timeout=30)
 
 
-def test_a_small_prompt_is_hashed_on_the_event_loop(served: tuple[str, RecordingHasher, FakeReplica]) -> None:  # fmt: skip
+def test_a_small_prompt_is_hashed_on_the_event_loop(
+    served: tuple[str, RecordingHasher, FakeReplica],
+) -> None:
     router, hasher, _ = served
     assert post(router, 100).status_code == 200
     assert not hasher.threads[0].startswith("pagedock-prompt")
 
 
-def test_a_large_prompt_is_hashed_in_the_prompt_pool(served: tuple[str, RecordingHasher, FakeReplica]) -> None:  # fmt: skip
+def test_a_large_prompt_is_hashed_in_the_prompt_pool(
+    served: tuple[str, RecordingHasher, FakeReplica],
+) -> None:
     router, hasher, _ = served
     assert post(router, INLINE_PARSE_BYTES * 4).status_code == 200
     assert hasher.threads[0].startswith("pagedock-prompt")
 
 
-def test_a_prompt_over_the_hash_cap_is_routed_without_tokenizing(served: tuple[str, RecordingHasher, FakeReplica]) -> None:  # fmt: skip
+def test_a_prompt_over_the_hash_cap_is_routed_without_tokenizing(
+    served: tuple[str, RecordingHasher, FakeReplica],
+) -> None:
     router, hasher, fake = served
     assert post(router, 300_000).status_code == 200
     assert hasher.threads == [] and fake.calls == 1

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.text.tokenizer import Tokenizer
+from pagedock.text.tokenizer import Tokenizer
 from tests.router.live import (
     Process,
     metric_sum,
@@ -65,7 +65,9 @@ def replicas(model_dir: Path, logs: Path) -> Iterator[list[Process]]:
             p.kill()
 
 
-def start_router(model_dir: Path, logs: Path, replicas: list[Process], *extra: str, port: int | None = None) -> Process:  # fmt: skip
+def start_router(
+    model_dir: Path, logs: Path, replicas: list[Process], *extra: str, port: int | None = None
+) -> Process:
     router = router_process(model_dir, logs, [r.url for r in replicas], *extra, port=port)
     router.start().wait_ready(timeout_s=30)
     wait_synced(router, [r.url for r in replicas])
@@ -99,7 +101,9 @@ def test_prefix_aware_reaches_90_percent_of_best_hit_rate_and_round_robin_far_le
         round_robin = hit_ratio(router, replicas, tokenizer, seed=2)
     finally:
         router.kill()
-    print(f"hit rate / best possible: prefix-aware {prefix_aware:.2f}, round-robin {round_robin:.2f}")  # fmt: skip
+    print(
+        f"hit rate / best possible: prefix-aware {prefix_aware:.2f}, round-robin {round_robin:.2f}"
+    )
     assert prefix_aware >= 0.9
     assert round_robin <= 0.6
     assert round_robin < prefix_aware - 0.3
@@ -108,7 +112,15 @@ def test_prefix_aware_reaches_90_percent_of_best_hit_rate_and_round_robin_far_le
 def test_shared_prefix_burst_spreads_when_the_balance_threshold_says_so(
     model_dir: Path, logs: Path, replicas: list[Process], tokenizer: Tokenizer
 ) -> None:
-    router = start_router(model_dir, logs, replicas, "--balance-abs-threshold-tokens", "32", "--balance-rel-threshold", "1.5")  # fmt: skip
+    router = start_router(
+        model_dir,
+        logs,
+        replicas,
+        "--balance-abs-threshold-tokens",
+        "32",
+        "--balance-rel-threshold",
+        "1.5",
+    )
     try:
         turns = [t for t in tenant_turns(tokenizer, seed=3, num_tenants=1, turns_per_tenant=36)]
         for t in turns:
@@ -117,7 +129,10 @@ def test_shared_prefix_burst_spreads_when_the_balance_threshold_says_so(
         responses = asyncio.run(send_all(router.url, [t.body for t in turns], concurrency=12))
         assert all(r.status_code == 200 for r in responses)
         time.sleep(0.6)
-        served = [metric_sum(r.url, "vllm:request_success_total") - b for r, b in zip(replicas, before, strict=True)]  # fmt: skip
+        served = [
+            metric_sum(r.url, "vllm:request_success_total") - b
+            for r, b in zip(replicas, before, strict=True)
+        ]
     finally:
         router.kill()
     assert sum(served) == len(turns)
@@ -153,12 +168,16 @@ def test_bad_input_gets_the_engines_own_errors_and_4xx_is_not_retried(
         router.kill()
 
 
-def test_streams_pass_through_event_by_event(model_dir: Path, logs: Path, replicas: list[Process]) -> None:  # fmt: skip
+def test_streams_pass_through_event_by_event(
+    model_dir: Path, logs: Path, replicas: list[Process]
+) -> None:
     router = start_router(model_dir, logs, replicas)
     body = {"prompt": "paged attention", "max_tokens": 24, "stream": True, "ignore_eos": True}
     try:
         events = []
-        with httpx.stream("POST", router.url + "/v1/completions", json=body, timeout=30) as response:  # fmt: skip
+        with httpx.stream(
+            "POST", router.url + "/v1/completions", json=body, timeout=30
+        ) as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             for line in response.iter_lines():
@@ -215,7 +234,9 @@ def test_a_killed_replica_leaves_at_once_requests_are_retried_and_it_rejoins_fro
         killed_at = time.monotonic()
         responses = asyncio.run(run_and_kill())
         assert [r.status_code for r in responses] == [200] * len(bodies)
-        view = wait_until(lambda: (v := replica_view(router)[victim.url]) and not v["healthy"] and v, timeout_s=2)  # fmt: skip
+        view = wait_until(
+            lambda: (v := replica_view(router)[victim.url]) and not v["healthy"] and v, timeout_s=2
+        )
         assert time.monotonic() - killed_at < 0.5 + 1.0 + 5  # kill, one health interval, the load
         assert view["cached_blocks"] == 0
         old_instance = view["instance_id"]

@@ -19,12 +19,12 @@ class NoTorch:
 sys.meta_path.insert(0, NoTorch())
 
 from pagedock.cli import main
-from router.app import build_app
-from router.cli import build_parser
+from router.server.app import build_app
+from router.server.cli import build_parser
 from router.config import RouterConfig
-from router.context import RouterContext
-from router.discovery.kubernetes import KubernetesDiscovery
-from router.prompt_hasher import PromptHasher
+from router.server.context import RouterContext
+from router.replicas.discovery.kubernetes import KubernetesDiscovery
+from router.kv.prompt_hasher import PromptHasher
 
 build_parser().parse_args(["--replica", "http://127.0.0.1:1"])
 app = build_app(RouterContext.from_config(RouterConfig(replicas=["http://127.0.0.1:1"], model=None)))
@@ -38,6 +38,8 @@ print("router ok without torch")
 
 
 def test_the_router_runs_with_torch_blocked() -> None:
-    result = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "router ok without torch" in result.stdout

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.core.block_hash import hash_blocks, root_hash
-from engine.protocol import ChatCompletionRequest, CompletionRequest
-from engine.text import tokenizer as engine_tokenizer
-from engine.text.prompt_renderer import completion_prompts
-from engine.text.tokenizer import Tokenizer
-from router.prompt_hasher import PromptHasher, load_tokenizer
+from pagedock.kv.block_hash import hash_blocks, root_hash
+from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.text import tokenizer as engine_tokenizer
+from pagedock.text.prompt_renderer import completion_prompts
+from pagedock.text.tokenizer import Tokenizer
+from router.kv.prompt_hasher import PromptHasher, load_tokenizer
 from tests.protocol.apps import client, server_app
 
 ROOT = root_hash("tiny:float32")
@@ -109,7 +109,9 @@ def test_chat_requests_hash_as_the_engine_server_tokenizes_them(
     ],
     ids=["text", "ids", "text-batch", "ids-batch"],
 )
-def test_completion_prompts_hash_as_the_engine_renders_them(tokenizer: Tokenizer, prompt: object) -> None:  # fmt: skip
+def test_completion_prompts_hash_as_the_engine_renders_them(
+    tokenizer: Tokenizer, prompt: object
+) -> None:
     body = CompletionRequest.model_validate({"prompt": prompt})
     blocks = PromptHasher(tokenizer).completion(body)
     engine_prompts = completion_prompts(tokenizer, body.prompt)
@@ -156,7 +158,9 @@ def test_without_a_tokenizer_text_cannot_be_hashed_but_token_ids_can() -> None:
     assert ids is not None and ids.token_ids == [1, 2, 3]
 
 
-def test_the_router_loads_the_tokenizer_the_engine_loads(model_dir: Path, tokenizer: Tokenizer) -> None:  # fmt: skip
+def test_the_router_loads_the_tokenizer_the_engine_loads(
+    model_dir: Path, tokenizer: Tokenizer
+) -> None:
     engines = engine_tokenizer.load_tokenizer(model_dir)
     assert engines is not None
     text = "Prefix caching reuses the blocks of shared prompts."
@@ -166,9 +170,11 @@ def test_the_router_loads_the_tokenizer_the_engine_loads(model_dir: Path, tokeni
 
 def test_the_engine_publishes_its_root_hash_in_the_kv_snapshot(tmp_path: Path) -> None:
     from engine.core.kv_events import KVSnapshot
-    from engine.server.kv_events_stream import encode_snapshot
+    from engine.server.kv_events.ndjson_stream import encode_snapshot
 
-    line = encode_snapshot(KVSnapshot(seq=3, block_size=16, block_hashes=[b"\x01" * 32]), "i", root_hash=b"\x02".hex())  # fmt: skip
+    line = encode_snapshot(
+        KVSnapshot(seq=3, block_size=16, block_hashes=[b"\x01" * 32]), "i", root_hash=b"\x02".hex()
+    )
     assert b'"root_hash":"02"' in line
 
 
@@ -186,7 +192,7 @@ def test_an_unreachable_hf_tokenizer_leaves_the_router_balancing_by_load(
 
 
 def test_a_missing_local_model_is_still_an_error(tmp_path: Path) -> None:
-    from engine.errors import ModelLoadError
+    from pagedock.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError):
         load_tokenizer(str(tmp_path / "nothing-here"))
@@ -202,7 +208,11 @@ TOOLS = [
         },
     }
 ]
-TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
+TOOL_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
 TOOL_TURNS = [
     USER,
     {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
@@ -213,11 +223,13 @@ TOOL_TURNS = [
 def test_a_tools_request_hashes_as_the_engine_renders_it(model_dir: Path) -> None:
     """Both sides given the same --chat-template (a tools-aware one): the tools, the call and the
     tool result are in the prompt, and the router's ids are the engine server's."""
-    from engine.text.chat_template import SHIPPED_TEMPLATES_DIR, chat_template_source
+    from pagedock.text.chat_template import SHIPPED_TEMPLATES_DIR, chat_template_source
 
     option = str(SHIPPED_TEMPLATES_DIR / "chatml_tools.jinja")
     router_tokenizer = load_tokenizer(str(model_dir), chat_template=option)
-    engine = client(server_app(engine_tokenizer.load_tokenizer(model_dir, chat_template_source(option))))  # fmt: skip
+    engine = client(
+        server_app(engine_tokenizer.load_tokenizer(model_dir, chat_template_source(option)))
+    )
     body = {"messages": TOOL_TURNS, "tools": TOOLS, "tool_choice": "auto"}
     blocks = PromptHasher(router_tokenizer).chat(ChatCompletionRequest.model_validate(body))
     expected = engine_tokens(engine, {"messages": TOOL_TURNS, "tools": TOOLS})

@@ -11,11 +11,11 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
-from router.app import build_app
 from router.config import RouterConfig
-from router.context import RouterContext
-from router.discovery.static import StaticDiscovery
-from router.prompt_hasher import PromptHasher
+from router.kv.prompt_hasher import PromptHasher
+from router.replicas.discovery.static import StaticDiscovery
+from router.server.app import build_app
+from router.server.context import RouterContext
 from tests.router.fake_replica import FakeReplica, ServerThread
 from tests.router.live import free_port
 
@@ -36,10 +36,12 @@ def stack() -> Iterator[ExitStack]:
         yield stack
 
 
-def test_a_failure_mid_stream_ends_the_clients_stream_with_an_error_event(stack: ExitStack) -> None:  # fmt: skip
+def test_a_failure_mid_stream_ends_the_clients_stream_with_an_error_event(stack: ExitStack) -> None:
     replica = stack.enter_context(ServerThread(FakeReplica("break").app))
     router = serve_router(stack, [replica.url])
-    with httpx.stream("POST", router + "/v1/completions", json={**PROMPT, "stream": True}, timeout=10) as response:  # fmt: skip
+    with httpx.stream(
+        "POST", router + "/v1/completions", json={**PROMPT, "stream": True}, timeout=10
+    ) as response:
         events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
     assert [json.loads(e)["choices"][0]["text"] for e in events[:3]] == ["t0", "t1", "t2"]
     assert json.loads(events[3])["error"]["code"] == "replica_failed"
@@ -50,7 +52,9 @@ def test_a_client_that_disconnects_cancels_the_replicas_stream(stack: ExitStack)
     fake = FakeReplica("slow")
     replica = stack.enter_context(ServerThread(fake.app))
     router = serve_router(stack, [replica.url])
-    with httpx.stream("POST", router + "/v1/completions", json={**PROMPT, "stream": True}, timeout=10) as response:  # fmt: skip
+    with httpx.stream(
+        "POST", router + "/v1/completions", json={**PROMPT, "stream": True}, timeout=10
+    ) as response:
         next(response.iter_lines())
     assert fake.stream_cancelled.wait(timeout=5)
 
@@ -64,7 +68,9 @@ def test_a_503_before_the_first_byte_is_retried_on_the_next_replica(stack: ExitS
     assert up.calls == 4 and down.calls >= 1
 
 
-def test_a_replica_that_refuses_connections_is_skipped_and_marked_unhealthy(stack: ExitStack) -> None:  # fmt: skip
+def test_a_replica_that_refuses_connections_is_skipped_and_marked_unhealthy(
+    stack: ExitStack,
+) -> None:
     up = stack.enter_context(ServerThread(FakeReplica("ok").app))
     dead = f"http://127.0.0.1:{free_port()}"
     router = serve_router(stack, [dead, up.url], policy="round-robin")
@@ -96,25 +102,39 @@ def test_the_api_key_guards_the_api_but_not_health(stack: ExitStack) -> None:
     replica = stack.enter_context(ServerThread(FakeReplica("ok").app))
     router = serve_router(stack, [replica.url], api_key="sekret")
     assert httpx.post(router + "/v1/completions", json=PROMPT).status_code == 401
-    ok = httpx.post(router + "/v1/completions", json=PROMPT, headers={"Authorization": "Bearer sekret"})  # fmt: skip
+    ok = httpx.post(
+        router + "/v1/completions", json=PROMPT, headers={"Authorization": "Bearer sekret"}
+    )
     assert ok.status_code == 200
     assert httpx.get(router + "/health").status_code == 200
 
 
-def test_the_clients_authorization_and_content_type_reach_the_replica_unchanged(stack: ExitStack) -> None:  # fmt: skip
+def test_the_clients_authorization_and_content_type_reach_the_replica_unchanged(
+    stack: ExitStack,
+) -> None:
     fake = FakeReplica("ok")
     router = serve_router(stack, [stack.enter_context(ServerThread(fake.app)).url])
     headers = {"Authorization": "Bearer client-key", "Content-Type": "application/json"}
     assert httpx.post(router + "/v1/completions", json=PROMPT, headers=headers).status_code == 200
-    assert (fake.last_headers["authorization"], fake.last_headers["content-type"]) == ("Bearer client-key", "application/json")  # fmt: skip
+    assert (fake.last_headers["authorization"], fake.last_headers["content-type"]) == (
+        "Bearer client-key",
+        "application/json",
+    )
     assert httpx.post(router + "/v1/completions", content=json.dumps(PROMPT)).status_code == 200
     assert "content-type" not in fake.last_headers  # none sent, none added
 
 
 def test_the_replica_api_key_replaces_the_clients_authorization(stack: ExitStack) -> None:
     fake = FakeReplica("ok")
-    router = serve_router(stack, [stack.enter_context(ServerThread(fake.app)).url], api_key="client-key", replica_api_key="replica-key")  # fmt: skip
-    response = httpx.post(router + "/v1/completions", json=PROMPT, headers={"Authorization": "Bearer client-key"})  # fmt: skip
+    router = serve_router(
+        stack,
+        [stack.enter_context(ServerThread(fake.app)).url],
+        api_key="client-key",
+        replica_api_key="replica-key",
+    )
+    response = httpx.post(
+        router + "/v1/completions", json=PROMPT, headers={"Authorization": "Bearer client-key"}
+    )
     assert response.status_code == 200
     assert fake.last_headers["authorization"] == "Bearer replica-key"
 
@@ -123,7 +143,9 @@ def replica_view(router: str) -> dict[str, dict[str, object]]:
     return {r["url"]: r for r in httpx.get(router + "/router/replicas").json()["replicas"]}
 
 
-def test_a_poison_requests_500_reaches_the_client_and_the_replica_stays_healthy(stack: ExitStack) -> None:  # fmt: skip
+def test_a_poison_requests_500_reaches_the_client_and_the_replica_stays_healthy(
+    stack: ExitStack,
+) -> None:
     fakes = [FakeReplica("poison"), FakeReplica("poison")]
     urls = [stack.enter_context(ServerThread(f.app)).url for f in fakes]
     router = serve_router(stack, urls, policy="round-robin")
@@ -143,7 +165,9 @@ def test_a_503_engine_dead_fails_over_and_marks_the_replica_unhealthy(stack: Exi
     assert replica_view(router)[urls[0]]["healthy"] is False
 
 
-def test_infinite_or_nan_load_metrics_leave_routing_working_with_one_warning(stack: ExitStack, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_infinite_or_nan_load_metrics_leave_routing_working_with_one_warning(
+    stack: ExitStack, caplog: pytest.LogCaptureFixture
+) -> None:
     replica = stack.enter_context(ServerThread(FakeReplica("inf_load").app))
     with caplog.at_level(logging.WARNING, logger="pagedock.router"):
         router = serve_router(stack, [replica.url])
@@ -153,7 +177,9 @@ def test_infinite_or_nan_load_metrics_leave_routing_working_with_one_warning(sta
     assert sum("unusable load metrics" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_a_kv_event_stream_refused_with_401_is_warned_once_and_shown(stack: ExitStack, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_a_kv_event_stream_refused_with_401_is_warned_once_and_shown(
+    stack: ExitStack, caplog: pytest.LogCaptureFixture
+) -> None:
     replica = stack.enter_context(ServerThread(FakeReplica("locked").app))
     with caplog.at_level(logging.WARNING, logger="pagedock.router"):
         router = serve_router(stack, [replica.url], event_backoff_max_s=0.1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from router.replica_metrics import parse_replica_load
+from router.replicas.replica_metrics import parse_replica_load
 
 TEXT = """\
 # HELP vllm:num_requests_running Requests in the running batch.
@@ -18,7 +18,11 @@ vllm:prefix_cache_queries_total{model_name="tiny"} 320.0
 
 def test_reads_the_vllm_load_gauges_and_prefix_counters() -> None:
     load, _ = parse_replica_load(TEXT)
-    assert (load.num_requests_running, load.num_requests_waiting, load.kv_cache_usage) == (3, 2, 0.25)  # fmt: skip
+    assert (load.num_requests_running, load.num_requests_waiting, load.kv_cache_usage) == (
+        3,
+        2,
+        0.25,
+    )
     assert (load.prefix_cache_hits, load.prefix_cache_queries) == (160, 320)
 
 
@@ -28,7 +32,12 @@ def test_missing_or_garbled_samples_read_as_zero() -> None:
 
 
 def test_nan_infinite_and_negative_values_are_ignored_and_reported() -> None:
-    text = 'vllm:num_requests_running{a="1"} +Inf\nvllm:num_requests_running{a="2"} 2\nvllm:num_requests_waiting NaN\nvllm:kv_cache_usage_perc -Inf\nvllm:prefix_cache_hits_total -3\n'  # fmt: skip
+    text = 'vllm:num_requests_running{a="1"} +Inf\nvllm:num_requests_running{a="2"} 2\nvllm:num_requests_waiting NaN\nvllm:kv_cache_usage_perc -Inf\nvllm:prefix_cache_hits_total -3\n'
     load, rejected = parse_replica_load(text)
-    assert (load.num_requests_running, load.num_requests_waiting, load.kv_cache_usage, load.prefix_cache_hits) == (2, 0, 0, 0)  # fmt: skip
+    assert (
+        load.num_requests_running,
+        load.num_requests_waiting,
+        load.kv_cache_usage,
+        load.prefix_cache_hits,
+    ) == (2, 0, 0, 0)
     assert len(rejected) == 4

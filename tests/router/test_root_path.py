@@ -8,7 +8,7 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
-from engine.errors import ConfigError
+from pagedock.errors import ConfigError
 from tests.router.factories import make_config
 from tests.router.fake_replica import FakeReplica, ServerThread
 from tests.router.test_proxy import PROMPT, serve_router

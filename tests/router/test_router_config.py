@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import ConfigError
+from pagedock.errors import ConfigError
 from tests.router.factories import make_config
 
 

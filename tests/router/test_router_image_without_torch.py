@@ -25,8 +25,8 @@ pytestmark = pytest.mark.slow
 
 HASH_PROMPTS = """
 import json, sys
-from engine.protocol import ChatCompletionRequest, CompletionRequest
-from router.prompt_hasher import PromptHasher, load_tokenizer
+from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from router.kv.prompt_hasher import PromptHasher, load_tokenizer
 
 hasher = PromptHasher(load_tokenizer(sys.argv[1]))
 chat = ChatCompletionRequest(messages=[{"role": "user", "content": "add two numbers"}])
@@ -90,7 +90,7 @@ def test_torch_is_not_installed_in_the_router_venv(router_venv: Path) -> None:
 
 def test_the_endpoint_picker_loads_from_the_router_extra_without_torch(router_venv: Path) -> None:
     """grpcio, grpcio-health-checking and xds-protos come with `pagedock[router]`."""
-    code = "import sys, router.picker_server; print('torch' in sys.modules)"
+    code = "import sys, router.picker.picker_server; print('torch' in sys.modules)"
     result = run_in_venv(router_venv, "-c", code)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "False"
@@ -99,8 +99,8 @@ def test_the_endpoint_picker_loads_from_the_router_extra_without_torch(router_ve
 def test_the_router_tokenizes_like_the_engine_without_torch(
     router_venv: Path, tokenizer_dir: Path
 ) -> None:
-    from engine.protocol import ChatCompletionRequest, CompletionRequest
-    from router.prompt_hasher import PromptHasher, load_tokenizer
+    from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+    from router.kv.prompt_hasher import PromptHasher, load_tokenizer
 
     result = run_in_venv(router_venv, "-c", HASH_PROMPTS, str(tokenizer_dir))
     assert result.returncode == 0, result.stderr[-3000:]

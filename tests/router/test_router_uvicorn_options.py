@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from router.cli import uvicorn_options
 from router.config import RouterConfig
+from router.server.cli import uvicorn_options
 
 
 def test_connection_limits_reach_uvicorn_options() -> None:
-    config = RouterConfig(replicas=["http://a:1"], max_connections=9, keep_alive_timeout_s=3, request_read_timeout_s=4)  # fmt: skip
+    config = RouterConfig(
+        replicas=["http://a:1"], max_connections=9, keep_alive_timeout_s=3, request_read_timeout_s=4
+    )
     options = uvicorn_options(config, "info")
     assert "limit_concurrency" not in options  # the protocol's cap answers in OpenAI's shape
     assert options["http"].max_connections == 9

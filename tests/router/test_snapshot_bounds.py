@@ -11,15 +11,15 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from router.event_subscriber import (  # fmt: skip
+from router.kv.event_subscriber import (
     SLICE_BLOCKS,
     EventSubscriber,
     SnapshotTooLarge,
     bounded_lines,
 )
-from router.kv_index import KVIndex
+from router.kv.kv_index import KVIndex
 from router.metrics import RouterMetrics
-from router.replica import Replica
+from router.replicas.replica import Replica
 from tests.router.factories import h, make_config
 
 pytestmark = pytest.mark.asyncio
@@ -28,7 +28,13 @@ URL = "http://replica"
 
 def snapshot_line(num_blocks: int) -> bytes:
     hashes = [h(i).hex() for i in range(num_blocks)]
-    message = {"type": "snapshot", "instance_id": "i1", "seq": 0, "block_size": 16, "block_hashes": hashes}  # fmt: skip
+    message = {
+        "type": "snapshot",
+        "instance_id": "i1",
+        "seq": 0,
+        "block_size": 16,
+        "block_hashes": hashes,
+    }
     return json.dumps(message).encode() + b"\n"
 
 
@@ -36,7 +42,9 @@ def subscriber_of(stream: bytes, **config: object) -> tuple[EventSubscriber, KVI
     transport = httpx.MockTransport(lambda request: httpx.Response(200, content=stream))
     index, replica = KVIndex(), Replica(URL)
     client = httpx.AsyncClient(transport=transport)
-    subscriber = EventSubscriber(replica, index, client, make_config(**config), RouterMetrics("prefix-aware"))  # fmt: skip
+    subscriber = EventSubscriber(
+        replica, index, client, make_config(**config), RouterMetrics("prefix-aware")
+    )
     return subscriber, index, replica
 
 
@@ -81,7 +89,9 @@ async def test_a_snapshot_over_the_block_cap_is_not_applied() -> None:
     assert index.num_blocks(URL) == 0 and not replica.kv_synced
 
 
-async def test_the_refusal_is_shown_on_the_replica_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+async def test_the_refusal_is_shown_on_the_replica_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     subscriber, index, replica = subscriber_of(snapshot_line(150), max_snapshot_blocks=100)
     with caplog.at_level(logging.WARNING, logger="pagedock.router"):
         task = asyncio.create_task(subscriber.run())

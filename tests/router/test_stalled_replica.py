@@ -44,7 +44,14 @@ def test_a_request_waiting_on_a_frozen_replica_is_retried_on_another(stack: Exit
     frozen, ok = FakeReplica("hang"), FakeReplica("ok")
     router = serve(stack, frozen, ok)
     answers: list[httpx.Response] = []
-    clients = [threading.Thread(target=lambda: answers.append(httpx.post(router + "/v1/completions", json=PROMPT, timeout=30))) for _ in range(2)]  # fmt: skip
+    clients = [
+        threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(router + "/v1/completions", json=PROMPT, timeout=30)
+            )
+        )
+        for _ in range(2)
+    ]
     start = time.monotonic()
     for client in clients:
         client.start()
@@ -58,10 +65,14 @@ def test_a_request_waiting_on_a_frozen_replica_is_retried_on_another(stack: Exit
     assert ok.calls == 2
 
 
-def stream_events(router: str, fake: FakeReplica, after: int, action: threading.Event) -> tuple[list[str], float]:  # fmt: skip
+def stream_events(
+    router: str, fake: FakeReplica, after: int, action: threading.Event
+) -> tuple[list[str], float]:
     """The stream's data lines; `action` is set after `after` events; seconds from then to the end."""
     events, acted_at = [], 0.0
-    with httpx.stream("POST", router + "/v1/completions", json={**PROMPT, "stream": True}, timeout=30) as response:  # fmt: skip
+    with httpx.stream(
+        "POST", router + "/v1/completions", json={**PROMPT, "stream": True}, timeout=30
+    ) as response:
         for line in response.iter_lines():
             if line.startswith("data: "):
                 events.append(line[6:])
@@ -73,7 +84,9 @@ def stream_events(router: str, fake: FakeReplica, after: int, action: threading.
     return events, time.monotonic() - acted_at
 
 
-def test_a_stream_from_a_replica_that_freezes_ends_with_an_error_event_soon(stack: ExitStack) -> None:  # fmt: skip
+def test_a_stream_from_a_replica_that_freezes_ends_with_an_error_event_soon(
+    stack: ExitStack,
+) -> None:
     fake = FakeReplica("slow")
     events, seconds = stream_events(serve(stack, fake), fake, 3, fake.frozen)
     error = json.loads(events[-2])["error"]
@@ -82,7 +95,9 @@ def test_a_stream_from_a_replica_that_freezes_ends_with_an_error_event_soon(stac
     assert seconds < 5
 
 
-def test_a_replica_that_fails_a_health_check_but_keeps_streaming_keeps_its_stream(stack: ExitStack) -> None:  # fmt: skip
+def test_a_replica_that_fails_a_health_check_but_keeps_streaming_keeps_its_stream(
+    stack: ExitStack,
+) -> None:
     fake = FakeReplica("slow")
     events, _ = stream_events(serve(stack, fake), fake, 3, fake.health_down)
     assert len(events) > 60  # ~3 s of chunks, well past --stall-eject-s, and no error

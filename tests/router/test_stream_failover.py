@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from router.proxy import REPLICA_HEADER
+from router.http.proxy import REPLICA_HEADER
 from tests.router.live import (
     Process,
     metric_sum,
@@ -41,11 +41,24 @@ class Fleet:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     from tests.tiny_model import make_tiny_llama_dir
 
-    model, logs = make_tiny_llama_dir(tmp_path_factory.mktemp("tiny")), tmp_path_factory.mktemp("logs")  # fmt: skip
+    model, logs = (
+        make_tiny_llama_dir(tmp_path_factory.mktemp("tiny")),
+        tmp_path_factory.mktemp("logs"),
+    )
     replicas = [replica_process(model, logs, 256) for _ in range(2)]
     # Round-robin: the streams of one burst spread over both replicas.
     # A health timeout that a loaded CI machine's replicas meet: only the frozen one misses it.
-    router = router_process(model, logs, [r.url for r in replicas], "--policy", "round-robin", "--stall-eject-s", "1", "--health-timeout-s", "3")  # fmt: skip
+    router = router_process(
+        model,
+        logs,
+        [r.url for r in replicas],
+        "--policy",
+        "round-robin",
+        "--stall-eject-s",
+        "1",
+        "--health-timeout-s",
+        "3",
+    )
     try:
         for p in replicas:
             p.start()
@@ -62,7 +75,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 def request_body(prompt: str, **extra: Any) -> dict[str, Any]:
-    return {"prompt": prompt, "max_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 0, **extra}  # fmt: skip
+    return {
+        "prompt": prompt,
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "temperature": 0,
+        **extra,
+    }
 
 
 @dataclass
@@ -83,7 +102,9 @@ class Stream:
         return "".join(c["text"] for e in self.events for c in e.get("choices", []))
 
     def read(self, url: str, started: threading.Event) -> None:
-        with httpx.stream("POST", url + "/v1/completions", json={**self.body, "stream": True}, timeout=120) as response:  # fmt: skip
+        with httpx.stream(
+            "POST", url + "/v1/completions", json={**self.body, "stream": True}, timeout=120
+        ) as response:
             self.replica = response.headers[REPLICA_HEADER]
             for line in response.iter_lines():
                 if line == "data: [DONE]":
@@ -95,13 +116,18 @@ class Stream:
                         started.set()
 
 
-def run_streams(fleet: Fleet, bodies: list[dict[str, Any]], fault: Any) -> tuple[list[Stream], float]:  # fmt: skip
+def run_streams(
+    fleet: Fleet, bodies: list[dict[str, Any]], fault: Any
+) -> tuple[list[Stream], float]:
     """Start one stream per body; once they all have a few chunks, `fault(replica)` on the first
     stream's replica; wait for every stream. Returns them and the seconds from the fault to the
     last stream's end."""
     streams = [Stream(b) for b in bodies]
     started = [threading.Event() for _ in streams]
-    threads = [threading.Thread(target=s.read, args=(fleet.router.url, e)) for s, e in zip(streams, started, strict=True)]  # fmt: skip
+    threads = [
+        threading.Thread(target=s.read, args=(fleet.router.url, e))
+        for s, e in zip(streams, started, strict=True)
+    ]
     for t in threads:
         t.start()
     for e in started:
@@ -147,7 +173,9 @@ def test_streams_of_a_replica_that_hangs_are_resumed_on_the_other(fleet: Fleet) 
     healthy = next(r for r in fleet.replicas.values() if r is not frozen[0])
     moved = sum(s.replica == frozen[0].url for s in streams)
     gap = max(s.longest_gap_s for s in streams if s.replica == frozen[0].url)
-    print(f"SIGSTOP: {moved} of {len(streams)} streams resumed, longest pause {gap:.2f} s; all done {seconds:.1f} s after the fault")  # fmt: skip
+    print(
+        f"SIGSTOP: {moved} of {len(streams)} streams resumed, longest pause {gap:.2f} s; all done {seconds:.1f} s after the fault"
+    )
     check_every_stream_completed(streams, healthy)
     resumed = metric_sum(fleet.router.url, "pagedock_router_stream_resumes_total") - resumes_before
     assert moved >= 1 and resumed == moved
@@ -168,17 +196,28 @@ def test_streams_of_a_replica_killed_mid_stream_are_resumed_on_the_other(fleet: 
     # Non-streamed requests under way meanwhile: read whole before the client gets anything, so
     # the one on the killed replica is simply retried from the start on the other.
     whole: list[httpx.Response] = []
-    posts = [threading.Thread(target=lambda b=b: whole.append(httpx.post(fleet.router.url + "/v1/completions", json=b, timeout=120))) for b in BODIES[:2]]  # fmt: skip
+    posts = [
+        threading.Thread(
+            target=lambda b=b: whole.append(
+                httpx.post(fleet.router.url + "/v1/completions", json=b, timeout=120)
+            )
+        )
+        for b in BODIES[:2]
+    ]
     for post in posts:
         post.start()
     streams, seconds = run_streams(fleet, BODIES, kill)
     for post in posts:
         post.join(120)
     healthy = next(r for r in fleet.replicas.values() if r is not killed[0])
-    assert sorted(r.json()["choices"][0]["text"] for r in whole) == sorted(uninterrupted_from(healthy, b) for b in BODIES[:2])  # fmt: skip
+    assert sorted(r.json()["choices"][0]["text"] for r in whole) == sorted(
+        uninterrupted_from(healthy, b) for b in BODIES[:2]
+    )
     moved = sum(s.replica == killed[0].url for s in streams)
     gap = max(s.longest_gap_s for s in streams if s.replica == killed[0].url)
-    print(f"kill -9: {moved} of {len(streams)} streams resumed, longest pause {gap:.2f} s; all done {seconds:.1f} s after the fault")  # fmt: skip
+    print(
+        f"kill -9: {moved} of {len(streams)} streams resumed, longest pause {gap:.2f} s; all done {seconds:.1f} s after the fault"
+    )
     check_every_stream_completed(streams, healthy)
     resumed = metric_sum(fleet.router.url, "pagedock_router_stream_resumes_total") - resumes_before
     assert moved >= 1 and resumed == moved

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from router.upstream_errors import Verdict, classify_upstream
+from router.http.upstream_errors import Verdict, classify_upstream
 
 
 def openai_error(code: str | None) -> bytes:
@@ -20,16 +20,22 @@ def test_a_pagedock_engine_error_500_is_the_requests_failure() -> None:
 
 
 def test_a_vllm_500_with_its_error_body_is_the_requests_failure() -> None:
-    body = json.dumps({"object": "error", "message": "m", "type": "InternalServerError", "code": 500})  # fmt: skip
+    body = json.dumps(
+        {"object": "error", "message": "m", "type": "InternalServerError", "code": 500}
+    )
     assert classify_upstream(500, body.encode()) is Verdict.FORWARD
 
 
-@pytest.mark.parametrize("body", [b"", b"Internal Server Error", b"[]", b'{"detail": "x"}', openai_error("engine_dead")])  # fmt: skip
+@pytest.mark.parametrize(
+    "body", [b"", b"Internal Server Error", b"[]", b'{"detail": "x"}', openai_error("engine_dead")]
+)
 def test_a_500_without_a_request_error_body_is_the_replicas_failure(body: bytes) -> None:
     assert classify_upstream(500, body) is Verdict.REPLICA_FAILED
 
 
-@pytest.mark.parametrize("status, code", [(503, "engine_dead"), (503, "draining"), (502, None), (504, None)])  # fmt: skip
+@pytest.mark.parametrize(
+    "status, code", [(503, "engine_dead"), (503, "draining"), (502, None), (504, None)]
+)
 def test_gateway_errors_and_503s_are_the_replicas_failure(status: int, code: str | None) -> None:
     assert classify_upstream(status, openai_error(code)) is Verdict.REPLICA_FAILED
 

@@ -18,14 +18,14 @@ import pytest
 import pytest_asyncio
 import zmq
 
-from engine.core.block_hash import hash_blocks
-from engine.errors import ConfigError
-from engine.protocol.vllm_kv_events import decode_payload
-from router.kv_index import KVIndex
+from pagedock.errors import ConfigError
+from pagedock.kv.block_hash import hash_blocks
+from pagedock.kv.vllm_events import decode_payload
+from router.kv.kv_index import KVIndex
+from router.kv.vllm_event_subscriber import VllmEventSubscriber
+from router.kv.vllm_kv_view import VLLM_ROOT, SeqTracker, VllmKVView
 from router.metrics import RouterMetrics
-from router.replica import Replica
-from router.vllm_event_subscriber import VllmEventSubscriber
-from router.vllm_kv_view import VLLM_ROOT, SeqTracker, VllmKVView
+from router.replicas.replica import Replica
 from tests.eventually import eventually
 from tests.router.factories import make_config
 
@@ -38,7 +38,15 @@ def stored(ids: list[int], parent: int | None, tokens: list[int], form: str = "m
     values = [ids, parent, tokens, BS, None, "GPU", None]
     if form == "array":
         return ["BlockStored", *values]
-    keys = ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"]  # fmt: skip
+    keys = [
+        "block_hashes",
+        "parent_block_hash",
+        "token_ids",
+        "block_size",
+        "lora_id",
+        "medium",
+        "lora_name",
+    ]
     return {"type": "BlockStored", **dict(zip(keys, values, strict=True))}
 
 
@@ -161,8 +169,12 @@ class FakeVllmPublisher:
                 self.replay_requests.append(first)
                 for seq, data in self.buffer:
                     if seq >= first:
-                        self.router.send_multipart([client, empty, self.topic, seq.to_bytes(8, "big"), data])  # fmt: skip
-                self.router.send_multipart([client, empty, b"", (-1).to_bytes(8, "big", signed=True), b""])  # fmt: skip
+                        self.router.send_multipart(
+                            [client, empty, self.topic, seq.to_bytes(8, "big"), data]
+                        )
+                self.router.send_multipart(
+                    [client, empty, b"", (-1).to_bytes(8, "big", signed=True), b""]
+                )
 
     def close(self) -> None:
         self._stop.set()
@@ -174,7 +186,12 @@ class FakeVllmPublisher:
 @pytest_asyncio.fixture
 async def running() -> AsyncIterator[tuple[FakeVllmPublisher, Replica, KVIndex]]:
     fake = FakeVllmPublisher()
-    config = make_config(replica_kind="vllm", kv_events_port=fake.pub_port, kv_replay_port=fake.replay_port, event_backoff_max_s=0.05)  # fmt: skip
+    config = make_config(
+        replica_kind="vllm",
+        kv_events_port=fake.pub_port,
+        kv_replay_port=fake.replay_port,
+        event_backoff_max_s=0.05,
+    )
     index, replica = KVIndex(), Replica("http://127.0.0.1:8000")
     subscriber = VllmEventSubscriber(replica, index, config, RouterMetrics("prefix-aware"))
     task = asyncio.create_task(subscriber.run())
@@ -213,7 +230,12 @@ async def test_live_batches_are_indexed_and_the_view_is_complete(running: Any) -
     await publish_until_seen(fake, replica, payload(stored([901, 902, 903], None, TOKENS)))
     assert index.match(PD, [replica.url]) == {replica.url: 3}
     assert replica.block_size == BS
-    assert replica.kv_view() == {"source": "vllm-events", "complete": True, "missed_batches": 0, "unchained_blocks": 0}  # fmt: skip
+    assert replica.kv_view() == {
+        "source": "vllm-events",
+        "complete": True,
+        "missed_batches": 0,
+        "unchained_blocks": 0,
+    }
 
 
 @pytest.mark.asyncio
@@ -258,12 +280,21 @@ async def test_a_late_router_replays_the_buffer_and_says_what_it_lacks() -> None
         fake.publish(payload(stored([901, 902], None, TOKENS[:8])), live=False)
         fake.publish(payload(stored([903], 902, TOKENS[8:])), live=False)
         del fake.buffer[0]  # the replay buffer no longer holds batch 0
-        config = make_config(replica_kind="vllm", kv_events_port=fake.pub_port, kv_replay_port=fake.replay_port)  # fmt: skip
+        config = make_config(
+            replica_kind="vllm", kv_events_port=fake.pub_port, kv_replay_port=fake.replay_port
+        )
         index, replica = KVIndex(), Replica("http://127.0.0.1:8000")
-        task = asyncio.create_task(VllmEventSubscriber(replica, index, config, RouterMetrics("x")).run())  # fmt: skip
+        task = asyncio.create_task(
+            VllmEventSubscriber(replica, index, config, RouterMetrics("x")).run()
+        )
         await until(lambda: replica.kv_synced)
         assert fake.replay_requests == [0]
-        assert replica.kv_view() == {"source": "vllm-events", "complete": False, "missed_batches": 1, "unchained_blocks": 1}  # fmt: skip
+        assert replica.kv_view() == {
+            "source": "vllm-events",
+            "complete": False,
+            "missed_batches": 1,
+            "unchained_blocks": 1,
+        }
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     finally:
@@ -271,7 +302,9 @@ async def test_a_late_router_replays_the_buffer_and_says_what_it_lacks() -> None
 
 
 def test_vllm_replicas_join_the_static_list_and_are_vllm_kind() -> None:
-    config = make_config(replicas=["http://a:8000"], vllm_replicas=["b:8000", "http://c:8000@6001:0"])  # fmt: skip
+    config = make_config(
+        replicas=["http://a:8000"], vllm_replicas=["b:8000", "http://c:8000@6001:0"]
+    )
     assert config.replicas == ["http://a:8000", "http://b:8000", "http://c:8000"]
     assert config.is_vllm("http://b:8000") and not config.is_vllm("http://a:8000")
     assert config.kv_ports("http://b:8000") == (5557, 5558)

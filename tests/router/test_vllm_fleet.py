@@ -67,15 +67,39 @@ class VllmServer:
         self.port, self.kv_port, self.replay_port = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        kv = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{self.kv_port}", "replay_endpoint": f"tcp://*:{self.replay_port}", "topic": f"kv@127.0.0.1:{self.port}@smollm2"}  # fmt: skip
+        kv = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": f"tcp://*:{self.kv_port}",
+            "replay_endpoint": f"tcp://*:{self.replay_port}",
+            "topic": f"kv@127.0.0.1:{self.port}@smollm2",
+        }
         args = [
-            str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(vllm_model_dir()), "--served-model-name", "smollm2",
-            "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32",
-            "--block-size", str(BLOCK_SIZE), "--enable-prefix-caching",
-            "--enable-prompt-tokens-details", "--max-model-len", "2048", "--max-num-seqs", "8",
-            "--enforce-eager", "--kv-events-config", json.dumps(kv),
-        ]  # fmt: skip
+            str(VLLM_PYTHON),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(vllm_model_dir()),
+            "--served-model-name",
+            "smollm2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            "float32",
+            "--block-size",
+            str(BLOCK_SIZE),
+            "--enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+            "--max-model-len",
+            "2048",
+            "--max-num-seqs",
+            "8",
+            "--enforce-eager",
+            "--kv-events-config",
+            json.dumps(kv),
+        ]
         env = {
             **os.environ,
             "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -101,7 +125,12 @@ class VllmServer:
 
     def prefix_cache_hits(self) -> float:
         text = httpx.get(self.url + "/metrics", timeout=10).text
-        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == "vllm:prefix_cache_hits_total")  # fmt: skip
+        return sum(
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "vllm:prefix_cache_hits_total"
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -113,8 +142,21 @@ class VllmServer:
 
 
 def start_router(policy: str, servers: list[VllmServer], log: Path) -> Process:
-    replicas = [arg for s in servers for arg in ("--vllm-replica", f"{s.url}@{s.kv_port}:{s.replay_port}")]  # fmt: skip
-    args = ["route", "--port", str(free_port()), "--policy", policy, "--model", str(vllm_model_dir()), "--block-size", str(BLOCK_SIZE), *replicas]  # fmt: skip
+    replicas = [
+        arg for s in servers for arg in ("--vllm-replica", f"{s.url}@{s.kv_port}:{s.replay_port}")
+    ]
+    args = [
+        "route",
+        "--port",
+        str(free_port()),
+        "--policy",
+        policy,
+        "--model",
+        str(vllm_model_dir()),
+        "--block-size",
+        str(BLOCK_SIZE),
+        *replicas,
+    ]
     return Process(args, log).start().wait_ready(120)
 
 
@@ -126,7 +168,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     try:
         for server in servers:
             server.wait_ready()
-        routers = [start_router(p, servers, logs / f"router-{p}.log") for p in ("prefix-aware", "round-robin")]  # fmt: skip
+        routers = [
+            start_router(p, servers, logs / f"router-{p}.log")
+            for p in ("prefix-aware", "round-robin")
+        ]
         yield {"servers": servers, "aware": routers[0], "rr": routers[1]}
     finally:
         for router in routers:
@@ -217,8 +262,31 @@ def _record(figures: dict[str, Any]) -> None:
     cpu = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model_line = next((line for line in cpu.splitlines() if line.startswith("model name")), "")
     flags = next((line for line in cpu.splitlines() if line.startswith("flags")), "")
-    version = subprocess.run([str(VLLM_PYTHON), "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"], capture_output=True, text=True).stdout.split()  # fmt: skip
-    machine = {"cpu": model_line.split(":", 1)[-1].strip(), "flags": flags.split(":", 1)[-1].strip(), "num_cpus": os.cpu_count(), "python": platform.python_version(), "vllm_and_torch": version}  # fmt: skip
-    settings = {"block_size": BLOCK_SIZE, "num_tenants": NUM_TENANTS, "requests_per_tenant": REQUESTS_PER_TENANT, "vllm": "CPU build, --enforce-eager (no torch.compile warm-up), VLLM_CPU_KVCACHE_SPACE=1 (GiB), one core each (VLLM_CPU_OMP_THREADS_BIND=0 / 1), float32, --enable-prefix-caching, --enable-prompt-tokens-details, --max-num-seqs 8", "requests": "completions, token-id prompts, max_tokens=1, temperature=0, sent one at a time, the two routers' requests interleaved", "ttft": "client-side latency of a max_tokens=1 request"}  # fmt: skip
-    note = "Measured on a 2-core machine shared with other engineers' work: absolute times are loaded; compare the two policies only (interleaved in one run)."  # fmt: skip
-    Path(out).write_text(json.dumps({"machine": machine, "settings": settings, "note": note, "repo": str(ROOT), **figures}, indent=1) + "\n")  # fmt: skip
+    version = subprocess.run(
+        [str(VLLM_PYTHON), "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    machine = {
+        "cpu": model_line.split(":", 1)[-1].strip(),
+        "flags": flags.split(":", 1)[-1].strip(),
+        "num_cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "vllm_and_torch": version,
+    }
+    settings = {
+        "block_size": BLOCK_SIZE,
+        "num_tenants": NUM_TENANTS,
+        "requests_per_tenant": REQUESTS_PER_TENANT,
+        "vllm": "CPU build, --enforce-eager (no torch.compile warm-up), VLLM_CPU_KVCACHE_SPACE=1 (GiB), one core each (VLLM_CPU_OMP_THREADS_BIND=0 / 1), float32, --enable-prefix-caching, --enable-prompt-tokens-details, --max-num-seqs 8",
+        "requests": "completions, token-id prompts, max_tokens=1, temperature=0, sent one at a time, the two routers' requests interleaved",
+        "ttft": "client-side latency of a max_tokens=1 request",
+    }
+    note = "Measured on a 2-core machine shared with other engineers' work: absolute times are loaded; compare the two policies only (interleaved in one run)."
+    Path(out).write_text(
+        json.dumps(
+            {"machine": machine, "settings": settings, "note": note, "repo": str(ROOT), **figures},
+            indent=1,
+        )
+        + "\n"
+    )

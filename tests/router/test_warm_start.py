@@ -8,9 +8,9 @@ import asyncio
 import httpx
 import pytest
 
-from router.hot_prefixes import HotPrefixes
-from router.replica import Replica
-from router.warmer import Warmer
+from router.kv.hot_prefixes import HotPrefixes
+from router.replicas.replica import Replica
+from router.replicas.warmer import Warmer
 from tests.router.factories import make_config
 
 SHARED = list(range(100, 164))  # 4 blocks of 16: a tenant's system prompt
@@ -72,7 +72,7 @@ def test_a_new_replica_is_sent_the_hot_prefixes_as_one_token_completions() -> No
 
 @pytest.mark.parametrize("fields", [{"warm_prefixes": -1}, {"warm_timeout_s": 0}])
 def test_bad_warm_settings_are_refused(fields: dict) -> None:
-    from engine.errors import ConfigError
+    from pagedock.errors import ConfigError
 
     with pytest.raises(ConfigError):
         make_config(**fields)

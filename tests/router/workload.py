@@ -21,7 +21,14 @@ class Turn:
     token_ids: list[int]
 
 
-def tenant_turns(tokenizer: Any, seed: int, num_tenants: int = 8, turns_per_tenant: int = 12, prefix_blocks: int = 10, block_size: int = 16) -> list[Turn]:  # fmt: skip
+def tenant_turns(
+    tokenizer: Any,
+    seed: int,
+    num_tenants: int = 8,
+    turns_per_tenant: int = 12,
+    prefix_blocks: int = 10,
+    block_size: int = 16,
+) -> list[Turn]:
     rng = random.Random(seed)
     systems = [
         system_prompt(tokenizer, rng, prefix_blocks * block_size) for _ in range(num_tenants)
@@ -51,7 +58,9 @@ def best_possible_hit_tokens(turns: list[Turn], block_size: int = 16) -> int:
     return best
 
 
-async def send_all(url: str, bodies: list[dict[str, Any]], concurrency: int, path: str = "/v1/chat/completions") -> list[httpx.Response]:  # fmt: skip
+async def send_all(
+    url: str, bodies: list[dict[str, Any]], concurrency: int, path: str = "/v1/chat/completions"
+) -> list[httpx.Response]:
     """POST every body, at most `concurrency` at a time, in order of the list."""
     semaphore = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=60.0) as client:

@@ -9,9 +9,9 @@ import time
 import uvicorn
 
 from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
+from engine.runtime.llm_engine import LLMEngine
 from engine.server.app import build_app
-from engine.server.context import ServerContext, ServerOptions
+from engine.server.openai.context import ServerContext, ServerOptions
 from engine.server.serve import build_context
 from tests.server.server_process import free_port
 

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.server.context import ServerOptions
-from engine.server.prompt_work import MAX_CHARS_PER_TOKEN
+from engine.server.openai.context import ServerOptions
+from engine.server.openai.prompt_work import MAX_CHARS_PER_TOKEN
 from engine.server.serve import build_uvicorn_config
 from tests.server.inprocess_server import InProcessServer
 
@@ -40,7 +40,7 @@ def test_prompt_over_character_bound_is_refused_without_tokenizing(
 def test_health_answers_while_a_prompt_is_being_tokenized(
     inprocess_server: InProcessServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import engine.server.completions as completions
+    import engine.server.openai.completions as completions
 
     real = completions.completion_prompts
     entered = threading.Event()
@@ -53,9 +53,10 @@ def test_health_answers_while_a_prompt_is_being_tokenized(
     monkeypatch.setattr(completions, "completion_prompts", slow_prompts)
     body = {"prompt": "hello", "max_tokens": 1}
     slow = threading.Thread(
-        target=httpx.post, args=(f"{inprocess_server.url}/v1/completions",),
+        target=httpx.post,
+        args=(f"{inprocess_server.url}/v1/completions",),
         kwargs={"json": body, "timeout": 30},
-    )  # fmt: skip
+    )
     slow.start()
     assert entered.wait(10)
     start = time.monotonic()

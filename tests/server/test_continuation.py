@@ -160,10 +160,14 @@ def test_a_completions_continuation_keeps_logprob_offsets(
     }
     whole = http.post("/v1/completions", json=body).json()["choices"][0]
     ids = whole["token_ids"]
-    events = stream_events(http, "/v1/completions", {**body, "continuation": {"token_ids": ids[:5]}})  # fmt: skip
+    events = stream_events(
+        http, "/v1/completions", {**body, "continuation": {"token_ids": ids[:5]}}
+    )
     choices = [c for e in events for c in e["choices"]]
     assert [t for c in choices for t in c["token_ids"]] == ids[5:]
-    assert [o for c in choices for o in c["logprobs"]["text_offset"]] == whole["logprobs"]["text_offset"][5:]  # fmt: skip
+    assert [o for c in choices for o in c["logprobs"]["text_offset"]] == whole["logprobs"][
+        "text_offset"
+    ][5:]
     assert whole["text"].endswith("".join(c["text"] for c in choices))
 
 
@@ -188,13 +192,15 @@ def test_a_completions_continuation_does_not_echo_the_prompt_again(
 def test_a_continuation_the_engine_cannot_resume_is_a_clear_400(
     http: httpx.Client, model_name: str, extra: dict[str, Any], message: str
 ) -> None:
-    body = {"continuation": {"token_ids": [5, 6]}, "stream": True, **chat_body(model_name), **extra}  # fmt: skip
+    body = {"continuation": {"token_ids": [5, 6]}, "stream": True, **chat_body(model_name), **extra}
     response = http.post("/v1/chat/completions", json=body)
     assert response.status_code == 400, response.text
     assert message in response.json()["error"]["message"]
 
 
-def test_a_guided_continuation_goes_on_inside_its_grammar(http: httpx.Client, model_name: str) -> None:  # fmt: skip
+def test_a_guided_continuation_goes_on_inside_its_grammar(
+    http: httpx.Client, model_name: str
+) -> None:
     body = chat_body(model_name, structured_outputs={"regex": "[a-e]{40}"}, max_tokens=60)
     del body["ignore_eos"]
     whole = stream_events(http, "/v1/chat/completions", body)
@@ -210,6 +216,8 @@ def test_a_guided_continuation_goes_on_inside_its_grammar(http: httpx.Client, mo
 def test_a_continuation_outside_its_grammar_is_a_400(http: httpx.Client, model_name: str) -> None:
     digits = http.post("/tokenize", json={"prompt": "123"}).json()["tokens"]
     body = chat_body(model_name, structured_outputs={"regex": "[a-e]{40}"}, stream=True)
-    response = http.post("/v1/chat/completions", json={**body, "continuation": {"token_ids": digits}})  # fmt: skip
+    response = http.post(
+        "/v1/chat/completions", json={**body, "continuation": {"token_ids": digits}}
+    )
     assert response.status_code == 400
     assert "structured-outputs constraint" in response.json()["error"]["message"]

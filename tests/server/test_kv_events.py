@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from engine.server.kv_events_stream import KVEventConsumer
+from engine.server.kv_events.ndjson_stream import KVEventConsumer
 from tests.server.conftest import TINY_NUM_KV_BLOCKS
 from tests.server.server_process import ServerProcess
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from engine.config import EngineConfig
-from engine.server.context import ServerOptions
+from engine.server.openai.context import ServerOptions
 from tests.router.live import free_port
 from tests.server.inprocess_server import InProcessServer
 
@@ -23,7 +23,9 @@ STALL_TIMEOUT_S = 1.0
 
 @pytest.fixture()
 def server(tiny_model_dir: Path) -> Iterator[InProcessServer]:
-    config = EngineConfig(model=str(tiny_model_dir), max_model_len=64, num_kv_blocks=64, num_threads=1)  # fmt: skip
+    config = EngineConfig(
+        model=str(tiny_model_dir), max_model_len=64, num_kv_blocks=64, num_threads=1
+    )
     options = ServerOptions(port=free_port(), stall_timeout_s=STALL_TIMEOUT_S)
     server = InProcessServer(config, options).start()
     yield server
@@ -52,11 +54,17 @@ def test_an_idle_engine_stays_healthy_past_the_stall_timeout(server: InProcessSe
     assert body["status"] == "ok" and body["seconds_since_progress"] < STALL_TIMEOUT_S
 
 
-def test_a_hung_step_makes_health_503_until_the_loop_goes_round_again(server: InProcessServer) -> None:  # fmt: skip
+def test_a_hung_step_makes_health_503_until_the_loop_goes_round_again(
+    server: InProcessServer,
+) -> None:
     release = hang_the_next_step(server)
     answers: list[httpx.Response] = []
     body = {"prompt": "hello", "max_tokens": 2}
-    client = threading.Thread(target=lambda: answers.append(httpx.post(server.url + "/v1/completions", json=body, timeout=60)))  # fmt: skip
+    client = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+        )
+    )
     client.start()
     deadline = time.monotonic() + STALL_TIMEOUT_S * 5
     while (response := health(server)).status_code == 200:

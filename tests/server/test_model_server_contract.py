@@ -31,9 +31,25 @@ PICKER_METRICS = {
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:  # fmt: skip
-    config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{free_port()}", "replay_endpoint": f"tcp://*:{free_port()}", "topic": "kv@127.0.0.1:8000@tiny"}  # fmt: skip
-    args = tiny_server_args(tiny_model_dir, "--num-kv-blocks", str(NUM_BLOCKS), "--max-model-len", "256", "--block-size", str(BLOCK_SIZE))  # fmt: skip
+def server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    config = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{free_port()}",
+        "replay_endpoint": f"tcp://*:{free_port()}",
+        "topic": "kv@127.0.0.1:8000@tiny",
+    }
+    args = tiny_server_args(
+        tiny_model_dir,
+        "--num-kv-blocks",
+        str(NUM_BLOCKS),
+        "--max-model-len",
+        "256",
+        "--block-size",
+        str(BLOCK_SIZE),
+    )
     env = {"PAGEDOCK_KV_EVENTS_CONFIG": json.dumps(config)}  # the env var, as the operator sets it
     s = start_server(args, tmp_path_factory.mktemp("logs") / "contract.log", env)
     s.kv_config = config  # type: ignore[attr-defined]
@@ -107,7 +123,9 @@ def test_render_errors_have_openais_shape(server: ServerProcess) -> None:
 
 
 def test_render_resolves_max_tokens_as_generation_would(server: ServerProcess) -> None:
-    (rendered,) = httpx.post(f"{server.url}/v1/completions/render", json={"prompt": [5, 6, 7], "max_tokens": None}).json()  # fmt: skip
+    (rendered,) = httpx.post(
+        f"{server.url}/v1/completions/render", json={"prompt": [5, 6, 7], "max_tokens": None}
+    ).json()
     assert rendered["sampling_params"]["max_tokens"] == 256 - 3
 
 

@@ -61,9 +61,16 @@ def server(
 ) -> Iterator[ServerProcess]:
     # The built-in model's default template is the tools-aware ChatML; hermes reads its calls.
     args = [
-        "--model", "smollm2-135m-instruct", "--max-model-len", "2048", "--log-level", "warning",
-        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-    ]  # fmt: skip
+        "--model",
+        "smollm2-135m-instruct",
+        "--max-model-len",
+        "2048",
+        "--log-level",
+        "warning",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+    ]
     process = start_server(args, tmp_path_factory.mktemp("logs") / "smollm2-tools.log")
     yield process
     process.stop()
@@ -136,7 +143,9 @@ def test_a_forced_call_and_its_result_rendered_into_the_next_turn(
     assert f"<|im_start|>tool\n<tool_response>\n{result}\n</tool_response><|im_end|>" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
 
-    second = chat(openai_client, messages=conversation, tools=TOOLS, tool_choice="none", max_tokens=1)  # fmt: skip
+    second = chat(
+        openai_client, messages=conversation, tools=TOOLS, tool_choice="none", max_tokens=1
+    )
     assert second.usage.prompt_tokens == num_tokens  # generated from exactly that prompt
     assert second.choices[0].message.tool_calls is None
 

@@ -24,7 +24,9 @@ ARGS = ("--max-model-len", "256", "--num-kv-blocks", "64", "--dtype", "float32")
 
 
 @pytest.fixture(scope="module")
-def tp_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:  # fmt: skip
+def tp_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     args = tiny_server_args(tiny_model_dir, *ARGS, "--tensor-parallel-size", "2")
     server = start_server(args, tmp_path_factory.mktemp("logs") / "tp-server.log")
     yield server
@@ -32,8 +34,12 @@ def tp_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="module")
-def one_rank_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:  # fmt: skip
-    server = start_server(tiny_server_args(tiny_model_dir, *ARGS), tmp_path_factory.mktemp("logs") / "one.log")  # fmt: skip
+def one_rank_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    server = start_server(
+        tiny_server_args(tiny_model_dir, *ARGS), tmp_path_factory.mktemp("logs") / "one.log"
+    )
     yield server
     server.stop()
 
@@ -68,8 +74,18 @@ def worker_pids(server_pid: int) -> list[int]:
 def test_completions_and_chat_answer_as_one_rank_does(
     tp_server: ServerProcess, one_rank_server: ServerProcess, model_name: str
 ) -> None:
-    completion = {"model": model_name, "prompt": "The quick brown", "max_tokens": 12, "temperature": 0}  # fmt: skip
-    chat = {"model": model_name, "messages": [{"role": "user", "content": "Prefix caching"}], "max_tokens": 12, "temperature": 0}  # fmt: skip
+    completion = {
+        "model": model_name,
+        "prompt": "The quick brown",
+        "max_tokens": 12,
+        "temperature": 0,
+    }
+    chat = {
+        "model": model_name,
+        "messages": [{"role": "user", "content": "Prefix caching"}],
+        "max_tokens": 12,
+        "temperature": 0,
+    }
     for path, body, text_of in [
         ("/v1/completions", completion, lambda r: r["choices"][0]["text"]),
         ("/v1/chat/completions", chat, lambda r: r["choices"][0]["message"]["content"]),

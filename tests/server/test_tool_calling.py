@@ -17,13 +17,13 @@ from fastapi.testclient import TestClient
 from openai import OpenAI
 
 from engine.config import EngineConfig
-from engine.errors import InvalidRequestError
-from engine.protocol import ChatCompletionRequest
-from engine.sampling_params import SamplingParams, StructuredOutputsParams
-from engine.server.context import ServerOptions
-from engine.server.tool_calls import ToolCalling, ToolDeltas, plan_tool_calling
-from engine.text.chat_template import SHIPPED_TEMPLATES_DIR
+from engine.inputs.sampling_params import SamplingParams, StructuredOutputsParams
+from engine.server.openai.context import ServerOptions
 from engine.tool_calls import HermesToolParser, JsonListToolParser
+from engine.tool_calls.chat_tools import ToolCalling, ToolDeltas, plan_tool_calling
+from pagedock.errors import InvalidRequestError
+from pagedock.protocol import ChatCompletionRequest
+from pagedock.text.chat_template import SHIPPED_TEMPLATES_DIR
 from tests.protocol.apps import client, server_app
 from tests.server.inprocess_server import InProcessServer
 
@@ -289,7 +289,9 @@ def test_a_named_function_is_called_once_whatever_parallel_tool_calls_says() -> 
 
 
 def test_tool_choice_none_parses_nothing() -> None:
-    body = ChatCompletionRequest.model_validate({"messages": USER, "tools": [WEATHER], "tool_choice": "none"})  # fmt: skip
+    body = ChatCompletionRequest.model_validate(
+        {"messages": USER, "tools": [WEATHER], "tool_choice": "none"}
+    )
     assert plan_tool_calling(ServerOptions(), body) is None
 
 

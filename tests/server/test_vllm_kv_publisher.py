@@ -15,11 +15,11 @@ import msgspec
 import pytest
 import zmq
 
-from engine.core.block_hash import hash_blocks
 from engine.core.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
-from engine.errors import ConfigError
-from engine.protocol.vllm_kv_events import KVEventsConfig, is_bind_endpoint, to_uint64
-from engine.server.vllm_kv_publisher import VllmKVPublisher
+from engine.server.kv_events.vllm_publisher import VllmKVPublisher
+from pagedock.errors import ConfigError
+from pagedock.kv.block_hash import hash_blocks
+from pagedock.kv.vllm_events import KVEventsConfig, is_bind_endpoint, to_uint64
 
 ExternalBlockHash = bytes | int
 
@@ -171,7 +171,16 @@ def test_events_are_maps_tagged_type_with_every_field_sent(publisher: VllmKVPubl
     frames = publish_until_received(publisher, sub, engine_batches()[:1])
     raw = msgspec.msgpack.decode(frames[0][2])
     assert len(raw) == 3
-    assert set(raw[1][0]) == {"type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}  # fmt: skip
+    assert set(raw[1][0]) == {
+        "type",
+        "block_hashes",
+        "parent_block_hash",
+        "token_ids",
+        "block_size",
+        "lora_id",
+        "medium",
+        "lora_name",
+    }
     assert all(0 <= h < 2**64 for h in raw[1][0]["block_hashes"])
     sub.close()
 
@@ -255,7 +264,9 @@ def test_connecting_publisher_reaches_a_bound_subscriber() -> None:
     sub = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     port = sub.bind_to_random_port("tcp://127.0.0.1")
-    publisher = VllmKVPublisher(KVEventsConfig(enable_kv_cache_events=True, endpoint=f"tcp://127.0.0.1:{port}"))  # fmt: skip
+    publisher = VllmKVPublisher(
+        KVEventsConfig(enable_kv_cache_events=True, endpoint=f"tcp://127.0.0.1:{port}")
+    )
     try:
         publish_until_received(publisher, sub, engine_batches()[:1])
     finally:
@@ -264,7 +275,7 @@ def test_connecting_publisher_reaches_a_bound_subscriber() -> None:
 
 
 def test_config_takes_vllms_json_and_names_unknown_keys() -> None:
-    text = '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "t"}'  # fmt: skip
+    text = '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "t"}'
     config = KVEventsConfig.from_json(text)
     assert config.enabled and config.replay_endpoint == "tcp://*:5558" and config.topic == "t"
     assert not KVEventsConfig.from_json('{"enable_kv_cache_events": false}').enabled

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.text.tokenizer import Tokenizer
+from pagedock.text.tokenizer import Tokenizer
 from tests.tiny_model import make_tiny_llama_dir
 
 

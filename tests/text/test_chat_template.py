@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from engine.errors import InvalidRequestError, ModelLoadError
-from engine.text.chat_template import ChatTemplate, render_chat_template
-from engine.text.tokenizer import Tokenizer
+from pagedock.errors import InvalidRequestError, ModelLoadError
+from pagedock.text.chat_template import ChatTemplate, render_chat_template
+from pagedock.text.tokenizer import Tokenizer
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 CONVERSATIONS = {

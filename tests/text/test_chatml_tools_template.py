@@ -1,4 +1,4 @@
-"""engine/text/templates/chatml_tools.jinja, the built-in SmolLM2's default template: plain chats
+"""pagedock/text/templates/chatml_tools.jinja, the built-in SmolLM2's default template: plain chats
 render exactly as SmolLM2's own template; tools, calls and results render Hermes-style, as
 transformers renders the same template; and `--chat-template` chooses another."""
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from engine.errors import ConfigError, ModelLoadError
-from engine.loader.registry import BUILTIN_MODELS, DEFAULT_MODEL
-from engine.text.chat_template import SHIPPED_TEMPLATES_DIR, ChatTemplate, chat_template_source
-from engine.text.tokenizer import Tokenizer
 from engine.tool_calls import HermesToolParser
+from pagedock.errors import ConfigError, ModelLoadError
+from pagedock.models.registry import BUILTIN_MODELS, DEFAULT_MODEL
+from pagedock.text.chat_template import SHIPPED_TEMPLATES_DIR, ChatTemplate, chat_template_source
+from pagedock.text.tokenizer import Tokenizer
 
 SHIPPED = SHIPPED_TEMPLATES_DIR / "chatml_tools.jinja"
 WEATHER_TOOL = {
@@ -29,7 +29,11 @@ WEATHER_TOOL = {
         },
     },
 }
-CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}  # fmt: skip
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+}
 TOOL_CONVERSATION: list[dict[str, Any]] = [
     {"role": "user", "content": "Weather in Paris?"},
     {"role": "assistant", "content": None, "tool_calls": [CALL]},
@@ -71,7 +75,9 @@ def test_a_chat_without_tools_renders_as_smollm2s_own_template(
 
 
 def test_tools_are_listed_in_the_system_turn(shipped: ChatTemplate) -> None:
-    text = shipped.render([{"role": "system", "content": "Be brief."}, *TOOL_CONVERSATION[:1]], tools=[WEATHER_TOOL])  # fmt: skip
+    text = shipped.render(
+        [{"role": "system", "content": "Be brief."}, *TOOL_CONVERSATION[:1]], tools=[WEATHER_TOOL]
+    )
     assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
     assert f"<tools>\n{json.dumps(WEATHER_TOOL)}\n</tools>" in text
     assert text.count("<|im_start|>system") == 1

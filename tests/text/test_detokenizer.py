@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as BackendTokenizer
 
-from engine.text.detokenizer import (
+from pagedock.text.detokenizer import (
     IncrementalDetokenizer,
     StopStringMatcher,
 )
-from engine.text.tokenizer import Tokenizer
+from pagedock.text.tokenizer import Tokenizer
 from tests.text.test_tokenizer import SAMPLES
 
 

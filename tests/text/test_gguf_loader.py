@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.errors import ModelLoadError
 from engine.loader.gguf_loader import iter_gguf_weights, read_gguf_config
+from pagedock.errors import ModelLoadError
 from tests.text.factories import TINY_TOKENS, tiny_llama_weights, write_tiny_gguf
 
 
@@ -19,10 +19,18 @@ def test_config_matches_transformers_config(smollm2_gguf_path: Path, smollm2_hf_
     ours = read_gguf_config(smollm2_gguf_path)
     theirs = smollm2_hf_model.config
     for field in (
-        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-        "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
-        "max_position_embeddings", "tie_word_embeddings", "bos_token_id",
-    ):  # fmt: skip
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+        "bos_token_id",
+    ):
         assert getattr(ours, field) == getattr(theirs, field), field
     assert ours.rope_theta == theirs.rope_parameters["rope_theta"]
     assert ours.rope_scaling is None and theirs.rope_parameters["rope_type"] == "default"

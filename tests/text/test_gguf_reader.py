@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.errors import ModelLoadError
-from engine.loader.gguf_reader import GGUFFile, read_gguf_file
+from pagedock.errors import ModelLoadError
+from pagedock.models.gguf_reader import GGUFFile, read_gguf_file
 from tests.text.factories import tiny_llama_weights, write_tiny_gguf
 
 # Every scalar GGUF value type, written through gguf's writer under a key named for it.
@@ -160,18 +160,30 @@ def _tensor_entry(name: bytes, dims: tuple[int, int], type_id: int) -> bytes:
         # The value type that follows key "test.u8": 0 (uint8) -> 77 (no such type).
         (b"test.u8\x00\x00\x00\x00", b"test.u8\x4d\x00\x00\x00", "unknown value type 77"),
         # The item count of test.ints (an array (9) of int32 (5)): 5 -> 2^40, more than fit.
-        (b"test.ints" + struct.pack("<IIQ", 9, 5, 5), b"test.ints" + struct.pack("<IIQ", 9, 5, 2**40),
-         "cannot fit"),
+        (
+            b"test.ints" + struct.pack("<IIQ", 9, 5, 5),
+            b"test.ints" + struct.pack("<IIQ", 9, 5, 2**40),
+            "cannot fit",
+        ),
         (b"test.i8", b"test.u8", "'test.u8' appears twice"),
-        (b"general.alignment\x04\x00\x00\x00" + struct.pack("<I", 256),
-         b"general.alignment\x04\x00\x00\x00" + struct.pack("<I", 100), "not a power of two"),
-        (_tensor_entry(b"c.weight", (64, 2), 8), _tensor_entry(b"c.weight", (64, 2), 99),
-         "'c.weight' has unknown type id 99"),
-        (_tensor_entry(b"c.weight", (64, 2), 8), _tensor_entry(b"c.weight", (60, 2), 8),
-         "not a multiple of the Q8_0 block size"),
+        (
+            b"general.alignment\x04\x00\x00\x00" + struct.pack("<I", 256),
+            b"general.alignment\x04\x00\x00\x00" + struct.pack("<I", 100),
+            "not a power of two",
+        ),
+        (
+            _tensor_entry(b"c.weight", (64, 2), 8),
+            _tensor_entry(b"c.weight", (64, 2), 99),
+            "'c.weight' has unknown type id 99",
+        ),
+        (
+            _tensor_entry(b"c.weight", (64, 2), 8),
+            _tensor_entry(b"c.weight", (60, 2), 8),
+            "not a multiple of the Q8_0 block size",
+        ),
     ],
     ids=["value-type", "array-count", "duplicate-key", "alignment", "tensor-type", "block-size"],
-)  # fmt: skip
+)
 def test_corrupt_structure_is_a_clear_error(
     tmp_path: Path, old: bytes, new: bytes, problem: str
 ) -> None:

@@ -58,7 +58,13 @@ def test_download_fills_the_cache_with_what_the_engine_reads_once(
         files = sorted(p.name for p in snapshot(tmp_path, hub).iterdir())
         assert "model.safetensors" in files and "tokenizer.json" in files
         assert "README.md" not in files and "pytorch_model.bin" not in files
-        fetched = len([r for r in hub.requests if r == ("GET", f"/{REPO_ID}/resolve/{hub.commit}/model.safetensors")])  # fmt: skip
+        fetched = len(
+            [
+                r
+                for r in hub.requests
+                if r == ("GET", f"/{REPO_ID}/resolve/{hub.commit}/model.safetensors")
+            ]
+        )
         assert fetched == 1
         before = len(hub.requests)
         again = download(hub, tmp_path)
@@ -77,9 +83,9 @@ def test_download_of_an_unknown_repo_fails_with_the_hubs_reason(
 
 
 OFFLINE_ENGINE = """
-from engine.llm import LLM
-from engine.loader.registry import resolve_model
-from engine.sampling_params import SamplingParams
+from engine.runtime.llm import LLM
+from pagedock.models.registry import resolve_model
+from engine.inputs.sampling_params import SamplingParams
 
 assert resolve_model("{model}", weights=False).path.is_dir()  # the router's tokenizer fetch
 llm = LLM(model="{model}", num_kv_blocks=32, max_model_len=64)

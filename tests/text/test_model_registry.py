@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import ModelLoadError
-from engine.loader import registry as model_registry
-from engine.loader.registry import BUILTIN_MODELS, DEFAULT_MODEL, resolve_model
+from pagedock.errors import ModelLoadError
+from pagedock.models import registry as model_registry
+from pagedock.models.registry import BUILTIN_MODELS, DEFAULT_MODEL, resolve_model
 from tests.text.factories import fake_pip_download_argv
 
 FAKE_PAYLOAD = b"GGUF pretend model bytes"

@@ -20,9 +20,9 @@ import huggingface_hub
 import pytest
 from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 
-from engine.errors import ModelLoadError
-from engine.loader.hub import HfSource, parse_hf_uri
-from engine.loader.registry import resolve_model
+from pagedock.errors import ModelLoadError
+from pagedock.models.hub import HfSource, parse_hf_uri
+from pagedock.models.registry import resolve_model
 
 REPO_URI = "hf://acme/tiny-llama"
 

@@ -1,4 +1,4 @@
-"""engine/text/prompt_renderer.py: the one path from a request's prompt to token ids."""
+"""pagedock/text/prompt_renderer.py: the one path from a request's prompt to token ids."""
 
 from __future__ import annotations
 
@@ -8,9 +8,14 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer as BackendTokenizer
 
-from engine.errors import InvalidRequestError
-from engine.protocol import ChatCompletionRequest, CompletionRequest, Conversation, TokenizeRequest
-from engine.text.prompt_renderer import (
+from pagedock.errors import InvalidRequestError
+from pagedock.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    Conversation,
+    TokenizeRequest,
+)
+from pagedock.text.prompt_renderer import (
     ChatInput,
     Prompt,
     completion_prompts,
@@ -18,7 +23,7 @@ from engine.text.prompt_renderer import (
     read_conversation,
     render_chat,
 )
-from engine.text.tokenizer import Tokenizer
+from pagedock.text.tokenizer import Tokenizer
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},
@@ -119,7 +124,9 @@ def test_a_model_without_a_chat_template_is_a_400_on_messages(tiny_dir: Path) ->
 
 
 def test_text_the_tokenizer_cannot_take_is_a_400(tokenizer: Tokenizer) -> None:
-    request = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "\ud800"}]})  # fmt: skip
+    request = ChatCompletionRequest.model_validate(
+        {"messages": [{"role": "user", "content": "\ud800"}]}
+    )
     with pytest.raises(InvalidRequestError) as error:
         render_chat(tokenizer, request)
     assert error.value.param == "messages"
@@ -160,8 +167,12 @@ def test_text_without_a_tokenizer_is_a_400_on_prompt(prompt: Any) -> None:
     assert error.value.param == "prompt"
 
 
-@pytest.mark.parametrize("prompt", [[], "\ud800", ["ok", "\ud800"]], ids=["empty", "surrogate", "surrogate-in-batch"])  # fmt: skip
-def test_a_prompt_that_cannot_be_tokenized_is_a_400_on_prompt(tokenizer: Tokenizer, prompt: Any) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "prompt", [[], "\ud800", ["ok", "\ud800"]], ids=["empty", "surrogate", "surrogate-in-batch"]
+)
+def test_a_prompt_that_cannot_be_tokenized_is_a_400_on_prompt(
+    tokenizer: Tokenizer, prompt: Any
+) -> None:
     with pytest.raises(InvalidRequestError) as error:
         prompts_of(tokenizer, prompt)
     assert error.value.param == "prompt"
@@ -170,21 +181,23 @@ def test_a_prompt_that_cannot_be_tokenized_is_a_400_on_prompt(tokenizer: Tokeniz
 def test_encode_text_adds_special_tokens_only_when_asked(tokenizer: Tokenizer) -> None:
     text = "fox"
     assert encode_text(tokenizer, text, "prompt") == tokenizer.encode(text)
-    assert encode_text(tokenizer, text, "prompt", add_special_tokens=False) == tokenizer.encode(text, add_special_tokens=False)  # fmt: skip
+    assert encode_text(tokenizer, text, "prompt", add_special_tokens=False) == tokenizer.encode(
+        text, add_special_tokens=False
+    )
 
 
 # ---- the offline API renders through the same path ---------------------------------------------
 
 
 def test_llm_chat_generates_from_the_renderers_token_ids(tokenizer: Tokenizer) -> None:
-    from engine.llm import LLM
+    from engine.runtime.llm import LLM
 
     class Recording(LLM):
         def __init__(self) -> None:
             self.engine = type("Engine", (), {"tokenizer": tokenizer})()
             self.prompts: list[Any] = []
 
-        def generate(self, prompts: Any, sampling_params: Any = None, use_tqdm: bool = True) -> Any:  # fmt: skip
+        def generate(self, prompts: Any, sampling_params: Any = None, use_tqdm: bool = True) -> Any:
             self.prompts = list(prompts)
             return []
 

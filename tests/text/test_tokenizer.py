@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from engine.errors import ModelLoadError
-from engine.text.tokenizer import Tokenizer, load_tokenizer
+from pagedock.errors import ModelLoadError
+from pagedock.text.tokenizer import Tokenizer, load_tokenizer
 from tests.text.factories import tiny_llama_weights, write_tiny_gguf
 
 SAMPLES = {

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from engine.errors import ConfigError
 from engine.tool_calls import (
     HermesToolParser,
     JsonListToolParser,
@@ -14,6 +13,7 @@ from engine.tool_calls import (
     get_tool_call_parser,
     parse_tool_calls,
 )
+from pagedock.errors import ConfigError
 
 WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
 

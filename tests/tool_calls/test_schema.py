@@ -68,7 +68,10 @@ def test_an_unknown_function_name_is_an_error() -> None:
 
 
 def test_what_the_schema_admits_the_json_list_parser_reads_back() -> None:
-    calls = [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "ping", "arguments": {}}]  # fmt: skip
+    calls = [
+        {"name": "get_weather", "arguments": {"city": "Paris"}},
+        {"name": "ping", "arguments": {}},
+    ]
     assert valid(tool_call_schema(TOOLS), calls)
     parsed = JsonListToolParser().extract(json.dumps(calls))
     assert [(c.name, json.loads(c.arguments)) for c in parsed.calls] == [

@@ -10,13 +10,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from llm_operator.conditions import now_rfc3339
-from llm_operator.kube import KubeClient, KubeError
+from llm_operator.k8s.kube import KubeClient, KubeError
 
 logger = logging.getLogger(__name__)
 COMPONENT = "pagedock-operator"
 
 
-def build_event(body: Mapping[str, Any], reason: str, message: str, type_: str = "Normal") -> dict[str, Any]:  # fmt: skip
+def build_event(
+    body: Mapping[str, Any], reason: str, message: str, type_: str = "Normal"
+) -> dict[str, Any]:
     meta = body["metadata"]
     now = now_rfc3339()
     return {
@@ -43,7 +45,7 @@ def build_event(body: Mapping[str, Any], reason: str, message: str, type_: str =
     }
 
 
-async def post_event(kube: KubeClient, body: Mapping[str, Any], reason: str, message: str) -> None:  # fmt: skip
+async def post_event(kube: KubeClient, body: Mapping[str, Any], reason: str, message: str) -> None:
     event = build_event(body, reason, message)
     try:
         await kube.create(f"/api/v1/namespaces/{body['metadata']['namespace']}/events", event)

@@ -17,20 +17,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_operator import API_VERSION, KIND
+from llm_operator.api.spec import LLMDeploymentSpec
 from llm_operator.autoscaler.events import post_event
 from llm_operator.autoscaler.rule import Decision, Observation, ScalerState, decide
 from llm_operator.autoscaler.scale_down import annotation_patches, coldest
 from llm_operator.autoscaler.signals import RouterDemand, poll_routers, ready_pod_ips
 from llm_operator.conditions import now_rfc3339
-from llm_operator.kube import KubeClient, KubeError
-from llm_operator.leadership import Peering, is_active
+from llm_operator.controller.reconcile import InvalidSpecError, parse_spec
+from llm_operator.controller.resync import collection_paths
+from llm_operator.fleet.status import deployment_counts
+from llm_operator.k8s.kube import KubeClient, KubeError
+from llm_operator.k8s.leadership import Peering, is_active
+from llm_operator.k8s.resources import KINDS, LLM_DEPLOYMENT, POD
 from llm_operator.names import engine_name, selector_labels, selector_string
-from llm_operator.reconcile import InvalidSpecError, parse_spec
-from llm_operator.resources import KINDS, LLM_DEPLOYMENT, POD
-from llm_operator.resync import collection_paths
 from llm_operator.settings import OperatorSettings
-from llm_operator.spec import LLMDeploymentSpec
-from llm_operator.status import deployment_counts
 
 Obj = dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -87,7 +87,9 @@ class Autoscaler:
         pods = await self.kube.list(POD.collection_path(namespace), selector)
         return await poll_routers(ready_pod_ips(pods), self.settings.scrape_timeout_seconds)
 
-    async def _observe(self, key: tuple[str, str], spec: LLMDeploymentSpec, demand: RouterDemand) -> Observation:  # fmt: skip
+    async def _observe(
+        self, key: tuple[str, str], spec: LLMDeploymentSpec, demand: RouterDemand
+    ) -> Observation:
         engine = await self.kube.get(KINDS["Deployment"].object_path(key[0], engine_name(key[1])))
         _, _, ready = deployment_counts(engine)
         return Observation(
@@ -100,7 +102,9 @@ class Autoscaler:
             num_engine_requests=demand.num_engine_requests,
         )
 
-    async def _scale(self, body: Mapping[str, Any], current: int, decision: Decision, demand: RouterDemand) -> None:  # fmt: skip
+    async def _scale(
+        self, body: Mapping[str, Any], current: int, decision: Decision, demand: RouterDemand
+    ) -> None:
         meta = body["metadata"]
         going = ""
         if decision.replicas < current:
@@ -124,7 +128,14 @@ class Autoscaler:
         first = coldest(pods, demand.prefix_hit_scores)
         return f" ({first} has the coldest cache)" if first else ""
 
-    async def _write_status(self, body: Mapping[str, Any], key: tuple[str, str], decision: Decision, demand: RouterDemand, scaled: bool) -> None:  # fmt: skip
+    async def _write_status(
+        self,
+        body: Mapping[str, Any],
+        key: tuple[str, str],
+        decision: Decision,
+        demand: RouterDemand,
+        scaled: bool,
+    ) -> None:
         now = time.monotonic()
         if not scaled and now - self._status_at.get(key, -STATUS_EVERY_S) < STATUS_EVERY_S:
             return

@@ -26,7 +26,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from llm_operator.spec_autoscaling import AutoscalingSpec
+from llm_operator.api.autoscaling import AutoscalingSpec
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,9 @@ def decide(spec: AutoscalingSpec, state: ScalerState, obs: Observation) -> Decis
     return Decision(want, reason, round(stable, 2), round(panic, 2), panicking)
 
 
-def _bounded(spec: AutoscalingSpec, state: ScalerState, obs: Observation, want: int) -> tuple[int, str]:  # fmt: skip
+def _bounded(
+    spec: AutoscalingSpec, state: ScalerState, obs: Observation, want: int
+) -> tuple[int, str]:
     """The want after the scale-up limit, stabilization, zero and min/max; and why."""
     current = obs.current_replicas
     if spec.min_replicas == 0 and (_idle(spec, obs) or (current == 0 and obs.concurrency == 0)):
@@ -102,14 +104,20 @@ def _bounded(spec: AutoscalingSpec, state: ScalerState, obs: Observation, want: 
         if obs.ready_replicas < current:  # some are still starting: wait for them
             limit = current
         if want > limit:
-            return max(limit, current), f"wants {want}, limited to {max(limit, current)} while {current - obs.ready_replicas} start"  # fmt: skip
+            return (
+                max(limit, current),
+                f"wants {want}, limited to {max(limit, current)} while {current - obs.ready_replicas} start",
+            )
         return want, f"concurrency {obs.concurrency} ({obs.num_held} held)"
     if want < current:
         if obs.now - (state.started_at or obs.now) < spec.scale_down_stabilization_seconds:
             return current, f"wants {want}, no scale-down in the first stabilization window"
         stabilized = min(current, max(w for _, w in state.wants))
         if stabilized > want:
-            return stabilized, f"wants {want}, held at {stabilized} by the scale-down stabilization window"  # fmt: skip
+            return (
+                stabilized,
+                f"wants {want}, held at {stabilized} by the scale-down stabilization window",
+            )
         return want, f"concurrency {obs.concurrency} over the stable window"
     return want, "steady"
 

@@ -63,7 +63,9 @@ def combine(views: list[Obj]) -> RouterDemand | None:
             ip = _host(replica["url"])
             scores[ip] += float(replica.get("prefix_hit_score", 0.0))
             inflight[ip] += int(replica.get("inflight", 0))
-            load = float(replica.get("num_requests_running", 0)) + float(replica.get("num_requests_waiting", 0))  # fmt: skip
+            load = float(replica.get("num_requests_running", 0)) + float(
+                replica.get("num_requests_waiting", 0)
+            )
             reported[ip] = max(reported[ip], load)
     return RouterDemand(
         num_routers=len(views),

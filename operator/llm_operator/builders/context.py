@@ -2,10 +2,10 @@
 
 import dataclasses
 
+from llm_operator.api.spec import LLMDeploymentSpec
 from llm_operator.builders.model_source import ModelSource, resolve_model_source
 from llm_operator.names import ENGINE_PORT, ROUTER_PORT, engine_name, router_name
 from llm_operator.settings import OperatorSettings
-from llm_operator.spec import LLMDeploymentSpec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,13 +8,19 @@ def engine_args(ctx: BuildContext) -> list[str]:
     engine = ctx.spec.engine
     args = [
         "serve",
-        "--model", ctx.model_source.model_arg,
-        "--host", "0.0.0.0",
-        "--port", str(ENGINE_PORT),
-        "--max-num-seqs", str(engine.max_num_seqs),
-        "--max-num-batched-tokens", str(engine.max_num_batched_tokens),
-        "--block-size", str(engine.block_size),
-    ]  # fmt: skip
+        "--model",
+        ctx.model_source.model_arg,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ENGINE_PORT),
+        "--max-num-seqs",
+        str(engine.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(engine.max_num_batched_tokens),
+        "--block-size",
+        str(engine.block_size),
+    ]
     if not engine.enable_prefix_caching:
         args.append("--no-prefix-caching")
     if not engine.enable_chunked_prefill:

@@ -7,9 +7,9 @@ picker is the router, the Service of the picker's gRPC port, and an optional HTT
                            Service <name>-picker:9002 --> router pods, port `picker` (ext_proc)
 """
 
+from llm_operator.api.gateway import GatewaySpec, HTTPRouteSpec
 from llm_operator.builders.common import Obj, metadata
 from llm_operator.builders.context import BuildContext
-from llm_operator.gateway_spec import GatewaySpec, HTTPRouteSpec
 from llm_operator.names import ENGINE_PORT, PICKER_PORT, picker_name, selector_labels
 
 COMPONENT = "gateway"

@@ -24,7 +24,7 @@ from llm_operator.builders.common import (
     pod_security_context,
 )
 from llm_operator.builders.context import BuildContext
-from llm_operator.diff import parse_quantity
+from llm_operator.k8s.diff import parse_quantity
 
 COMPONENT = "model"
 GPU_RESOURCE = "nvidia.com/gpu"

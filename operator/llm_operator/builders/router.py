@@ -44,19 +44,30 @@ def router_args(ctx: BuildContext) -> list[str]:
     tokenizer = ctx.model_source.claim_name is None or reads_model_claim(ctx)
     args = [
         "route",
-        "--discovery", "k8s",
-        "--service", engine_name(ctx.name),
-        "--namespace", ctx.namespace,
+        "--discovery",
+        "k8s",
+        "--service",
+        engine_name(ctx.name),
+        "--namespace",
+        ctx.namespace,
         *(["--model", ctx.model_source.model_arg] if tokenizer else []),
-        "--policy", ctx.spec.router.policy,
-        "--block-size", str(ctx.spec.engine.block_size),
-        "--hold-queue-size", str(ctx.spec.router.hold_queue_size),
-        "--hold-timeout-s", str(ctx.spec.router.hold_timeout_seconds),
-        "--warm-prefixes", str(ctx.spec.router.warm_prefixes),
-        "--warm-timeout-s", str(ctx.spec.router.warm_timeout_seconds),
-        "--host", "0.0.0.0",
-        "--port", str(ROUTER_PORT),
-    ]  # fmt: skip
+        "--policy",
+        ctx.spec.router.policy,
+        "--block-size",
+        str(ctx.spec.engine.block_size),
+        "--hold-queue-size",
+        str(ctx.spec.router.hold_queue_size),
+        "--hold-timeout-s",
+        str(ctx.spec.router.hold_timeout_seconds),
+        "--warm-prefixes",
+        str(ctx.spec.router.warm_prefixes),
+        "--warm-timeout-s",
+        str(ctx.spec.router.warm_timeout_seconds),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ROUTER_PORT),
+    ]
     ingress = ctx.spec.ingress
     if ingress.enabled and ingress.path.rstrip("/"):
         # The router serves the Ingress path itself: no controller-specific rewrite annotation.

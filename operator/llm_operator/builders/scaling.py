@@ -75,7 +75,7 @@ def build_scaled_object(ctx: BuildContext) -> Obj:
     metricName summed over this deployment's engines; with minReplicas 0, KEDA scales to zero
     once the trigger is inactive for scaleToZeroAfterSeconds (its cooldownPeriod)."""
     autoscaling = ctx.spec.autoscaling
-    query = f'sum({autoscaling.metric_name}{{namespace="{ctx.namespace}",pod=~"{engine_name(ctx.name)}-.*"}})'  # fmt: skip
+    query = f'sum({autoscaling.metric_name}{{namespace="{ctx.namespace}",pod=~"{engine_name(ctx.name)}-.*"}})'
     triggers: list[Obj] = [
         {
             "type": "prometheus",

@@ -9,7 +9,7 @@ network surface unchanged.
 from decimal import Decimal
 
 from llm_operator.builders.context import BuildContext
-from llm_operator.diff import parse_quantity
+from llm_operator.k8s.diff import parse_quantity
 
 # Where the ranks of one engine meet (127.0.0.1 inside the pod): PAGEDOCK_TENSOR_PARALLEL_PORT.
 TENSOR_PARALLEL_PORT = 29500

@@ -1,0 +1,318 @@
+"""AsyncEngine: the LLMEngine behind an asyncio API, one output stream per request.
+
+The engine runs on an engine thread and its output path on an output worker thread (see
+engine/runtime/engine_loop.py); this module is the event loop's side: commands in, RequestStreams out,
+listeners for whoever records metrics (the server installs its own: nothing here knows HTTP).
+
+Where the engine loop runs: `start()` gives it a thread of its own (tests, embedding); `pagedock
+serve` instead runs it on the process's main thread (`run_on_this_thread`) with uvicorn on a
+second thread. Measured on 2 cores, torch's OpenMP regions entered from a non-main thread ran
+7-25 % slower (the same decode work at batch 16: 171.6 against 184.7 generated tok/s), and that
+was most of the gap between online and offline throughput.
+
+Admission control lives here because only the step results say how many requests wait: the number
+waiting after the last step plus the adds queued since then must stay below `max_waiting`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from engine.core.kv_events import KVEventBatch, KVSnapshot
+from engine.core.scheduler_stats import SchedulerStats
+from engine.inputs.sampling_params import SamplingParams
+from engine.runtime.engine_loop import Command, EngineLoop, LoopCallbacks, OutputBatch, StepReport
+from engine.runtime.outputs import IterationStats, RequestOutput
+from pagedock.errors import EngineDeadError, PagedockError, UnknownRequestError
+
+if TYPE_CHECKING:
+    from engine.core.scheduler_output import EngineCoreOutput
+    from engine.runtime.llm_engine import LLMEngine
+    from engine.runtime.output_processor import NewRequest
+
+__all__ = ["AsyncEngine", "QueueFullError", "RequestStream"]
+T = TypeVar("T")
+
+KVListener = Callable[[list[KVEventBatch] | None], None]
+StatsListener = Callable[[SchedulerStats], None]
+OutputListener = Callable[[IterationStats], None]
+
+
+class QueueFullError(PagedockError):
+    """More requests wait than --max-waiting allows: HTTP 429, try again later."""
+
+
+class RequestStream:
+    """One request's outputs, from the output worker (via the event loop) to whoever awaits them.
+
+    A batch holds every output that arrived since the consumer last looked, in order, so a
+    consumer that falls behind catches up in one go instead of one chunk per step.
+    """
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.finished = False
+        self._pending: list[RequestOutput] = []
+        self._error: BaseException | None = None
+        self._ready = asyncio.Event()
+
+    def put(self, output: RequestOutput) -> None:
+        self._pending.append(output)
+        self.finished = self.finished or output.finished
+        self._ready.set()
+
+    def fail(self, error: BaseException) -> None:
+        self._error = error
+        self.finished = True
+        self._ready.set()
+
+    async def batches(self) -> AsyncIterator[list[RequestOutput]]:
+        """Every output until the request finishes, in batches; raises if the engine died."""
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._pending = self._pending, []
+            if batch:
+                yield batch
+            if self._error is not None:
+                raise self._error
+            if self.finished and not self._pending:
+                return
+
+
+class AsyncEngine:
+    def __init__(
+        self, engine: LLMEngine, max_waiting: int | None = None, own_thread: bool = True
+    ) -> None:
+        self.engine = engine
+        self.own_thread = own_thread
+        self.max_waiting = max_waiting
+        self.stats: SchedulerStats = engine.stats()
+        self._streams: dict[str, RequestStream] = {}
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._engine_loop = EngineLoop(engine, self._commands)
+        self._pending_adds = 0
+        self._kv_listeners: list[KVListener] = []
+        self._stats_listeners: list[StatsListener] = []
+        self._output_listeners: list[OutputListener] = []
+        self._callbacks: LoopCallbacks | None = None
+        self._running = False
+        self._loop_ready = threading.Event()
+        self._dead: BaseException | None = None
+
+    # ---- lifecycle (event loop) ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind to the running event loop. With own_thread the engine loop starts on a new
+        thread; without, the thread blocked in `run_on_this_thread` takes it up."""
+        loop = asyncio.get_running_loop()
+        self._callbacks = LoopCallbacks(loop, self._on_step, self._on_outputs, self._on_dead)
+        self._running = True
+        if self.own_thread:
+            thread = threading.Thread(target=self._run, name="pagedock-engine", daemon=True)
+            thread.start()
+        self._loop_ready.set()
+
+    def run_on_this_thread(self, keep_waiting: Callable[[], bool]) -> bool:
+        """Wait for `start()` (own_thread=False), then run the engine loop here until shutdown.
+        Returns False if `keep_waiting()` turned false before the loop was started (the server
+        never came up)."""
+        while not self._loop_ready.wait(0.1):
+            if not keep_waiting():
+                return False
+        self._run()
+        return True
+
+    async def shutdown(self, timeout_s: float = 10.0) -> None:
+        if not self._running:
+            return
+        self.request_stop()
+        await asyncio.to_thread(self._engine_loop.done.wait, timeout_s)
+
+    def request_stop(self) -> None:
+        """Ask the engine loop to return at its next step boundary (from any thread)."""
+        self._commands.put(Command("stop"))
+
+    @property
+    def is_alive(self) -> bool:
+        done = self._engine_loop.done.is_set()
+        return self._dead is None and self._running and not done
+
+    @property
+    def loop_error(self) -> BaseException | None:
+        """What killed the engine loop (None while it runs, or after a clean stop)."""
+        return self._engine_loop.error
+
+    @property
+    def seconds_since_progress(self) -> float:
+        """Seconds since the engine loop last went round; it goes round at least every idle poll,
+        so a large value means one step (or one call) has not returned."""
+        return time.monotonic() - self._engine_loop.heartbeat
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._streams)
+
+    def add_kv_listener(self, listener: KVListener) -> None:
+        """Called on the loop with each step's new KV event batches (None after a gap)."""
+        self._kv_listeners.append(listener)
+
+    def add_stats_listener(self, listener: StatsListener) -> None:
+        """Called on the loop with the scheduler's stats after each step."""
+        self._stats_listeners.append(listener)
+
+    def add_output_listener(self, listener: OutputListener) -> None:
+        """Called on the loop with what each step's outputs add to the request metrics."""
+        self._output_listeners.append(listener)
+
+    # ---- requests (event loop) ----------------------------------------------------------------
+
+    async def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        priority: int = 0,
+        arrival_time: float | None = None,
+        prompt_text: str | None = None,
+        prior_output_token_ids: list[int] | None = None,
+    ) -> RequestStream:
+        """Queue a request; its stream once the engine accepted it. InvalidRequestError (bad
+        input), QueueFullError (admission), EngineDeadError. `prompt_text`: what the ids were
+        made from, for the outputs and the request log; `prior_output_token_ids`: a continuation
+        (LLMEngine.add_core_request). A structured-outputs constraint is compiled first, on the
+        compiler's pool: never on the event loop or the engine thread."""
+        grammar = await self._compile_grammar(params)
+        self._check_admission()
+        arrival = time.monotonic() if arrival_time is None else arrival_time
+        stream = RequestStream(request_id)
+        self._streams[request_id] = stream
+        self._pending_adds += 1
+
+        def add(engine: LLMEngine) -> NewRequest:
+            new = engine.add_core_request(
+                request_id,
+                prompt_token_ids,
+                params,
+                priority,
+                arrival,
+                grammar,
+                prior_output_token_ids or (),
+            )
+            return new if prompt_text is None else replace(new, prompt=prompt_text)
+
+        try:
+            await self._submit("add", add)
+        except asyncio.CancelledError:
+            # The client left while the add was queued: it may still land, so abort it too.
+            self.abort(request_id)
+            raise
+        except BaseException:
+            self._streams.pop(request_id, None)
+            raise
+        return stream
+
+    async def _compile_grammar(self, params: SamplingParams) -> object | None:
+        constraint = params.structured_outputs
+        if constraint is None:
+            return None
+        guided = self.engine.guided
+        future = asyncio.wrap_future(guided.submit(constraint))
+        try:
+            # shield: the compilation is shared with every request of the same constraint, so
+            # this request giving up (timeout, client gone) must not cancel it.
+            return await asyncio.wait_for(asyncio.shield(future), guided.timeout_s)
+        except TimeoutError:
+            raise guided.timeout_error(constraint) from None
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request at the next step boundary and free its blocks; a no-op once finished."""
+        if not self._running or request_id not in self._streams:
+            return
+
+        def abort(engine: LLMEngine) -> list[EngineCoreOutput]:
+            try:
+                return engine.abort_core_request(request_id)
+            except UnknownRequestError:
+                return []  # finished meanwhile: its final output is on its way
+
+        self._commands.put(Command("abort", abort))
+
+    def abort_all(self) -> None:
+        for request_id in list(self._streams):
+            self.abort(request_id)
+
+    async def call(self, fn: Callable[[LLMEngine], T]) -> T:
+        """Run `fn(engine)` on the engine thread, between steps."""
+        result: T = await self._submit("call", fn)
+        return result
+
+    async def kv_snapshot(self) -> KVSnapshot:
+        """The cached-hash set and the seq it is current at, taken on the engine thread so that
+        every batch after `seq` is a change to exactly this set."""
+        return await self.call(lambda engine: engine.kv_snapshot())
+
+    def _check_admission(self) -> None:
+        if self._dead is not None or not self._running:
+            raise EngineDeadError("the engine loop is not running")
+        if self.max_waiting is None:
+            return
+        waiting = self.stats.num_waiting + self._pending_adds
+        if waiting >= self.max_waiting:
+            raise QueueFullError(
+                f"the server is at capacity: {waiting} requests are waiting (limit "
+                f"{self.max_waiting}); retry shortly"
+            )
+
+    async def _submit(self, kind: Literal["add", "call"], fn: Callable[[LLMEngine], Any]) -> Any:
+        if self._dead is not None:
+            raise EngineDeadError("the engine loop has stopped")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._commands.put(Command(kind, fn, future))
+        return await future
+
+    def _run(self) -> None:
+        assert self._callbacks is not None
+        self._engine_loop.run(self._callbacks)
+
+    # ---- results, back on the event loop ------------------------------------------------------
+
+    def _on_step(self, report: StepReport) -> None:
+        self._pending_adds -= report.num_adds
+        self.stats = report.stats
+        for listener in self._stats_listeners:
+            listener(report.stats)
+        if report.kv_batches is None or report.kv_batches:
+            for kv_listener in self._kv_listeners:
+                kv_listener(report.kv_batches)
+
+    def _on_outputs(self, batch: OutputBatch) -> None:
+        for output in batch.outputs:
+            stream = self._streams.get(output.request_id)
+            if stream is None:
+                continue
+            stream.put(output)
+            if output.finished:
+                del self._streams[output.request_id]
+        for listener in self._output_listeners:
+            listener(batch.stats)
+
+    def _on_dead(self, error: BaseException) -> None:
+        self._dead = error
+        dead = EngineDeadError(f"the engine loop died: {type(error).__name__}: {error}")
+        for stream in self._streams.values():
+            stream.fail(dead)
+        self._streams.clear()
+        while True:  # commands nobody will run: fail their callers
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if command.future is not None and not command.future.done():
+                command.future.set_exception(dead)

@@ -1,0 +1,342 @@
+"""LLMEngine: requests in, one scheduling + forward step at a time, outputs out."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from engine.config import EngineConfig
+from engine.core.kv_events import KVEventLog, KVSnapshot
+from engine.core.request import Request, RequestStatus, RequestTiming
+from engine.core.scheduler import Scheduler
+from engine.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
+from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
+from engine.device import pick_device, pick_dtype
+from engine.executor.tp_executor import TPExecutor
+from engine.executor.tp_worker import threads_per_rank
+from engine.inputs.continuation import check_continuation
+from engine.inputs.request_checks import check_prompt_ids, check_stop_token_ids, resolve_max_tokens
+from engine.inputs.sampling_params import SamplingParams
+from engine.loader.model_loader import read_model_config
+from engine.models.tp_layout import check_tp_layout
+from engine.runtime.output_processor import NewRequest, OutputProcessor
+from engine.runtime.outputs import RequestOutput
+from engine.sampling.parallel_sampling import ParallelSampling, child_params, child_request_id
+from engine.structured_outputs.guided_decoding import GuidedDecoding
+from engine.worker.host_memory import keep_freed_memory
+from engine.worker.rank_builder import build_runner
+from pagedock.errors import ConfigError, InvalidRequestError
+from pagedock.kv.block_hash import root_hash
+from pagedock.models.registry import resolve_model
+from pagedock.text.chat_template import chat_template_source
+from pagedock.text.tokenizer import load_tokenizer
+
+logger = logging.getLogger("pagedock.engine")
+
+
+class LLMEngine:
+    """Not thread-safe. Each public call comes in two halves: the engine half (`add_core_request`,
+    `step_core`, `abort_core_request`, `finish_stopped`: scheduler and model, token ids only) and
+    the output half (`output_processor`: text, stop strings, RequestOutputs). `add_request`,
+    `step` and `abort_request` run both inline; AsyncEngine runs the halves on two threads."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.device = pick_device(config.device)
+        self.dtype = pick_dtype(config.dtype, self.device)
+        if self.device.type == "cpu":
+            torch.set_num_threads(threads_per_rank(config))
+            keep_freed_memory()
+        self.model_path, self.served_model_name, chat_template = _resolve_model(config)
+        self.model_config = read_model_config(self.model_path)
+        self.max_model_len = self._pick_max_model_len()
+        self._check_batching_limits()
+        check_tp_layout(self.model_config, config.tensor_parallel_size)
+        self.tp_executor: TPExecutor | None = None
+        if config.tensor_parallel_size > 1:
+            self.tp_executor = TPExecutor(
+                config, self.model_path, self.max_model_len, self.dtype, self.device
+            )
+        try:
+            self._build_model()
+        except BaseException:
+            self.shutdown()  # no worker outlives a failed start
+            raise
+        self.tokenizer = load_tokenizer(self.model_path, chat_template)
+        self.eos_token_ids = self._eos_token_ids()
+        self.root_hash = root_hash(self._hash_root_name())
+        self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
+        self.guided = GuidedDecoding(
+            self.tokenizer, self.model_config.vocab_size, self.eos_token_ids
+        )
+        self.output_processor = OutputProcessor(self.tokenizer)
+        self.parallel = ParallelSampling()
+        self.kv_events = KVEventLog()
+
+    def _build_model(self) -> None:
+        """Rank 0's model, KV cache and runner (each worker rank builds the same, in step)."""
+        tp = self.tp_executor
+        self.runner = build_runner(
+            self.config,
+            self.model_path,
+            self.model_config,
+            self.max_model_len,
+            self.dtype,
+            self.device,
+            tp=None if tp is None else tp.group,
+            send_step=None if tp is None else tp.send_step,
+        )
+        self.model = self.runner.model
+        self.num_kv_blocks = self.runner.num_kv_blocks
+        if tp is not None:
+            tp.wait_ready()
+
+    # ---- configuration ---------------------------------------------------------------------
+
+    def _hash_root_name(self) -> str:
+        """What every block hash of this engine descends from: the model and dtype, and the KV
+        cache's dtype where it differs (a bf16 cache's blocks hold other K/V than a float32 one's,
+        so the router must not count one replica's blocks as another's)."""
+        name = f"{self.model_config.name}:{self.dtype}"
+        kv_dtype = self.runner.kv_cache_dtype
+        return name if kv_dtype == self.dtype else f"{name}:kv={kv_dtype}"
+
+    def _pick_max_model_len(self) -> int:
+        model_len = self.model_config.max_position_embeddings
+        wanted = self.config.max_model_len
+        if wanted is None:
+            return model_len
+        if wanted > model_len:
+            raise ConfigError(
+                f"max_model_len {wanted} exceeds the model's context length {model_len}"
+            )
+        return wanted
+
+    def _check_batching_limits(self) -> None:
+        if (
+            not self.config.enable_chunked_prefill
+            and self.config.max_num_batched_tokens < self.max_model_len
+        ):
+            raise ConfigError(
+                f"with chunked prefill off, max_num_batched_tokens ({self.config.max_num_batched_tokens}) "
+                f"must be at least max_model_len ({self.max_model_len}), or a long prompt could "
+                "never be scheduled; raise it, lower max_model_len, or enable chunked prefill"
+            )
+
+    def _eos_token_ids(self) -> list[int]:
+        ids = set(self.model_config.eos_token_ids)
+        if self.tokenizer is not None:
+            ids |= set(self.tokenizer.eos_token_ids)
+        return sorted(ids)
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> None:
+        """Queue a request; its outputs come from `step()`."""
+        new = self.add_core_request(request_id, prompt, params, priority, arrival_time)
+        self.output_processor.add_request(new)
+
+    def add_core_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+        grammar: object | None = None,
+        prior_output_token_ids: Sequence[int] = (),
+    ) -> NewRequest:
+        """The engine half of `add_request`: validate, queue (n > 1 fans out), return what the output
+        path needs first. `grammar`: GuidedDecoding.compiled; `prior_output_token_ids`: a continuation."""
+        params = params or SamplingParams()
+        if self.scheduler.has_request(request_id) or self.parallel.is_parent(request_id):
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        text, token_ids = self._tokenize(prompt)
+        self._check_token_ids(params)
+        max_tokens = resolve_max_tokens(len(token_ids), params, self.max_model_len)
+        prior = check_continuation(
+            prior_output_token_ids,
+            params,
+            self.model_config.vocab_size,
+            room=min(max_tokens, self.max_model_len - len(token_ids)),
+        )
+        if params.stop and self.tokenizer is None:
+            raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
+        compiled = self.guided.compiled(params.structured_outputs, grammar)
+        timing = RequestTiming(time.monotonic() if arrival_time is None else arrival_time)
+
+        def make(child_id: str, sampling: SamplingParams) -> Request:
+            return Request(
+                child_id,
+                token_ids,
+                sampling,
+                max_tokens,
+                self.eos_token_ids,
+                priority,
+                None,
+                timing,
+                prior,
+            )
+
+        if params.n == 1:
+            self.guided.register(self.runner, [request_id], compiled, params.stop_token_ids, prior)
+            self.scheduler.add_request(make(request_id, params))
+            return NewRequest(request_id, text, token_ids, params, timing, [request_id], prior)
+        children = [
+            make(child_request_id(request_id, i), child_params(params, i)) for i in range(params.n)
+        ]
+        child_ids = [c.request_id for c in children]
+        self.guided.register(self.runner, child_ids, compiled, params.stop_token_ids)
+        defer = self.config.enable_prefix_caching
+        for child in self.parallel.register(request_id, children, defer):
+            self.scheduler.add_request(child)
+        return NewRequest(request_id, text, token_ids, params, timing, child_ids)
+
+    def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidRequestError("this model has no tokenizer: pass token ids", "prompt")
+            if not prompt:
+                raise InvalidRequestError("the prompt is empty", "prompt")
+            return prompt, self.tokenizer.encode(prompt)
+        token_ids = list(prompt)
+        check_prompt_ids(token_ids, self.model_config.vocab_size)
+        return None, token_ids
+
+    def _check_token_ids(self, params: SamplingParams) -> None:
+        check_stop_token_ids(params, self.model_config.vocab_size)
+
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        """Stop a request (all n of it) and free its blocks; its final output. UnknownRequestError
+        when the id is not in flight."""
+        outputs = self.process_outputs(self.abort_core_request(request_id))
+        return outputs[0] if outputs else None
+
+    def abort_core_request(self, request_id: str) -> list[EngineCoreOutput]:
+        """The engine half of `abort_request`: the 'abort' core output of each completion."""
+        if not self.parallel.is_parent(request_id):
+            self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
+            self.guided.release([request_id])
+            return [EngineCoreOutput(request_id, [], "abort")]
+        child_ids, pending = self.parallel.abort(request_id)
+        self.guided.release(child_ids)
+        for child_id in child_ids:
+            if child_id not in pending:
+                self.scheduler.finish_request(child_id, RequestStatus.FINISHED_ABORTED)
+        return [EngineCoreOutput(child_id, [], "abort") for child_id in child_ids]
+
+    def finish_stopped(self, request_ids: list[str]) -> None:
+        """End the requests the output path found a stop string in, freeing their blocks (those
+        that ended meanwhile on their own are skipped)."""
+        self.guided.release(request_ids)
+        for request_id in request_ids:
+            self.parallel.child_finished(request_id)
+            if self.scheduler.has_request(request_id):
+                self.scheduler.finish_request(request_id, RequestStatus.FINISHED_STOPPED)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    # ---- one step ----------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """One step, its outputs processed here and now (the offline path)."""
+        return self.process_outputs(self.step_core())
+
+    def step_core(self) -> list[EngineCoreOutput]:
+        """The engine half of a step: schedule, run the model, advance the requests, publish the
+        KV events; children of n > 1 waiting for their sibling's prompt blocks join here. Token
+        ids, finish reasons and logprobs only: no text."""
+        started = time.perf_counter()
+        scheduler_output = self.scheduler.schedule()
+        runner_output = self._execute(scheduler_output)
+        core_outputs = self.scheduler.update(scheduler_output, runner_output)
+        self.scheduler.observe_step(scheduler_output, time.perf_counter() - started)
+        self.kv_events.publish(self.scheduler.take_kv_events())
+        for child in self.parallel.on_core_outputs(core_outputs):
+            self.scheduler.add_request(child)
+        self.guided.release(o.request_id for o in core_outputs if o.finish_reason is not None)
+        self.guided.release_unless(self.scheduler.has_request, self.parallel.is_unfinished_child)
+        return core_outputs
+
+    def process_outputs(self, core_outputs: list[EngineCoreOutput]) -> list[RequestOutput]:
+        """The output half, inline: detokenize, apply stop strings, finish what they stopped."""
+        processed = self.output_processor.process(core_outputs)
+        self.finish_stopped(processed.stopped_by_string)
+        return processed.outputs
+
+    def _execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        """Run the step; a failure fails the step's requests, never the engine."""
+        try:
+            return self.runner.execute(scheduler_output)
+        except Exception as e:
+            if self.tp_executor is not None:  # the ranks are out of step: nothing can run now
+                raise self.tp_executor.failure(e) from e
+            logger.exception(
+                "step failed; failing its %d requests", len(scheduler_output.scheduled)
+            )
+            message = f"internal error while computing this request: {type(e).__name__}: {e}"
+            return ModelRunnerOutput(
+                {}, {s.request_id: message for s in scheduler_output.scheduled}
+            )
+
+    # ---- tensor parallelism ------------------------------------------------------------------
+
+    def check_workers(self) -> None:
+        """TensorParallelError once a tensor-parallel rank has died (the engine loop asks between
+        steps, so an idle engine notices too); nothing to check without tensor parallelism."""
+        if self.tp_executor is not None:
+            self.tp_executor.check()
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel worker processes (also done at interpreter exit)."""
+        if self.tp_executor is not None:
+            self.tp_executor.close()
+            self.tp_executor = None
+
+    def tp_stats(self) -> dict[str, int]:
+        """Rank 0's collectives and step traffic since start (zeros without tensor parallelism)."""
+        return {"tensor_parallel_size": 1} if self.tp_executor is None else self.tp_executor.stats()
+
+    # ---- what callers may know ---------------------------------------------------------------
+
+    def stats(self) -> SchedulerStats:
+        stats = self.scheduler.make_stats()
+        stats.num_grammar_states = self.guided.num_live
+        return stats
+
+    def kv_occupancy(self) -> KVOccupancy:
+        """What the running requests hold in the KV cache now (benchmarks sample it per step)."""
+        return self.scheduler.kv_occupancy()
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix block (an AllBlocksCleared event tells the router). Refuses,
+        returning False, while any request holds KV blocks: running requests are never touched."""
+        reset = self.scheduler.reset_prefix_cache()
+        self.kv_events.publish(self.scheduler.take_kv_events())
+        return reset
+
+    def kv_snapshot(self) -> KVSnapshot:
+        """Every cached block hash and the seq of the last event batch it includes."""
+        # NOTE: events recorded since the last step (none today; aborts only free blocks) are
+        # published first, so the snapshot never runs ahead of `seq`.
+        self.kv_events.publish(self.scheduler.take_kv_events())
+        hashes = self.scheduler.cached_block_hashes()
+        return KVSnapshot(self.kv_events.last_seq, self.config.block_size, hashes)
+
+
+def _resolve_model(config: EngineConfig) -> tuple[Path, str, str | None]:
+    resolved = resolve_model(config.model)  # a bad --chat-template fails next, before the weights
+    template = chat_template_source(config.chat_template, resolved.chat_template_file)
+    return resolved.path, config.served_model_name or resolved.name, template

@@ -1,0 +1,164 @@
+"""POST /v1/chat/completions: the chat template, then generation, as one JSON or an SSE stream."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import Request, Response
+
+from engine.server.openai.context import ServerContext
+from engine.server.openai.errors import to_api_error
+from engine.server.openai.generation import ChoiceDelta, ChoiceState, Generation
+from engine.server.openai.guards import check_model
+from engine.server.openai.logprobs import chat_logprobs
+from engine.server.openai.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
+from engine.server.openai.sampling import (
+    continuation_headers,
+    continuation_token_ids,
+    to_sampling_params,
+)
+from engine.server.openai.sse import SSE_DONE, sse_data, sse_error, sse_response
+from engine.tool_calls.chat_tools import TOOL_CALLS, ToolCalling, ToolDeltas, plan_tool_calling
+from pagedock.errors import InvalidRequestError
+from pagedock.protocol import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatResponseMessage,
+    DeltaMessage,
+    UsageInfo,
+    now_s,
+    response_exclusions,
+)
+from pagedock.text.prompt_renderer import render_chat
+
+
+async def create_chat_completion(
+    ctx: ServerContext, body: ChatCompletionRequest, raw_request: Request
+) -> Response:
+    arrival_time = time.monotonic()
+    check_model(ctx, body.model)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise InvalidRequestError("top_logprobs needs logprobs: true", "top_logprobs")
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    params = to_sampling_params(body, body.resolved_max_tokens, logprobs)
+    tools = plan_tool_calling(ctx.options, body)
+    if tools is not None:
+        params = tools.guide(params)
+    prior = continuation_token_ids(body, 1)
+    check_prompt_chars(ctx, chat_chars(body), "messages")
+    prompt = await in_prompt_pool(ctx, render_chat, ctx.tokenizer, body)
+    gen = await Generation.start(
+        ctx, raw_request, [prompt], params, body.priority, arrival_time, prior
+    )
+    if body.stream:
+        return sse_response(_stream(ctx, body, gen, tools, prior), continuation_headers(prior))
+    try:
+        choices = await gen.collect()
+    finally:
+        gen.close()
+    response = ChatCompletionResponse(
+        id=f"chatcmpl-{gen.id}",
+        model=ctx.served_model_name,
+        choices=[_choice(ctx, body, c, tools) for c in choices],
+        usage=gen.usage(),
+        prompt_token_ids=prompt.token_ids,
+    )
+    exclude = response_exclusions(True, body.return_token_ids)
+    return Response(response.model_dump_json(exclude=exclude), media_type="application/json")
+
+
+def _choice(
+    ctx: ServerContext, body: ChatCompletionRequest, choice: ChoiceState, tools: ToolCalling | None
+) -> ChatChoice:
+    message, called = ChatResponseMessage(content=_echo(body) + choice.text), False
+    if tools is not None:
+        message, called = tools.message(choice.text, _echo(body))
+    return ChatChoice(
+        index=choice.index,
+        message=message,
+        logprobs=chat_logprobs(ctx.tokenizer, choice.logprobs) if body.logprobs else None,
+        finish_reason=TOOL_CALLS if called else choice.finish_reason,
+        stop_reason=choice.stop_reason,
+        token_ids=choice.token_ids,
+    )
+
+
+async def _stream(
+    ctx: ServerContext,
+    body: ChatCompletionRequest,
+    gen: Generation,
+    tools: ToolCalling | None,
+    prior: list[int] | None,
+) -> AsyncIterator[str]:
+    created = now_s()
+    exclude = response_exclusions(body.include_usage, body.return_token_ids)
+    prompt_token_ids: list[int] | None = gen.prompts[0].token_ids  # in the first chunk only
+    # A continuation's client has had the deltas of the text generated before: read on from it.
+    prior_text = ctx.tokenizer.decode(prior) if prior and ctx.tokenizer is not None else ""
+    tool_deltas = ToolDeltas(tools, prior_text) if tools is not None else None
+
+    def chunk(choices: list[ChatChunkChoice], usage: UsageInfo | None = None) -> str:
+        nonlocal prompt_token_ids
+        message = ChatCompletionChunk(
+            id=f"chatcmpl-{gen.id}",
+            created=created,
+            model=ctx.served_model_name,
+            choices=choices,
+            usage=usage,
+            prompt_token_ids=prompt_token_ids,
+        )
+        prompt_token_ids = None
+        return sse_data(message.model_dump_json(exclude=exclude))
+
+    try:
+        if body.continuation is None:  # a continuation's client has had the role chunk
+            echo = _echo(body) or ""
+            yield chunk(
+                [
+                    ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=echo))
+                    for i in gen.choices
+                ]
+            )
+        async for deltas in gen.deltas():
+            yield chunk([_chunk_choice(ctx, body, d, tool_deltas) for d in deltas])
+        if body.include_usage:
+            yield chunk([], gen.usage())
+    except Exception as e:
+        yield sse_error(to_api_error(e))
+    finally:
+        gen.close()
+    yield SSE_DONE
+
+
+def _chunk_choice(
+    ctx: ServerContext,
+    body: ChatCompletionRequest,
+    delta: ChoiceDelta,
+    tool_deltas: ToolDeltas | None,
+) -> ChatChunkChoice:
+    message, finish_reason = DeltaMessage(content=delta.text or None), delta.finish_reason
+    if tool_deltas is not None:
+        finished = delta.finish_reason is not None
+        message = tool_deltas.delta(delta.index, delta.text, finished)
+        finish_reason = tool_deltas.finish_reason(delta.index, delta.finish_reason)
+    return ChatChunkChoice(
+        index=delta.index,
+        delta=message,
+        logprobs=chat_logprobs(ctx.tokenizer, delta.logprobs) if body.logprobs else None,
+        finish_reason=finish_reason,
+        stop_reason=delta.stop_reason,
+        token_ids=delta.token_ids,
+    )
+
+
+def _echo(body: ChatCompletionRequest) -> str:
+    """vLLM's chat `echo`: the response starts with the last message when it is the assistant's
+    (a continuation); otherwise nothing."""
+    last = body.messages[-1]
+    if not body.echo or last.role != "assistant":
+        return ""
+    return body.template_messages()[-1]["content"] or ""

@@ -1,0 +1,154 @@
+"""POST /v1/completions: prompts (text or token ids, one or a batch) to text, JSON or SSE."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import Request, Response
+
+from engine.core.scheduler_output import SampledToken
+from engine.server.openai.context import ServerContext
+from engine.server.openai.errors import to_api_error
+from engine.server.openai.generation import ChoiceDelta, Generation
+from engine.server.openai.guards import check_model
+from engine.server.openai.logprobs import completion_logprobs
+from engine.server.openai.prompt_work import check_prompt_chars, in_prompt_pool, prompt_chars
+from engine.server.openai.sampling import (
+    continuation_headers,
+    continuation_token_ids,
+    to_sampling_params,
+)
+from engine.server.openai.sse import SSE_DONE, sse_data, sse_error, sse_response
+from pagedock.protocol import (
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    UsageInfo,
+    now_s,
+    response_exclusions,
+)
+from pagedock.text.detokenizer import IncrementalDetokenizer
+from pagedock.text.prompt_renderer import completion_prompts
+
+
+async def create_completion(
+    ctx: ServerContext, body: CompletionRequest, raw_request: Request
+) -> Response:
+    arrival_time = time.monotonic()
+    check_model(ctx, body.model)
+    params = to_sampling_params(body, body.max_tokens, body.logprobs)
+    check_prompt_chars(ctx, prompt_chars(body.prompt), "prompt")
+    prompts = await in_prompt_pool(ctx, completion_prompts, ctx.tokenizer, body.prompt)
+    prior = continuation_token_ids(body, len(prompts))
+    gen = await Generation.start(
+        ctx, raw_request, prompts, params, body.priority, arrival_time, prior
+    )
+    if body.stream:
+        return sse_response(_stream(ctx, body, gen), continuation_headers(prior))
+    try:
+        choices = await gen.collect()
+    finally:
+        gen.close()
+    response = CompletionResponse(
+        id=f"cmpl-{gen.id}",
+        model=ctx.served_model_name,
+        choices=[
+            CompletionChoice(
+                index=c.index,
+                text=_echo(body, gen, c.index) + c.text,
+                logprobs=_logprobs(ctx, body, c.logprobs, len(_echo(body, gen, c.index))),
+                finish_reason=c.finish_reason,
+                stop_reason=c.stop_reason,
+                token_ids=c.token_ids,
+            )
+            for c in choices
+        ],
+        usage=gen.usage(),
+        prompt_token_ids=prompts[0].token_ids if len(prompts) == 1 else None,
+    )
+    exclude = response_exclusions(True, body.return_token_ids)
+    return Response(response.model_dump_json(exclude=exclude), media_type="application/json")
+
+
+async def _stream(
+    ctx: ServerContext, body: CompletionRequest, gen: Generation
+) -> AsyncIterator[str]:
+    created = now_s()
+    sent_chars = {i: len(_echo(body, gen, i)) for i in gen.choices}
+    if body.continuation is not None:  # its client has had the echo and the text so far
+        sent_chars = {0: len(_echo(body, gen, 0)) + len(_prior_text(ctx, body, gen))}
+    exclude = response_exclusions(body.include_usage, body.return_token_ids)
+    prompt_token_ids = gen.prompts[0].token_ids if len(gen.prompts) == 1 else None
+
+    def chunk(choices: list[CompletionChoice], usage: UsageInfo | None = None) -> str:
+        nonlocal prompt_token_ids
+        message = CompletionResponse(
+            id=f"cmpl-{gen.id}",
+            created=created,
+            model=ctx.served_model_name,
+            choices=choices,
+            usage=usage,
+            prompt_token_ids=prompt_token_ids,  # in the first chunk only
+        )
+        prompt_token_ids = None
+        return sse_data(message.model_dump_json(exclude=exclude))
+
+    try:
+        if body.echo and body.continuation is None:
+            yield chunk([CompletionChoice(index=i, text=_echo(body, gen, i)) for i in gen.choices])
+        async for deltas in gen.deltas():
+            yield chunk([_chunk_choice(ctx, body, d, sent_chars) for d in deltas])
+        if body.include_usage:
+            yield chunk([], gen.usage())
+    except Exception as e:
+        yield sse_error(to_api_error(e))
+    finally:
+        gen.close()
+    yield SSE_DONE
+
+
+def _chunk_choice(
+    ctx: ServerContext, body: CompletionRequest, delta: ChoiceDelta, sent_chars: dict[int, int]
+) -> CompletionChoice:
+    offset = sent_chars[delta.index]
+    sent_chars[delta.index] += len(delta.text)
+    return CompletionChoice(
+        index=delta.index,
+        text=delta.text,
+        logprobs=_logprobs(ctx, body, delta.logprobs, offset),
+        finish_reason=delta.finish_reason,
+        stop_reason=delta.stop_reason,
+        token_ids=delta.token_ids,
+    )
+
+
+def _logprobs(
+    ctx: ServerContext, body: CompletionRequest, sampled: list[SampledToken], text_offset: int
+) -> CompletionLogprobs | None:
+    if body.logprobs is None:
+        return None
+    return completion_logprobs(ctx.tokenizer, sampled, text_offset)
+
+
+def _prior_text(ctx: ServerContext, body: CompletionRequest, gen: Generation) -> str:
+    """The text a continuation's client already has (for the logprobs' text offsets)."""
+    if body.logprobs is None or body.continuation is None or ctx.tokenizer is None:
+        return ""
+    stop = [body.stop] if isinstance(body.stop, str) else body.stop
+    detokenizer = IncrementalDetokenizer(
+        ctx.tokenizer,
+        gen.prompts[0].token_ids,
+        body.skip_special_tokens,
+        stop,
+        body.include_stop_str_in_output,
+        body.min_tokens,
+    )
+    return detokenizer.replay(body.continuation.token_ids)
+
+
+def _echo(body: CompletionRequest, gen: Generation, choice_index: int) -> str:
+    if not body.echo:
+        return ""
+    return gen.prompts[choice_index // gen.n].text or ""

@@ -1,0 +1,102 @@
+"""ServerContext: what every route needs, built once per server (no globals, so tests can run
+several servers in one process)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from engine.tool_calls import get_tool_call_parser
+from pagedock.errors import ConfigError
+from pagedock.kv.vllm_events import KVEventsConfig
+from pagedock.limits import MAX_BODY_BYTES
+
+# Threads that render and tokenize prompts: a few, so huge prompts queue here rather than take
+# every thread of the default executor.
+PROMPT_POOL_WORKERS = 2
+
+if TYPE_CHECKING:
+    from engine.runtime.async_engine import AsyncEngine
+    from engine.server.kv_events.ndjson_stream import KVEventHub
+    from engine.server.kv_events.vllm_publisher import VllmKVPublisher
+    from engine.server.metrics import EngineMetrics
+    from pagedock.text.tokenizer import Tokenizer
+
+
+@dataclass
+class ServerOptions:
+    """The server's own settings (the engine's are EngineConfig); CLI flags mirror the names."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on; 0.0.0.0 in a container."""
+    port: int = 8000
+    """TCP port."""
+    api_key: str | None = None
+    """When set, every route but /health, /metrics and /version needs `Authorization: Bearer KEY`."""
+    max_waiting: int | None = 1024
+    """Requests allowed to wait for a batch slot; beyond it, 429 with Retry-After. 0 = no limit."""
+    drain_timeout: float = 30.0
+    """Seconds SIGTERM waits for in-flight requests before aborting them."""
+    max_body_bytes: int = MAX_BODY_BYTES
+    """Largest request body accepted (413 beyond); the router's limit is the default."""
+    log_level: str = "info"
+    """debug, info, warning or error."""
+    log_prompts: bool = False
+    """Put prompt text in the per-request log line (debugging only: prompts are user data)."""
+    max_connections: int = 2048
+    """Open HTTP connections allowed at once; beyond it, 503 at once. 0 = no limit."""
+    keep_alive_timeout_s: int = 5
+    """Seconds an idle keep-alive connection stays open."""
+    stall_timeout_s: float = 60.0
+    """`/health` answers 503 when the engine loop has not gone round for this many seconds (a hung
+    step), so the liveness probe restarts the pod and routers stop sending to it. The slowest
+    legitimate step, a 2,048-token prefill, takes seconds on a CPU; raise it for large models on
+    slow CPUs. 0 turns the check off."""
+    request_read_timeout_s: float = 30.0
+    """Seconds a client has to send a whole request (headers and body) from its first byte, and a
+    new connection its first byte; a slower one is disconnected (slowloris, idle sockets)."""
+    tool_call_parser: str | None = None
+    """How tool calls are read out of generated text with `tool_choice: auto`: hermes
+    (<tool_call> tags; the built-in model's) or llama3_json. docs/tool-calling.md."""
+    enable_auto_tool_choice: bool = False
+    """Let the model decide whether to call a tool (`tool_choice: auto`, the default when a
+    request has tools); needs --tool-call-parser. Without it such requests get a 400, as in vLLM."""
+    kv_events_config: str | None = None
+    """vLLM's --kv-events-config JSON, e.g. '{"enable_kv_cache_events": true, "publisher": "zmq",
+    "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv@10.0.0.5:8000@m"}':
+    publish KV events in vLLM's ZMQ wire format for llm-d, Dynamo and other vLLM-event consumers
+    (plus "event_encoding": "array" for the older positional form). The events carry raw prompt
+    token ids on an unauthenticated port: expose it only to routers. None = off."""
+
+    def __post_init__(self) -> None:
+        if self.tool_call_parser:
+            get_tool_call_parser(self.tool_call_parser)  # ConfigError naming the choices
+        elif self.enable_auto_tool_choice:
+            raise ConfigError("--enable-auto-tool-choice needs --tool-call-parser")
+        self.kv_events()  # a bad --kv-events-config fails before the model loads
+
+    def kv_events(self) -> KVEventsConfig | None:
+        return KVEventsConfig.from_json(self.kv_events_config) if self.kv_events_config else None
+
+
+@dataclass
+class ServerContext:
+    engine: AsyncEngine
+    metrics: EngineMetrics
+    kv_hub: KVEventHub
+    tokenizer: Tokenizer | None
+    served_model_name: str
+    model_root: str
+    max_model_len: int
+    options: ServerOptions
+    draining: bool = False
+    kv_publisher: VllmKVPublisher | None = None
+    """vLLM-format KV events on ZMQ (--kv-events-config); None when off."""
+    vocab_size: int | None = None
+    """The model's vocabulary size (token ids must lie below it); None: not checked here."""
+    prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
+
+
+def _new_prompt_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(PROMPT_POOL_WORKERS, thread_name_prefix="pagedock-prompt")

@@ -1,0 +1,91 @@
+"""Every error leaves the server in OpenAI's shape: {"error": {"message", "type", "param", "code"}}
+(built by pagedock/http/errors.py, which the router shares); here, what each failure means.
+
+Bad input is always a 4xx: FastAPI's own validation errors (malformed JSON, wrong types) become a
+400 here instead of FastAPI's 422 with its own body, as OpenAI and vLLM answer. A 500 means a bug.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from pagedock.errors import EngineDeadError, InvalidRequestError, PagedockError, PromptTooLongError
+from pagedock.http.errors import APIError, error_response, install_api_error_handlers
+
+logger = logging.getLogger("pagedock.server")
+
+
+class GenerationError(Exception):
+    """A request failed inside the engine (not the client's fault): a 500, or an error event."""
+
+
+def to_api_error(error: Exception) -> APIError:
+    """The HTTP meaning of an exception raised while serving a request."""
+    from engine.runtime.async_engine import QueueFullError
+
+    if isinstance(error, APIError):
+        return error
+    if isinstance(error, PromptTooLongError):
+        return APIError(400, str(error), error.param, "context_length_exceeded")
+    if isinstance(error, InvalidRequestError):
+        return APIError(400, str(error), error.param)
+    if isinstance(error, QueueFullError):
+        return APIError(429, str(error), code="queue_full", headers={"Retry-After": "1"})
+    if isinstance(error, EngineDeadError):
+        return APIError(503, str(error), code="engine_dead")
+    if isinstance(error, GenerationError):
+        return APIError(500, str(error), code="engine_error")
+    logger.exception("unexpected error while serving a request", exc_info=error)
+    return APIError(500, f"internal server error: {type(error).__name__}")
+
+
+def validation_message(errors: Sequence[Any]) -> tuple[str, str | None]:
+    """A readable message and the offending parameter from pydantic's error list."""
+    if not errors:
+        return "the request is invalid", None
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return "the request body is not valid JSON", None
+    param = _where(first) or None
+    parts = [f"{_where(e) or 'body'}: {e.get('msg')}" for e in errors[:5]]
+    return "invalid request: " + "; ".join(parts), param
+
+
+# The names pydantic gives a union's members in an error's location; not fields a client sent.
+_UNION_MEMBER_NAMES = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+def _where(error: Any) -> str:
+    """The dotted location of a validation error as the client wrote it: `prompt.1`, not
+    `body.prompt.list[int].1` (a union's member names are pydantic's, not the client's)."""
+    loc = [
+        str(part)
+        for part in error.get("loc", ())
+        if part != "body"
+        and not (isinstance(part, str) and (not part.isidentifier() or part in _UNION_MEMBER_NAMES))
+    ]
+    return ".".join(loc)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        message, param = validation_message(exc.errors())
+        return error_response(APIError(400, message, param))
+
+    async def on_error(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(to_api_error(exc))
+
+    install_api_error_handlers(app)  # APIError and Starlette's 404/405, as the router's
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    # Errors raised on purpose are answered by the exception middleware; anything else is a bug,
+    # answered as a 500 (and logged) by the server-error middleware.
+    app.add_exception_handler(PagedockError, on_error)
+    app.add_exception_handler(GenerationError, on_error)
+    app.add_exception_handler(Exception, on_error)

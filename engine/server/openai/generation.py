@@ -1,0 +1,216 @@
+"""Generation: the engine requests behind one HTTP request, as choices that grow step by step.
+
+A completions request may carry several prompts; each becomes one engine request (with its own
+`n`), and choice `prompt_index * n + completion.index` of the response. The engine requests run
+as DELTA: each output carries only what its step added, so a choice grows by appending, and a
+streamed chunk is what the outputs that arrived since the last chunk added. Streaming and
+non-streaming responses are built from the same deltas, so their text is identical.
+
+The client going away (streaming or not) aborts every engine request at once: a watcher task waits
+for `http.disconnect` on the request's receive channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+
+from fastapi import Request
+
+from engine.core.scheduler_output import SampledToken
+from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
+from engine.runtime.async_engine import RequestStream
+from engine.runtime.outputs import CompletionOutput, RequestOutput
+from engine.server.openai.context import ServerContext
+from engine.server.openai.errors import GenerationError
+from pagedock.protocol import PromptTokensDetails, UsageInfo
+from pagedock.text.prompt_renderer import Prompt
+
+logger = logging.getLogger("pagedock.server")
+
+
+@dataclass
+class ChoiceState:
+    """Everything sent so far for one choice (appended to, never rebuilt)."""
+
+    index: int
+    text_parts: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[SampledToken] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def append(self, completion: CompletionOutput) -> None:
+        self.text_parts.append(completion.text)
+        self.token_ids.extend(completion.token_ids)
+        self.logprobs.extend(completion.logprobs or ())
+        self.finish_reason = completion.finish_reason
+        self.stop_reason = completion.stop_reason
+
+
+@dataclass
+class ChoiceDelta:
+    """What one choice gained since the last chunk (one or more engine outputs)."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[SampledToken]
+    finish_reason: str | None
+    stop_reason: int | str | None
+
+    def __bool__(self) -> bool:
+        return bool(self.text or self.token_ids or self.finish_reason)
+
+
+class Generation:
+    def __init__(self, ctx: ServerContext, prompts: list[Prompt], n: int) -> None:
+        self.ctx = ctx
+        self.prompts = prompts
+        self.n = n
+        self.id = uuid.uuid4().hex
+        self.choices = {i: ChoiceState(i) for i in range(len(prompts) * n)}
+        self.streams: list[RequestStream] = []
+        self._num_cached_tokens: dict[int, int] = {}
+        self._watcher: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        ctx: ServerContext,
+        raw_request: Request,
+        prompts: list[Prompt],
+        params: SamplingParams,
+        priority: int,
+        arrival_time: float,
+        prior_output_token_ids: list[int] | None = None,
+    ) -> Generation:
+        """Queue every prompt; on any failure, abort those already queued and re-raise.
+        `prior_output_token_ids`: a continuation of the one choice (they count in its usage)."""
+        gen = cls(ctx, prompts, params.n)
+        params = replace(params, output_kind=RequestOutputKind.DELTA)
+        if prior_output_token_ids:
+            gen.choices[0].token_ids.extend(prior_output_token_ids)
+        try:
+            for i, prompt in enumerate(prompts):
+                stream = await ctx.engine.add_request(
+                    f"{gen.id}-{i}",
+                    prompt.token_ids,
+                    params,
+                    priority,
+                    arrival_time,
+                    prompt.text,
+                    prior_output_token_ids,
+                )
+                gen.streams.append(stream)
+        except BaseException:
+            gen.close()
+            raise
+        gen._watcher = asyncio.create_task(gen._watch_disconnect(raw_request))
+        return gen
+
+    async def deltas(self) -> AsyncIterator[list[ChoiceDelta]]:
+        """What the outputs that arrived since the last look added, until every choice has
+        finished."""
+        async for prompt_index, outputs in self._outputs():
+            added: dict[int, list[CompletionOutput]] = {}
+            for output in outputs:
+                self._num_cached_tokens[prompt_index] = output.num_cached_tokens
+                for completion in output.outputs:
+                    if completion.finish_reason == "error" or output.error:
+                        raise GenerationError(output.error or "the request failed in the engine")
+                    index = prompt_index * self.n + completion.index
+                    self.choices[index].append(completion)
+                    added.setdefault(index, []).append(completion)
+            deltas = [d for i, c in sorted(added.items()) if (d := _delta(i, c))]
+            if deltas:
+                yield deltas
+
+    async def collect(self) -> list[ChoiceState]:
+        async for _ in self.deltas():
+            pass
+        return [self.choices[i] for i in sorted(self.choices)]
+
+    def usage(self) -> UsageInfo:
+        prompt_tokens = sum(len(p.token_ids) for p in self.prompts)
+        completion_tokens = sum(len(c.token_ids) for c in self.choices.values())
+        cached = sum(self._num_cached_tokens.values())
+        return UsageInfo(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+        )
+
+    def close(self) -> None:
+        """Stop watching the client and abort whatever has not finished (idempotent)."""
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            self._watcher.cancel()
+        for stream in self.streams:
+            if not stream.finished:
+                self.ctx.engine.abort(stream.request_id)
+
+    async def _outputs(self) -> AsyncIterator[tuple[int, list[RequestOutput]]]:
+        if len(self.streams) == 1:
+            async for batch in self.streams[0].batches():
+                yield 0, batch
+            return
+        merged: asyncio.Queue[tuple[int, list[RequestOutput]] | BaseException | None] = (
+            asyncio.Queue()
+        )
+        pumps = [asyncio.create_task(_pump(i, s, merged)) for i, s in enumerate(self.streams)]
+        try:
+            for _ in range(len(pumps)):
+                while (item := await merged.get()) is not None:
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+        finally:
+            for pump in pumps:
+                pump.cancel()
+
+    async def _watch_disconnect(self, request: Request) -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                logger.debug("client of %s disconnected; aborting", self.id)
+                self.close()
+                return
+
+
+async def _pump(
+    index: int,
+    stream: RequestStream,
+    merged: asyncio.Queue[tuple[int, list[RequestOutput]] | BaseException | None],
+) -> None:
+    try:
+        async for batch in stream.batches():
+            merged.put_nowait((index, batch))
+    except Exception as e:
+        merged.put_nowait(e)
+    merged.put_nowait(None)
+
+
+def _delta(index: int, completions: list[CompletionOutput]) -> ChoiceDelta:
+    """One choice's engine outputs since the last chunk, as one delta."""
+    if len(completions) == 1:  # the usual case: one step's output
+        c = completions[0]
+        return ChoiceDelta(
+            index, c.text, c.token_ids, c.logprobs or [], c.finish_reason, c.stop_reason
+        )
+    last = completions[-1]
+    return ChoiceDelta(
+        index,
+        "".join(c.text for c in completions),
+        [t for c in completions for t in c.token_ids],
+        [lp for c in completions for lp in c.logprobs or ()],
+        last.finish_reason,
+        last.stop_reason,
+    )

@@ -1,0 +1,315 @@
+"""The `LLMDeployment` spec as pydantic models: the one source of the CRD schema and of validation.
+
+Field names mirror the engine's config (`max_num_seqs` -> `maxNumSeqs`); each attribute docstring
+becomes the field's description in the CRD. Cross-field rules live twice, on purpose: as CEL
+(`x-kubernetes-validations`, enforced by the API server) and as model validators (enforced by the
+operator, which also sees objects from servers that skip schema validation).
+"""
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from llm_operator.api.autoscaling import AutoscalingSpec
+from llm_operator.api.gateway import GatewaySpec
+from llm_operator.api.types import Quantity, RawObject, SpecModel, cel_rules, section
+from pagedock.limits import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_MODEL,
+    BlockSize,
+    CpuGemmDtype,
+    Dtype,
+    KvCacheDtype,
+    RoutingPolicy,
+)
+
+BUILTIN_RE = r"[a-z0-9][a-z0-9._-]*"
+DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+MODEL_SOURCE_PATTERN = (
+    rf"^({BUILTIN_RE}|hf://[^/\s]+/[^\s]+|pvc://{DNS_LABEL}(/[^\s]*)?|file:///[^\s]+)$"
+)
+
+
+class ModelSpec(SpecModel):
+    source: str = Field(DEFAULT_MODEL, pattern=MODEL_SOURCE_PATTERN)
+    """Where the weights come from: a built-in name, hf://org/name, pvc://claim/path or file:///path."""
+    name: str | None = Field(None, min_length=1, max_length=253)
+    """The served model name clients send as `model`; defaults to the source's last path part."""
+    revision: str | None = None
+    """The Hugging Face revision (branch, tag or commit) for hf:// sources (env HF_REVISION)."""
+    cache_volume_claim: str | None = Field(None, pattern=rf"^{DNS_LABEL}$")
+    """A PersistentVolumeClaim (ReadWriteMany for engines on several nodes) that one Job fills with
+    an hf:// model before the engines mount it read-only; unset, every pod downloads the model."""
+    cache_size: Quantity = "20Gi"
+    """Size of each engine pod's emptyDir cache for an hf:// source without cacheVolumeClaim
+    (requested and limited as ephemeral-storage, with 1Gi for /tmp; 2Gi for other sources)."""
+
+
+class KVEventsSpec(SpecModel):
+    model_config = cel_rules(
+        ("self.port != self.replayPort", "kvEvents.port and kvEvents.replayPort must differ"),
+        (
+            "self.port != 8000 && self.replayPort != 8000",
+            "kvEvents ports must not be 8000 (the engine's HTTP port)",
+        ),
+    )
+
+    enabled: bool = False
+    """Publish KV events in vLLM's ZMQ format (for llm-d, Dynamo and other vLLM-event consumers),
+    topic `kv@<pod IP>:8000@<served model name>`. They carry raw prompt token ids and the ports
+    have no authentication: the engines' NetworkPolicy admits them only from the router's pods and
+    the `allowedFrom` peers."""
+    port: int = Field(5557, ge=1, le=65535)
+    """The PUB port (`endpoint: tcp://*:<port>`)."""
+    replay_port: int = Field(5558, ge=1, le=65535)
+    """The replay ROUTER port (`replay_endpoint: tcp://*:<replayPort>`)."""
+    allowed_from: list[RawObject] = Field(default_factory=list)
+    """More NetworkPolicy peers admitted to both ports (e.g. an llm-d endpoint picker's pods)."""
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> "KVEventsSpec":
+        if self.port == self.replay_port:
+            raise ValueError("engine.kvEvents.port and engine.kvEvents.replayPort must differ")
+        if 8000 in (self.port, self.replay_port):
+            raise ValueError("engine.kvEvents ports must not be 8000 (the engine's HTTP port)")
+        return self
+
+
+class EngineSpec(SpecModel):
+    model_config = cel_rules(
+        (
+            "self.maxNumBatchedTokens >= self.maxNumSeqs",
+            "maxNumBatchedTokens must be >= maxNumSeqs",
+        ),
+        (
+            "self.enableChunkedPrefill || !has(self.maxModelLen) || "
+            "self.maxNumBatchedTokens >= self.maxModelLen",
+            "without chunked prefill, maxNumBatchedTokens must be >= maxModelLen",
+        ),
+    )
+
+    block_size: BlockSize = DEFAULT_BLOCK_SIZE
+    """Tokens per KV-cache block: 8, 16, 32, 64 or 128 (the sizes the engine supports)."""
+    max_num_seqs: int = Field(256, ge=1)
+    """The most sequences in one batch."""
+    max_num_batched_tokens: int = Field(2048, ge=1)
+    """The token budget of one engine step."""
+    max_model_len: int | None = Field(None, ge=1)
+    """Context length cap; the model's own when unset."""
+    enable_prefix_caching: bool = True
+    """Reuse cached KV blocks of shared prompt prefixes."""
+    enable_chunked_prefill: bool = True
+    """Split long prompts into chunks that share a step with decodes."""
+    max_step_ms: float | None = Field(None, ge=0)
+    """Inter-token target in milliseconds: a step with running decodes takes only the prefill
+    that keeps it under this (0 = none); the engine's default (250) when unset."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """Ranks one engine shards the model over (one GPU each): resources.gpus must equal it when
+    GPUs are requested; on CPU the ranks share the pod's cores."""
+    dtype: Dtype = "auto"
+    """Weight and activation dtype."""
+    cpu_gemm_dtype: CpuGemmDtype = "auto"
+    """CPU engines: the dtype the linear layers multiply in; auto = bfloat16 where the CPU has
+    native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
+    kv_cache_dtype: KvCacheDtype = "auto"
+    """The dtype K and V are stored in; auto = bfloat16 where the CPU GEMMs are bf16, else the
+    activation dtype (GPUs store the activation dtype only)."""
+    kv_cache_memory: Quantity | None = None
+    """Memory for the KV cache (e.g. 8Gi); sized from free memory when unset."""
+    num_kv_blocks: int | None = Field(None, ge=1)
+    """An exact KV block count; overrides kvCacheMemory."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Extra `pagedock serve` flags, appended verbatim."""
+    kv_events: KVEventsSpec = section(KVEventsSpec)
+    """vLLM-format KV events on ZMQ (off by default; see docs/ecosystem.md)."""
+
+    @model_validator(mode="after")
+    def _budget_fits(self) -> "EngineSpec":
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("engine.maxNumBatchedTokens must be >= engine.maxNumSeqs")
+        too_short = (
+            self.max_model_len is not None and self.max_num_batched_tokens < self.max_model_len
+        )
+        if not self.enable_chunked_prefill and too_short:
+            raise ValueError(
+                "without chunked prefill, engine.maxNumBatchedTokens must be >= engine.maxModelLen"
+            )
+        return self
+
+
+class ResourcesSpec(SpecModel):
+    gpus: int = Field(0, ge=0)
+    """NVIDIA GPUs per engine pod (`nvidia.com/gpu`); 0 runs on CPU."""
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    """Extra resource requests of the engine container (cpu, memory, ...)."""
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+    """Extra resource limits of the engine container."""
+    shm_size: Quantity = "1Gi"
+    """In-memory /dev/shm per engine rank (NCCL's buffers between the ranks' GPUs live there);
+    the volume holds engine.tensorParallelSize times this."""
+
+
+class RouterSpec(SpecModel):
+    enabled: bool = True
+    """Run the prefix-aware router in front of the engines."""
+    replicas: int = Field(1, ge=1)
+    """Router pods."""
+    policy: RoutingPolicy = "prefix-aware"
+    """How the router picks an engine replica."""
+    image: str | None = None
+    """Router image; the operator's default when unset."""
+    resources: RawObject | None = None
+    """Resource requirements of the router container (a core/v1 ResourceRequirements)."""
+    hold_queue_size: int = Field(256, ge=0)
+    """Requests each router pod holds while no engine is ready (scaled to zero, starting);
+    beyond it, 503 with Retry-After. 0 = none held."""
+    hold_timeout_seconds: int = Field(300, ge=1, le=3600)
+    """Seconds a held request waits for an engine before its 503 (cover a cold start)."""
+    warm_prefixes: int = Field(8, ge=0, le=256)
+    """Hottest prompt prefixes a new engine is sent before it takes its share; 0 = none."""
+    warm_timeout_seconds: int = Field(30, ge=1, le=600)
+    """Longest time warming may hold a new engine back."""
+
+
+class IngressSpec(SpecModel):
+    model_config = cel_rules(
+        ("!has(self.tlsSecretName) || has(self.host)", "tlsSecretName needs host"),
+    )
+
+    enabled: bool = False
+    """Expose the endpoint through an Ingress."""
+    class_name: str | None = None
+    """The IngressClass; the cluster default when unset."""
+    host: str | None = None
+    """The public host name."""
+    path: str = Field("/", pattern=r"^/")
+    """The URL path prefix; the router serves it (no rewrite needed), so other than / needs the
+    router."""
+    tls_secret_name: str | None = None
+    """A TLS Secret for the host; the endpoint is https when set."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations of the Ingress (controller settings such as timeouts)."""
+
+    @model_validator(mode="after")
+    def _tls_needs_host(self) -> "IngressSpec":
+        if self.tls_secret_name and not self.host:
+            raise ValueError("ingress.tlsSecretName needs ingress.host")
+        return self
+
+
+class SecretKeyRef(SpecModel):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """The Secret's name (same namespace)."""
+    key: str = "api-key"
+    """The key inside the Secret."""
+
+
+class SchedulingSpec(SpecModel):
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node labels the engine pods require."""
+    tolerations: list[RawObject] = Field(default_factory=list)
+    """Tolerations of the engine pods (core/v1 Toleration)."""
+    affinity: RawObject | None = None
+    """Affinity of the engine pods (core/v1 Affinity)."""
+    priority_class_name: str | None = None
+    """PriorityClass of the engine pods."""
+    runtime_class_name: str | None = None
+    """RuntimeClass of the engine pods (e.g. nvidia)."""
+
+
+class LLMDeploymentSpec(SpecModel):
+    model_config = cel_rules(
+        (
+            "self.resources.gpus == 0 || self.resources.gpus == self.engine.tensorParallelSize",
+            "resources.gpus must equal engine.tensorParallelSize (one GPU per rank)",
+        ),
+        (
+            "!self.ingress.enabled || self.ingress.path == '/' || self.router.enabled",
+            "an ingress.path other than / needs the router (it serves the prefix)",
+        ),
+        (
+            "!has(self.gateway) || self.router.enabled",
+            "gateway needs the router (it is the endpoint picker)",
+        ),
+        (
+            "!self.autoscaling.enabled || self.autoscaling.mode != 'builtin' || self.router.enabled",
+            "autoscaling.mode builtin needs the router (it reads the routers' demand)",
+        ),
+        (
+            "!self.autoscaling.enabled || self.autoscaling.minReplicas >= 1 || self.router.enabled",
+            "autoscaling.minReplicas 0 needs the router (it holds requests while an engine starts)",
+        ),
+    )
+
+    model: ModelSpec = section(ModelSpec)
+    """The model to serve."""
+    replicas: int = Field(1, ge=0)
+    """Engine pods (the scale subresource drives this field; while autoscaling is enabled the
+    autoscaler owns it, and a `kubectl scale` is overridden)."""
+    image: str | None = None
+    """Engine image; the operator's default when unset."""
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    """Pull policy of every container."""
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    """Names of Secrets to pull the images with."""
+    engine: EngineSpec = section(EngineSpec)
+    """Engine settings (`pagedock serve` flags)."""
+    resources: ResourcesSpec = section(ResourcesSpec)
+    """Engine pod resources."""
+    router: RouterSpec = section(RouterSpec)
+    """The router in front of the engines."""
+    ingress: IngressSpec = section(IngressSpec)
+    """External HTTP access."""
+    gateway: GatewaySpec | None = None
+    """Serve through a Gateway API Inference Extension gateway: an InferencePool of the engines
+    with the router as its endpoint picker, optionally an HTTPRoute (docs/gateway-api.md)."""
+    autoscaling: AutoscalingSpec = section(AutoscalingSpec)
+    """Horizontal autoscaling of the engine replicas."""
+    api_key_secret: SecretKeyRef | None = None
+    """A Secret holding the API key that router and engines then require."""
+    scheduling: SchedulingSpec = section(SchedulingSpec)
+    """Where engine pods may run."""
+    drain_timeout_seconds: int = Field(30, ge=0, le=3600)
+    """How long an engine finishes in-flight streams after SIGTERM."""
+    startup_timeout_seconds: int = Field(1800, ge=30, le=86400)
+    """How long model loading may take before the pod is restarted."""
+    env: list[RawObject] = Field(default_factory=list)
+    """Extra environment variables of the engine container (core/v1 EnvVar)."""
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    """Extra annotations of the engine pods."""
+
+    @model_validator(mode="after")
+    def _one_gpu_per_rank(self) -> "LLMDeploymentSpec":
+        gpus, tp_size = self.resources.gpus, self.engine.tensor_parallel_size
+        if gpus and gpus != tp_size:
+            raise ValueError(
+                f"resources.gpus ({gpus}) must equal engine.tensorParallelSize ({tp_size}): "
+                "one GPU per rank"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _path_prefix_needs_the_router(self) -> "LLMDeploymentSpec":
+        # NOTE: the router strips the prefix (--root-path); the engines serve / only.
+        if self.ingress.enabled and self.ingress.path != "/" and not self.router.enabled:
+            raise ValueError("an ingress.path other than / needs the router (it serves the prefix)")
+        return self
+
+    @model_validator(mode="after")
+    def _gateway_needs_the_router(self) -> "LLMDeploymentSpec":
+        if self.gateway is not None and not self.router.enabled:
+            raise ValueError("gateway needs the router (it is the endpoint picker)")
+        return self
+
+    @model_validator(mode="after")
+    def _autoscaling_needs_the_router(self) -> "LLMDeploymentSpec":
+        scaling = self.autoscaling
+        if scaling.builtin and not self.router.enabled:
+            raise ValueError(
+                "autoscaling.mode builtin needs the router (it reads the routers' demand)"
+            )
+        if scaling.enabled and scaling.min_replicas == 0 and not self.router.enabled:
+            raise ValueError(
+                "autoscaling.minReplicas 0 needs the router (it holds requests while an engine starts)"
+            )
+        return self

@@ -1,0 +1,69 @@
+"""POST /v1/completions: the request, and the response (also the shape of each streamed chunk)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from pagedock.protocol.openai import (
+    MAX_INT32,
+    MAX_N,
+    MAX_TOP_LOGPROBS,
+    OpenAIModel,
+    SamplingFields,
+    TokenId,
+    UsageInfo,
+    now_s,
+    random_id,
+)
+
+# A prompt: text, token ids, or a batch of either.
+PromptInput = str | list[str] | list[TokenId] | list[list[TokenId]]
+
+
+class CompletionRequest(SamplingFields):
+    prompt: PromptInput
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_INT32)] | None = 16
+    echo: bool = False
+    logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
+    suffix: str | None = None
+
+    def unsupported_field(self) -> str | None:
+        if self.suffix:
+            return "suffix"
+        if self.best_of is not None and self.best_of != self.n:
+            return "best_of"
+        if self.echo and self.logprobs is not None:
+            return "echo"  # echo with logprobs needs prompt logprobs, which the engine lacks
+        return super().unsupported_field()
+
+
+class CompletionLogprobs(OpenAIModel):
+    tokens: list[str] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+    text_offset: list[int] = Field(default_factory=list)
+
+
+class CompletionChoice(OpenAIModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
+
+
+class CompletionResponse(OpenAIModel):
+    """Also the shape of each streamed chunk (`choices` then carry deltas)."""
+
+    id: str = Field(default_factory=lambda: random_id("cmpl"))
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=now_s)
+    model: str
+    system_fingerprint: str | None = None
+    choices: list[CompletionChoice]
+    usage: UsageInfo | None = None
+    prompt_token_ids: list[int] | None = None

@@ -1,0 +1,30 @@
+"""GET /v1/models and /version."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pagedock.protocol.openai import OpenAIModel, now_s
+
+
+class ModelCard(OpenAIModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=now_s)
+    owned_by: str = "pagedock"
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+class ModelList(OpenAIModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class VersionResponse(OpenAIModel):
+    version: str
+    cpu_kernels: str | None = None
+    """Which CPU kernels the engine runs: `prebuilt x86-64-v4` (or `-v3`, baseline `x86-64`),
+    `jit -march=native`, `torch` (none), or `not loaded` (not asked for, as on GPUs)."""

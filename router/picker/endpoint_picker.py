@@ -1,0 +1,263 @@
+"""EndpointPicker: the router as the Gateway API Inference Extension's endpoint picker (EPP).
+
+One ext_proc stream per HTTP request. The picker reads the request headers, then the body, asks
+the router's dispatcher (the same cost model and policy as `pagedock route`) and tells the data
+plane where to send the request; it never proxies the request itself.
+
+    full-duplex streamed body (the protocol's mode; the default when Envoy does not say):
+      headers ........................ held (the destination is not known yet)
+      body frames .................... collected until end_of_stream (or trailers)
+      -> headers response (destination header, clear_route_cache) + dynamic metadata,
+         then the body handed back unchanged, in pieces
+    buffered body:
+      headers -> continue;  body (whole) -> body response with the destination
+    no body / streamed / buffered-partial body:
+      headers -> headers response with the destination, picked by load (no prompt to hash)
+    response headers: the endpoint that served (`envoy.lb` metadata) takes the request's
+      in-flight accounting; response body frames pass through; the stream's end releases it.
+
+No eligible endpoint (none healthy, or none in the subset hint) is an immediate 503; a request
+whose best estimated time to first token exceeds --picker-shed-ttft-ms an immediate 429.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from google.protobuf.struct_pb2 import Struct
+
+from pagedock.http.errors import error_json
+from pagedock.limits import MAX_BODY_BYTES
+from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from router.picker import ext_proc
+from router.policies import RouteRequest
+from router.policies.dispatcher import Decision, NoReplicaError
+from router.policies.prefix_aware import estimated_ttft_ms
+from router.replicas.replica import Replica
+from router.server.app import parse_and_hash
+from router.server.context import RouterContext
+
+logger = logging.getLogger("pagedock.router.picker")
+BODY_MODELS: dict[str, type[ChatCompletionRequest | CompletionRequest]] = {
+    "/v1/chat/completions": ChatCompletionRequest,
+    "/v1/completions": CompletionRequest,
+}
+
+
+class Refusal(Exception):
+    """The request goes to no endpoint: the client gets this status at once."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+    def response(self) -> pb.ProcessingResponse:
+        headers = {"content-type": "application/json"}
+        if self.status in (429, 503):
+            headers["retry-after"] = "1"
+        body = error_json(self.status, self.message, code=self.code)
+        return ext_proc.immediate(self.status, body, headers, f"pagedock_{self.code}")
+
+
+def endpoint_of(url: str) -> str:
+    """A replica's `ip:port` as the data plane names it (`[ip]:port` for IPv6)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname or ""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def subset_filter(subset: list[str]) -> Callable[[Replica], bool]:
+    """Replicas whose `ip:port` is in the hint; a bare address admits every port of it."""
+    wanted = set(subset)
+    return lambda r: endpoint_of(r.url) in wanted or (urlsplit(r.url).hostname or "") in wanted
+
+
+@dataclass
+class Pick:
+    decision: Decision
+    replica: Replica
+    """The replica the request is counted on (the primary until the data plane says otherwise)."""
+
+
+@dataclass
+class RequestStream:
+    """What one ext_proc stream (one HTTP request) has told the picker so far."""
+
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    headers: dict[str, str] = field(default_factory=dict)
+    subset: list[str] | None = None
+    request_mode: int = ext_proc.FULL_DUPLEX
+    response_mode: int | None = None
+    body: bytearray = field(default_factory=bytearray)
+    pick: Pick | None = None
+    finished: bool = False
+    """An immediate response was sent: Envoy ends the stream."""
+
+
+class EndpointPicker(pb_grpc.ExternalProcessorServicer):
+    def __init__(self, ctx: RouterContext) -> None:
+        self.ctx = ctx
+
+    async def Process(
+        self,
+        request_iterator: AsyncIterator[pb.ProcessingRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.ProcessingResponse]:
+        """One HTTP request's ext_proc stream (the gRPC method, hence its name)."""
+        stream = RequestStream()
+        try:
+            async for request in request_iterator:
+                try:
+                    for response in await self._handle(stream, request):
+                        yield response
+                except Refusal as refusal:
+                    logger.info("picker: %s %s", refusal.status, refusal.message)
+                    stream.finished = True
+                    yield refusal.response()
+                if stream.finished:
+                    return
+        finally:
+            if stream.pick is not None:
+                stream.pick.replica.end(stream.request_id)
+
+    async def _handle(
+        self, stream: RequestStream, request: pb.ProcessingRequest
+    ) -> list[pb.ProcessingResponse]:
+        kind = request.WhichOneof("request")
+        if kind == "request_headers":
+            return await self._request_headers(stream, request)
+        if kind == "request_body":
+            return await self._request_body(stream, request.request_body)
+        if kind == "request_trailers":
+            responses = (
+                await self._end_of_body(stream, trailers=True) if stream.pick is None else []
+            )
+            return [*responses, pb.ProcessingResponse(request_trailers=pb.TrailersResponse())]
+        if kind == "response_headers":
+            self._served(stream, ext_proc.served_endpoint(request))
+            return [pb.ProcessingResponse(response_headers=pb.HeadersResponse())]
+        if kind == "response_body":
+            body = request.response_body
+            if stream.response_mode == ext_proc.FULL_DUPLEX:
+                return [ext_proc.response_body_piece(body.body, body.end_of_stream)]
+            return [pb.ProcessingResponse(response_body=pb.BodyResponse())]
+        if kind == "response_trailers":
+            return [pb.ProcessingResponse(response_trailers=pb.TrailersResponse())]
+        return []
+
+    async def _request_headers(
+        self, stream: RequestStream, request: pb.ProcessingRequest
+    ) -> list[pb.ProcessingResponse]:
+        stream.headers = ext_proc.header_map(request.request_headers)
+        stream.subset = ext_proc.subset_hint(request)
+        mode = ext_proc.request_body_mode(request)
+        stream.request_mode = stream.request_mode if mode is None else mode
+        stream.response_mode = ext_proc.response_body_mode(request)
+        if request.request_headers.end_of_stream or stream.request_mode not in (
+            ext_proc.FULL_DUPLEX,
+            ext_proc.BUFFERED,
+        ):
+            # No body will come before the headers must be answered: pick by load alone.
+            return [ext_proc.headers_response(*await self._pick(stream, b""))]
+        if stream.request_mode == ext_proc.BUFFERED:
+            return [ext_proc.headers_response()]  # continue; the whole body comes next
+        return []  # full duplex: the headers wait for the body
+
+    async def _request_body(
+        self, stream: RequestStream, body: pb.HttpBody
+    ) -> list[pb.ProcessingResponse]:
+        if stream.pick is not None:  # picked from the headers: frames pass on as they are
+            if stream.request_mode == ext_proc.FULL_DUPLEX:
+                return [ext_proc.request_body_piece(body.body, body.end_of_stream)]
+            return [ext_proc.body_response()]
+        if len(stream.body) + len(body.body) > MAX_BODY_BYTES:
+            raise Refusal(
+                413, f"the request body is larger than {MAX_BODY_BYTES} bytes", "request_too_large"
+            )
+        stream.body += body.body
+        if not body.end_of_stream:
+            return []
+        return await self._end_of_body(stream, trailers=False)
+
+    async def _end_of_body(
+        self, stream: RequestStream, trailers: bool
+    ) -> list[pb.ProcessingResponse]:
+        common, metadata = await self._pick(stream, bytes(stream.body))
+        if stream.request_mode == ext_proc.BUFFERED:
+            return [ext_proc.body_response(common, metadata)]
+        body = list(_handed_back(bytes(stream.body), end_of_stream=not trailers))
+        stream.body.clear()
+        return [ext_proc.headers_response(common, metadata), *body]
+
+    async def _pick(self, stream: RequestStream, body: bytes) -> tuple[pb.CommonResponse, Struct]:
+        decision = await self._decide(stream, body)
+        config = self.ctx.config
+        primary = decision.replicas[0]
+        if config.picker_shed_ttft_ms > 0:
+            self._shed_if_saturated(decision)
+        cached_tokens = self.ctx.dispatcher.commit(decision, primary, stream.request_id)
+        self.ctx.metrics.observe_decision(primary.url, decision.reason, cached_tokens)
+        stream.pick = Pick(decision, primary)
+        endpoints = [endpoint_of(r.url) for r in decision.replicas[: config.max_attempts]]
+        return ext_proc.destination(endpoints)
+
+    def _shed_if_saturated(self, decision: Decision) -> None:
+        """429 when even the fastest eligible replica's estimated time to first token is over
+        --picker-shed-ttft-ms (whichever the policy ranked first)."""
+        config = self.ctx.config
+        request = RouteRequest(decision.blocks.num_prompt_tokens if decision.blocks else 0)
+        ttft_ms = min(estimated_ttft_ms(c, request, config) for c in decision.candidates.values())
+        if ttft_ms > config.picker_shed_ttft_ms:
+            raise Refusal(
+                429,
+                f"every eligible replica is saturated (estimated time to first token {ttft_ms:.0f} ms > {config.picker_shed_ttft_ms:g} ms)",
+                "shed",
+            )
+
+    async def _decide(self, stream: RequestStream, body: bytes) -> Decision:
+        if stream.subset is not None and not stream.subset:
+            raise Refusal(503, "the data plane's endpoint subset is empty", "no_eligible_endpoint")
+        # NOTE: by suffix: the picker sees the path before the route's rewrite (/llm/v1/...).
+        path = stream.headers.get(":path", "").split("?", 1)[0].rstrip("/")
+        model = next((m for suffix, m in BODY_MODELS.items() if path.endswith(suffix)), None)
+        parsed, blocks, _ = (
+            await parse_and_hash(self.ctx, body, model) if model and body else (None, None, None)
+        )
+        session_key = stream.headers.get(self.ctx.config.session_header) or (
+            parsed.user if parsed else None
+        )
+        among = subset_filter(stream.subset) if stream.subset is not None else None
+        try:
+            return self.ctx.dispatcher.decide(blocks, session_key, among)
+        except NoReplicaError as e:
+            raise Refusal(503, str(e), "no_eligible_endpoint") from e
+
+    def _served(self, stream: RequestStream, served: str | None) -> None:
+        """The data plane fell back to another of the picked endpoints: count the request there."""
+        pick = stream.pick
+        if pick is None:
+            return
+        if served is not None and served != endpoint_of(pick.replica.url):
+            fallback = next(
+                (r for r in pick.decision.replicas if endpoint_of(r.url) == served), None
+            )
+            if fallback is not None:
+                pick.replica.end(stream.request_id)
+                self.ctx.dispatcher.commit(pick.decision, fallback, stream.request_id)
+                pick.replica = fallback
+        pick.replica.first_byte(stream.request_id)
+
+
+def _handed_back(body: bytes, end_of_stream: bool) -> Iterator[pb.ProcessingResponse]:
+    pieces = list(ext_proc.streamed_body(body))
+    if not end_of_stream:  # trailers end the request; the last body piece does not
+        pieces[-1].request_body.response.body_mutation.streamed_response.end_of_stream = False
+    return iter(pieces)

@@ -1,0 +1,85 @@
+"""HealthChecker: every health interval, GET /health and /metrics of one replica.
+
+A replica that answers 200 is a candidate and its reported load is updated; one that fails (error,
+timeout, non-200 such as a draining engine's 503) leaves the candidate set at once, and its cache
+entries with it, until a later check passes. Requests that fail on a replica mark it the same way
+between checks (router/http/proxy.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import httpx
+
+from router.config import RouterConfig
+from router.replicas.replica import Replica
+from router.replicas.replica_metrics import parse_replica_load
+
+logger = logging.getLogger("pagedock.router")
+
+
+class HealthChecker:
+    def __init__(
+        self,
+        replica: Replica,
+        client: httpx.AsyncClient,
+        config: RouterConfig,
+        on_unhealthy: Callable[[Replica, str], None],
+        on_healthy: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.replica = replica
+        self.client = client
+        self.config = config
+        self.on_unhealthy = on_unhealthy
+        self.on_healthy = on_healthy
+        self._warned_bad_load = False
+
+    async def run(self) -> None:
+        while True:
+            await self.check()
+            await asyncio.sleep(self.config.health_interval_s)
+
+    async def check(self) -> bool:
+        """One check; True when the replica is healthy."""
+        timeout = httpx.Timeout(self.config.health_timeout_s)
+        base = self.replica.url
+        try:
+            health, metrics = await asyncio.gather(
+                self.client.get(base + "/health", timeout=timeout),
+                self.client.get(base + "/metrics", timeout=timeout),
+            )
+        except httpx.HTTPError as e:
+            return self._failed(f"health check failed: {type(e).__name__}")
+        if health.status_code != 200:
+            return self._failed(f"health check answered {health.status_code}")
+        if metrics.status_code == 200:
+            self._read_load(metrics.text)
+        was_healthy = self.replica.healthy
+        if not was_healthy:
+            logger.info("replica %s is healthy again", base)
+        self.replica.healthy = True
+        self.replica.unhealthy_since = None
+        self.replica.failures = 0
+        if not was_healthy:
+            self.on_healthy()
+        return True
+
+    def _read_load(self, text: str) -> None:
+        self.replica.load, rejected = parse_replica_load(text)
+        if rejected and not self._warned_bad_load:
+            # Once per replica: a replica that always reports Inf would flood the log every scrape.
+            logger.warning(
+                "replica %s reports unusable load metrics (ignored): %s",
+                self.replica.url,
+                ", ".join(rejected),
+            )
+            self._warned_bad_load = True
+
+    def _failed(self, why: str) -> bool:
+        self.replica.failures += 1
+        if self.replica.healthy:
+            self.on_unhealthy(self.replica, why)
+        return False

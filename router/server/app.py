@@ -1,0 +1,271 @@
+"""build_app: the router's FastAPI application — the engine's API, proxied to the best replica.
+
+The router never judges a request's content: input it can't parse is still forwarded, so a client
+gets exactly the engine's answer to bad input. Its own errors are about routing (a missing API
+key 401, no replica ready within the hold timeout or a full hold queue 503 with Retry-After,
+every attempt failed 502), in OpenAI's shape through the same pagedock/http/errors.py and API-key
+guard as the engine's server. Its own health does not depend on the replicas: with zero engines
+(scaled to zero) it stays live and ready, holding requests (router/http/hold_queue.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
+
+from pagedock.http.auth import api_key_guard, docs_urls
+from pagedock.http.errors import APIError, install_api_error_handlers
+from pagedock.limits import MAX_BODY_BYTES  # the engine's default --max-body-bytes too
+from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from router.demand import demand_view
+from router.http.hold_queue import HoldRefused
+from router.http.proxy import until_disconnect
+from router.http.root_path import RootPathMiddleware
+from router.http.stream_resume import ResumePlan, resume_plan
+from router.kv.prompt_hasher import PromptBlocks
+from router.policies.dispatcher import Decision, NoReplicaError
+from router.server.context import RouterContext
+
+# Bodies up to this size are parsed and hashed on the event loop (tens of microseconds); larger
+# ones in the context's small prompt pool.
+INLINE_PARSE_BYTES = 16_384
+
+
+def build_app(ctx: RouterContext) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await ctx.start()
+        picker = None
+        try:
+            if ctx.config.picker_port is not None:
+                # grpc is loaded only in endpoint-picker mode (docs/gateway-api.md).
+                from router.picker.picker_server import start_picker
+
+                picker = await start_picker(ctx)
+            yield
+        finally:
+            if picker is not None:
+                from router.picker.picker_server import stop_picker
+
+                await stop_picker(picker)
+            await ctx.stop()
+
+    app = FastAPI(
+        title="pagedock router", version="1", lifespan=lifespan, **docs_urls(ctx.config.api_key)
+    )
+    install_api_error_handlers(app)
+    if ctx.config.root_path:
+        app.add_middleware(RootPathMiddleware, root_path=ctx.config.root_path)
+    _add_api_routes(app, ctx)
+    _add_open_routes(app, ctx)
+    app.state.ctx = ctx
+    return app
+
+
+def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
+    guard = [Depends(api_key_guard(ctx.config.api_key))]
+
+    @app.post("/v1/chat/completions", dependencies=guard)
+    async def chat_completions(request: Request) -> Response:
+        return await _generate(ctx, request, ChatCompletionRequest)
+
+    @app.post("/v1/completions", dependencies=guard)
+    async def completions(request: Request) -> Response:
+        return await _generate(ctx, request, CompletionRequest)
+
+    @app.get("/v1/models", dependencies=guard)
+    async def models(request: Request) -> Response:
+        ctx.demand.arrived()
+        await _hold_until_ready(ctx, request)
+        decision = _decide(ctx, None, None)
+        return await ctx.proxy.forward(request, b"", decision, False, time.perf_counter())
+
+    # Replica URLs and their state are for operators, not for keyless clients.
+    @app.get("/router/replicas", dependencies=guard)
+    async def replicas() -> dict[str, Any]:
+        """What the router knows of each replica (for people and tests)."""
+        return {
+            "policy": ctx.config.policy,
+            "replicas": [_replica_view(ctx, url) for url in sorted(ctx.replica_set.replicas)],
+        }
+
+
+def _add_open_routes(app: FastAPI, ctx: RouterContext) -> None:
+    @app.get("/health")
+    async def health() -> Response:
+        # NOTE: 200 with zero replicas: a router scaled to zero engines must stay in its Service
+        # (and not be restarted) to hold the requests that bring the engines back.
+        healthy = len(ctx.replica_set.healthy())
+        body = {"status": "ok", "healthy_replicas": healthy, "held_requests": len(ctx.hold)}
+        return JSONResponse(body)
+
+    @app.get("/router/demand")
+    async def demand() -> dict[str, Any]:
+        """What the operator's autoscaler reads (counts and per-replica load; no request data)."""
+        return _demand(ctx)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        for r in ctx.replica_set.replicas.values():
+            ctx.metrics.set_replica(
+                r.url, r.healthy, r.kv_event_lag_s(), ctx.index.num_blocks(r.url)
+            )
+        return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _generate(
+    ctx: RouterContext, request: Request, model: type[ChatCompletionRequest | CompletionRequest]
+) -> Response:
+    arrival = time.perf_counter()
+    ctx.demand.arrived()
+    body = await _read_body(request)
+    parsed, blocks, plan = await parse_and_hash(ctx, body, model)
+    session_key = request.headers.get(ctx.config.session_header) or (
+        parsed.user if parsed else None
+    )
+    if blocks is not None:
+        ctx.hot.record(blocks.token_ids)
+    await _hold_until_ready(ctx, request)
+    decision = _decide(ctx, blocks, session_key)
+    stream = bool(parsed and parsed.stream)
+    return await ctx.proxy.forward(request, body, decision, stream, arrival, plan)
+
+
+async def parse_and_hash(
+    ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]
+) -> tuple[
+    ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None, ResumePlan | None
+]:
+    """The parsed request, its prompt's blocks (the endpoint picker's too) and, for a stream the
+    router can resume mid-way, its plan; a large body is parsed off the event loop: a long prompt
+    must not hold up every other request's routing."""
+    if len(body) <= INLINE_PARSE_BYTES:
+        return _parse_and_hash(ctx, body, model)
+    work = functools.partial(_parse_and_hash, ctx, body, model)
+    return await asyncio.get_running_loop().run_in_executor(ctx.prompt_pool, work)
+
+
+def _parse_and_hash(
+    ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]
+) -> tuple[
+    ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None, ResumePlan | None
+]:
+    """parse_and_hash's work; a body over --max-hash-bytes is routed by load alone (affinity for
+    a huge prompt is not worth tokenizing it twice; the engine answers if it is too long)."""
+    parsed = _parse(body, model)
+    plan = resume_plan(parsed, body) if ctx.config.max_stream_resumes else None
+    if len(body) > ctx.config.max_hash_bytes:
+        return parsed, None, plan
+    return parsed, _prompt_blocks(ctx, parsed), plan
+
+
+def _parse(
+    body: bytes, model: type[ChatCompletionRequest | CompletionRequest]
+) -> ChatCompletionRequest | CompletionRequest | None:
+    """The request as the engine will read it; None when it won't (the engine says why)."""
+    try:
+        return model.model_validate_json(body)
+    except (ValidationError, ValueError):
+        return None
+
+
+def _prompt_blocks(
+    ctx: RouterContext, parsed: ChatCompletionRequest | CompletionRequest | None
+) -> PromptBlocks | None:
+    if isinstance(parsed, ChatCompletionRequest):
+        return ctx.hasher.chat(parsed)
+    if isinstance(parsed, CompletionRequest):
+        return ctx.hasher.completion(parsed)
+    return None
+
+
+def _decide(ctx: RouterContext, blocks: PromptBlocks | None, session_key: str | None) -> Decision:
+    try:
+        return ctx.dispatcher.decide(blocks, session_key)
+    except NoReplicaError as e:
+        raise APIError(503, str(e), code="no_healthy_replica", headers={"Retry-After": "1"}) from e
+
+
+async def _hold_until_ready(ctx: RouterContext, request: Request) -> None:
+    """Wait in the hold queue while no replica is ready (a client that leaves, leaves it)."""
+    if not len(ctx.hold) and ctx.replica_set.healthy():
+        return  # the common case: no tasks to watch for a disconnect
+    try:
+        await until_disconnect(request, ctx.hold.wait_for_replica())
+    except HoldRefused as e:
+        raise APIError(503, str(e), code=e.code, headers={"Retry-After": _retry_after(ctx)}) from e
+
+
+def _retry_after(ctx: RouterContext) -> str:
+    """Seconds a refused client should wait: a cold start takes a while, a full queue drains."""
+    return str(max(1, min(30, round(ctx.config.hold_timeout_s / 4))))
+
+
+def _demand(ctx: RouterContext) -> dict[str, Any]:
+    now = time.monotonic()
+    oldest = ctx.hold.oldest_since
+    replicas = [
+        {
+            "url": r.url,
+            "healthy": r.healthy,
+            "inflight": len(r.inflight),
+            "prefix_hit_score": round(ctx.demand.prefix_hit_score(r.url, now), 1),
+            "num_requests_running": r.load.num_requests_running,
+            "num_requests_waiting": r.load.num_requests_waiting,
+            "kv_cache_usage": r.load.kv_cache_usage,
+        }
+        for r in ctx.replica_set.replicas.values()
+    ]
+    return demand_view(ctx.demand, len(ctx.hold), now - oldest if oldest else 0.0, replicas)
+
+
+async def _read_body(request: Request) -> bytes:
+    """The body, refused with a 413 as soon as it passes the limit: a chunked body has no length
+    to check up front, so it is read as it streams in, never whole."""
+    too_large = APIError(
+        413, f"the request body is larger than {MAX_BODY_BYTES} bytes", code="request_too_large"
+    )
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise too_large
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise too_large
+            chunks.append(chunk)
+    except ClientDisconnect as e:  # gone (or cut off by the read deadline): no traceback per client
+        raise APIError(400, "the client disconnected before sending the whole body") from e
+    return b"".join(chunks)
+
+
+def _replica_view(ctx: RouterContext, url: str) -> dict[str, Any]:
+    r = ctx.replica_set.replicas[url]
+    return {
+        "url": url,
+        "healthy": r.healthy,
+        "warming": r.warming,
+        "instance_id": r.instance_id,
+        "cached_blocks": ctx.index.num_blocks(url),
+        "kv_synced": r.kv_synced,
+        "kv_seq": r.kv_seq,
+        "kv_error": r.kv_error,
+        "kind": r.kind,
+        "block_size": r.block_size,
+        "kv_view": r.kv_view(),
+        "inflight": len(r.inflight),
+        "queued_tokens": r.queued_tokens(ctx.config),
+        "load": json.loads(json.dumps(r.load.__dict__)),
+    }

@@ -1,0 +1,85 @@
+"""`pagedock route`: the router's command line. A flag per RouterConfig field (dashes for
+underscores), each also read from `PAGEDOCK_<NAME>` (a flag on the command line wins);
+`--replica` repeats (env: PAGEDOCK_REPLICAS, comma-separated)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from pagedock.errors import PagedockError
+from pagedock.http.limits import limited_protocol
+from pagedock.options import add_options, values_for
+from router.config import RouterConfig
+
+ENV_PREFIX = "PAGEDOCK_"
+
+
+@dataclass
+class RouteLogging:
+    """The process's own settings, beside the router's (RouterConfig)."""
+
+    log_level: str = "info"
+    """debug, info, warning or error."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    logs = RouteLogging(**values_for(RouteLogging, ns))
+    try:
+        config = RouterConfig(**values_for(RouterConfig, ns))
+    except PagedockError as e:
+        print(f"pagedock route: error: {e}", file=sys.stderr)
+        return 2
+    return run(config, logs.log_level)
+
+
+def run(config: RouterConfig, log_level: str = "info") -> int:
+    import uvicorn
+
+    from router.server.app import build_app
+    from router.server.context import RouterContext
+
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request otherwise
+    try:
+        ctx = RouterContext.from_config(config)
+    except PagedockError as e:
+        print(f"pagedock route: error: {e}", file=sys.stderr)
+        return 2
+    uvicorn.run(build_app(ctx), **uvicorn_options(config, log_level))
+    return 0
+
+
+def uvicorn_options(config: RouterConfig, log_level: str) -> dict[str, Any]:
+    """uvicorn.run's keyword arguments: the listening address and connection limits."""
+    return {
+        "host": config.host,
+        "port": config.port,
+        "log_config": None,
+        "log_level": log_level,
+        "access_log": False,
+        "timeout_keep_alive": config.keep_alive_timeout_s,
+        # The read deadline, and the connection cap answered with OpenAI's 503 (not uvicorn's).
+        "http": limited_protocol(config.request_read_timeout_s, config.max_connections),
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pagedock route",
+        description="Route OpenAI-compatible requests to the engine replica that holds the "
+        "request's cached KV blocks, balanced against load, with failover. Every option can "
+        f"also be set as an environment variable {ENV_PREFIX}<OPTION>; booleans take "
+        "1/true/yes/on or 0/false/no/off.",
+    )
+    add_options(parser, RouterConfig, ENV_PREFIX)
+    add_options(parser, RouteLogging, ENV_PREFIX)
+    return parser
