@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,42 +17,130 @@ import pytest
 from tests.import_graph import ROOT, ImportGraph, under, under_any
 
 HEAVY = ("torch", "triton")
-# Modules that must run without torch: the bookkeeping, the text stack, finding models, the wire
-# protocol, and everything the router and the operator import.
+
+# ---- the map: every folder has a rank; an import points only to a lower rank -----------------
+#
+# The foundation (`pagedock/`) is ranked on its own; each program (engine, router, operator)
+# stands on all of it and ranks its own folders above it. A folder at rank r may import the
+# foundation, and folders of its own program at a rank below r; folders of one rank are siblings
+# and import neither each other nor anything above. Imports under `if TYPE_CHECKING:` are not
+# ranked (they never run). README.md's "Architecture" lists the same ranks.
+FOUNDATION: tuple[tuple[str, ...], ...] = (
+    ("pagedock",),  # limits, errors, options, the `pagedock` command
+    ("pagedock.protocol",),
+    ("pagedock.http", "pagedock.kv", "pagedock.models"),
+    ("pagedock.text",),
+)
+PROGRAMS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "engine": (
+        ("engine",),  # config, model_config, device
+        ("engine.inputs",),
+        ("engine.core", "engine.kernels", "engine.distributed"),
+        ("engine.attention",),
+        ("engine.layers",),
+        ("engine.models",),
+        ("engine.loader",),
+        ("engine.structured_outputs",),
+        ("engine.sampling",),
+        ("engine.worker",),
+        ("engine.executor",),
+        ("engine.runtime",),
+        ("engine.tool_calls",),
+        ("engine.server.kv_events",),
+        ("engine.server.openai",),
+        ("engine.server",),
+    ),
+    "router": (
+        ("router",),  # config, metrics, demand
+        ("router.kv", "router.replicas.discovery"),
+        ("router.replicas",),
+        ("router.policies",),
+        ("router.http",),
+        ("router.picker",),
+        ("router.server",),
+    ),
+    "llm_operator": (
+        ("llm_operator",),  # API group constants, names, settings, conditions
+        ("llm_operator.k8s",),
+        ("llm_operator.api",),
+        ("llm_operator.builders",),
+        ("llm_operator.fleet",),
+        ("llm_operator.autoscaler",),
+        ("llm_operator.controller",),
+    ),
+}
+# Entry points above every rank: the engine's lazy public names (`from engine import LLM`) and
+# `python -m llm_operator`.
+ENTRY_POINTS = ("engine", "llm_operator.__main__")
+
+# Modules that must run without torch: the whole foundation, the engine's bookkeeping and inputs,
+# and everything the router and the operator import.
 TORCH_FREE_PACKAGES = (
-    "engine.core",
-    "pagedock.text",
-    "pagedock.protocol",
-    "engine.tool_calls",
     "pagedock",
+    "engine.inputs",
+    "engine.core",
+    "engine.tool_calls",
 )
 TORCH_FREE_MODULES = (
     "engine",
-    "pagedock.errors",
     "engine.config",
-    "engine.inputs.sampling_params",
     "engine.loader",
-    "pagedock.models.registry",
-    "pagedock.models.hub",
-    "pagedock.models.download",
 )
-# What the router may take from the engine.
-ROUTER_MAY_IMPORT = (
-    "pagedock.kv.block_hash",
-    "pagedock.text",
-    "pagedock.models.registry",
-    "pagedock.models.hub",
-    "pagedock.protocol",
-    "pagedock.errors",
-)
-# The C++/torch layers the torch-free core must never reach into.
-DEVICE_LAYERS = (
-    "engine.worker",
-    "engine.attention",
-    "engine.kernels",
-    "engine.layers",
-    "engine.models",
-)
+
+
+@dataclass(frozen=True)
+class Rank:
+    program: str  # "" for the foundation
+    level: int
+    folder: str
+
+
+def rank_table() -> dict[str, Rank]:
+    table = {f: Rank("", i, f) for i, level in enumerate(FOUNDATION) for f in level}
+    for program, levels in PROGRAMS.items():
+        table |= {f: Rank(program, i, f) for i, level in enumerate(levels) for f in level}
+    return table
+
+
+def folder_of(graph: ImportGraph, name: str) -> str:
+    """The package a module lives in (a package's `__init__` lives in the package itself)."""
+    module = graph.modules[name]
+    return name if module.path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def rank_of(table: dict[str, Rank], folder: str) -> Rank | None:
+    """The rank of the closest ranked folder at or above `folder`."""
+    while folder and folder not in table:
+        folder = folder.rpartition(".")[0]
+    return table.get(folder)
+
+
+def may_import(source: Rank, target: Rank) -> bool:
+    if source.folder == target.folder:
+        return True
+    if target.program == "":
+        return source.program != "" or target.level < source.level
+    return target.program == source.program and target.level < source.level
+
+
+def rank_violations(graph: ImportGraph, table: dict[str, Rank]) -> list[str]:
+    found = []
+    for name, module in sorted(graph.modules.items()):
+        if name in ENTRY_POINTS:
+            continue
+        source = rank_of(table, folder_of(graph, name))
+        assert source is not None, f"{name} is in no ranked folder"
+        for target_name in sorted(module.runtime):
+            if target_name not in graph.modules:
+                continue  # third party
+            target = rank_of(table, folder_of(graph, target_name))
+            assert target is not None, f"{target_name} is in no ranked folder"
+            if not may_import(source, target):
+                found.append(
+                    f"{name} ({source.folder}, rank {source.level}) imports {target_name} "
+                    f"({target.folder}, {target.program or 'foundation'} rank {target.level})"
+                )
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -87,23 +176,30 @@ def test_torch_free_modules_never_import_torch(graph: ImportGraph, package: str)
     assert not broken, "torch reached from a torch-free module:\n" + "\n".join(broken)
 
 
-def test_only_the_server_imports_the_server(graph: ImportGraph) -> None:
-    outside = {
-        m: targets
-        for m, targets in graph.importers_of("engine.server").items()
-        if not under(m, "engine.server")
-    }
-    assert not outside, f"modules outside engine.server import it: {outside}"
+def test_the_router_imports_nothing_of_the_engine(graph: ImportGraph) -> None:
+    wrong = {m: t for m, t in graph.importers_of("engine").items() if under(m, "router")}
+    assert not wrong, f"router modules import the engine: {wrong}"
 
 
-def test_the_router_imports_only_the_torch_free_engine_parts(graph: ImportGraph) -> None:
-    wrong = {}
-    for name in modules_under(graph, "router"):
-        engine_imports = {t for t in graph.modules[name].imports if under(t, "engine")}
-        bad = {t for t in engine_imports if not under_any(t, ROUTER_MAY_IMPORT)}
-        if bad:
-            wrong[name] = bad
-    assert not wrong, f"router modules import engine parts outside {ROUTER_MAY_IMPORT}: {wrong}"
+def test_every_import_points_to_a_lower_rank(graph: ImportGraph) -> None:
+    broken = rank_violations(graph, rank_table())
+    assert not broken, "imports that point up or sideways:\n" + "\n".join(broken)
+
+
+def test_every_folder_has_a_rank(graph: ImportGraph) -> None:
+    table = rank_table()
+    folders = {folder_of(graph, name) for name in graph.modules}
+    unranked = sorted(f for f in folders if f not in table and not _nested_in_ranked(f, table))
+    assert not unranked, f"folders with no rank (add them to FOUNDATION or PROGRAMS): {unranked}"
+    stale = sorted(f for f in table if f not in folders)
+    assert not stale, f"ranked folders that do not exist: {stale}"
+
+
+def _nested_in_ranked(folder: str, table: dict[str, Rank]) -> bool:
+    """A sub-package of a ranked folder that is not a program's top: e.g. router.replicas.discovery
+    is ranked itself, engine.kernels' csrc holds no Python."""
+    parent = folder.rpartition(".")[0]
+    return bool(parent) and parent in table and parent not in PROGRAMS and parent != "pagedock"
 
 
 def test_nothing_the_router_runs_imports_torch(graph: ImportGraph) -> None:
@@ -132,26 +228,37 @@ def test_the_cli_package_imports_none_of_the_three_programs(graph: ImportGraph) 
     assert not wrong, wrong
 
 
-def test_the_engine_imports_neither_router_nor_operator(graph: ImportGraph) -> None:
-    wrong = {
-        m: targets
-        for prefix in ("router", "llm_operator")
-        for m, targets in graph.importers_of(prefix).items()
-        if under(m, "engine")
+def test_the_rank_check_finds_an_upward_and_a_sideways_import(tmp_path: Path) -> None:
+    for folder in ("engine/core", "engine/worker", "engine/kernels"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "engine" / "__init__.py").write_text("")
+    (tmp_path / "engine/core/a.py").write_text("from engine.worker import b\n")
+    (tmp_path / "engine/core/c.py").write_text("def f():\n    from engine.kernels import d\n")
+    (tmp_path / "engine/worker/b.py").write_text("from engine.core import a\n")
+    (tmp_path / "engine/kernels/d.py").write_text("")
+    graph = ImportGraph({"engine": tmp_path})
+    table = {
+        "engine.core": Rank("engine", 1, "engine.core"),
+        "engine.kernels": Rank("engine", 1, "engine.kernels"),
+        "engine.worker": Rank("engine", 2, "engine.worker"),
+        "engine": Rank("engine", 0, "engine"),
     }
-    assert not wrong, wrong
+    broken = rank_violations(graph, table)
+    assert [b.split(" imports ")[0] for b in broken] == [
+        "engine.core.a (engine.core, rank 1)",
+        "engine.core.c (engine.core, rank 1)",
+    ]
 
 
-def test_core_does_not_reach_into_the_device_layers(graph: ImportGraph) -> None:
-    wrong = {
-        name: bad
-        for name in modules_under(graph, "engine.core") + modules_under(graph, "pagedock.text")
-        if (bad := {t for t in graph.modules[name].imports if under_any(t, DEVICE_LAYERS)})
-    }
-    assert not wrong, wrong
-
-
-# ---- the checker itself catches a violation ---------------------------------------------------
+def test_a_program_may_not_import_another(tmp_path: Path) -> None:
+    engine = Rank("engine", 5, "engine.server")
+    router = Rank("router", 0, "router")
+    foundation = Rank("", 3, "pagedock.text")
+    assert not may_import(Rank("router", 6, "router.server"), engine)
+    assert not may_import(engine, router)
+    assert may_import(router, foundation)
+    assert not may_import(Rank("", 1, "pagedock.protocol"), foundation)
 
 
 def test_the_checker_finds_a_lazy_torch_import_two_modules_away(tmp_path: Path) -> None:
