@@ -44,7 +44,10 @@ LABEL_KEY: Schema = {
     "type": "string",
     "minLength": 1,
     "maxLength": 253,
-    "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$",
+    "pattern": (
+        r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$"
+    ),
 }
 LABEL_VALUE: Schema = {
     "type": "string",

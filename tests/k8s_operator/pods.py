@@ -1,4 +1,5 @@
-"""Engine pods as the API server returns them (status in the shape of core/v1 Pod), one per cause."""
+"""Engine pods as the API server returns them (status in the shape of core/v1 Pod), one per
+cause."""
 
 from typing import Any
 

@@ -1,5 +1,6 @@
 """Download once, end to end: the operator's model Job, the engines it holds back, its outcome on
-ModelReady (kmock's emulator runs no Jobs: the tests write the Job's status as its controller would)."""
+ModelReady (kmock's emulator runs no Jobs: the tests write the Job's status as its controller
+would)."""
 
 import asyncio
 

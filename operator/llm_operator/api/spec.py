@@ -1,4 +1,5 @@
-"""The `LLMDeployment` spec as pydantic models: the one source of the CRD schema and of validation.
+"""The `LLMDeployment` spec as pydantic models: the one source of the CRD schema and of validation,
+and `parse_spec`, which validates an object's spec with them.
 
 Field names mirror the engine's config (`max_num_seqs` -> `maxNumSeqs`); each attribute docstring
 becomes the field's description in the CRD. Cross-field rules live twice, on purpose: as CEL
@@ -6,13 +7,16 @@ becomes the field's description in the CRD. Cross-field rules live twice, on pur
 operator, which also sees objects from servers that skip schema validation).
 """
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
+import pydantic
 from pydantic import Field, model_validator
 
 from llm_operator.api.autoscaling import AutoscalingSpec
 from llm_operator.api.gateway import GatewaySpec
 from llm_operator.api.types import Quantity, RawObject, SpecModel, cel_rules, section
+from llm_operator.names import MAX_NAME_LENGTH
 from pagedock.limits import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MODEL,
@@ -232,7 +236,8 @@ class LLMDeploymentSpec(SpecModel):
             "gateway needs the router (it is the endpoint picker)",
         ),
         (
-            "!self.autoscaling.enabled || self.autoscaling.mode != 'builtin' || self.router.enabled",
+            "!self.autoscaling.enabled || self.autoscaling.mode != 'builtin' || "
+            "self.router.enabled",
             "autoscaling.mode builtin needs the router (it reads the routers' demand)",
         ),
         (
@@ -310,6 +315,32 @@ class LLMDeploymentSpec(SpecModel):
             )
         if scaling.enabled and scaling.min_replicas == 0 and not self.router.enabled:
             raise ValueError(
-                "autoscaling.minReplicas 0 needs the router (it holds requests while an engine starts)"
+                "autoscaling.minReplicas 0 needs the router "
+                "(it holds requests while an engine starts)"
             )
         return self
+
+
+class InvalidSpecError(ValueError):
+    """The spec cannot be reconciled; the message says what to change."""
+
+
+def parse_spec(body: Mapping[str, Any]) -> LLMDeploymentSpec:
+    """The validated spec of an LLMDeployment object. InvalidSpecError, its message saying what to
+    change, when the name is too long for the children's names or the spec breaks the models'
+    rules (up to three problems named)."""
+    name = body["metadata"]["name"]
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidSpecError(f"metadata.name is longer than {MAX_NAME_LENGTH} characters")
+    try:
+        return LLMDeploymentSpec.model_validate(body.get("spec") or {})
+    except pydantic.ValidationError as error:
+        raise InvalidSpecError(_describe(error)) from None
+
+
+def _describe(error: pydantic.ValidationError) -> str:
+    problems = []
+    for item in error.errors()[:3]:
+        where = ".".join(str(part) for part in item["loc"]) or "spec"
+        problems.append(f"spec.{where}: {item['msg']}")
+    return "; ".join(problems)

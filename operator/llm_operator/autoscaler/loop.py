@@ -17,18 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_operator import API_VERSION, KIND
-from llm_operator.api.spec import LLMDeploymentSpec
+from llm_operator.api.spec import InvalidSpecError, LLMDeploymentSpec, parse_spec
 from llm_operator.autoscaler.events import post_event
 from llm_operator.autoscaler.rule import Decision, Observation, ScalerState, decide
 from llm_operator.autoscaler.scale_down import annotation_patches, coldest
 from llm_operator.autoscaler.signals import RouterDemand, poll_routers, ready_pod_ips
 from llm_operator.conditions import now_rfc3339
-from llm_operator.controller.reconcile import InvalidSpecError, parse_spec
-from llm_operator.controller.resync import collection_paths
 from llm_operator.fleet.status import deployment_counts
 from llm_operator.k8s.kube import KubeClient, KubeError
 from llm_operator.k8s.leadership import Peering, is_active
-from llm_operator.k8s.resources import KINDS, LLM_DEPLOYMENT, POD
+from llm_operator.k8s.resources import KINDS, LLM_DEPLOYMENT, POD, collection_paths
 from llm_operator.names import engine_name, selector_labels, selector_string
 from llm_operator.settings import OperatorSettings
 

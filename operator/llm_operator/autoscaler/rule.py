@@ -106,7 +106,8 @@ def _bounded(
         if want > limit:
             return (
                 max(limit, current),
-                f"wants {want}, limited to {max(limit, current)} while {current - obs.ready_replicas} start",
+                f"wants {want}, limited to {max(limit, current)} "
+                f"while {current - obs.ready_replicas} start",
             )
         return want, f"concurrency {obs.concurrency} ({obs.num_held} held)"
     if want < current:

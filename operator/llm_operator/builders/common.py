@@ -66,7 +66,8 @@ def image_pull_secrets(ctx: BuildContext) -> list[Obj]:
 
 
 def http_service(ctx: BuildContext, name: str, component: str, port: int, **spec: Any) -> Obj:
-    """A Service exposing the component's pods' `http` port; `spec` adds fields (clusterIP, type)."""
+    """A Service exposing the component's pods' `http` port; `spec` adds fields
+    (clusterIP, type)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",

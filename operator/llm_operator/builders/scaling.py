@@ -75,7 +75,10 @@ def build_scaled_object(ctx: BuildContext) -> Obj:
     metricName summed over this deployment's engines; with minReplicas 0, KEDA scales to zero
     once the trigger is inactive for scaleToZeroAfterSeconds (its cooldownPeriod)."""
     autoscaling = ctx.spec.autoscaling
-    query = f'sum({autoscaling.metric_name}{{namespace="{ctx.namespace}",pod=~"{engine_name(ctx.name)}-.*"}})'
+    query = (
+        f"sum({autoscaling.metric_name}"
+        f'{{namespace="{ctx.namespace}",pod=~"{engine_name(ctx.name)}-.*"}})'
+    )
     triggers: list[Obj] = [
         {
             "type": "prometheus",
@@ -91,6 +94,7 @@ def build_scaled_object(ctx: BuildContext) -> Obj:
     if autoscaling.target_cpu_utilization_percentage:
         cpu = str(autoscaling.target_cpu_utilization_percentage)
         triggers.append({"type": "cpu", "metricType": "Utilization", "metadata": {"value": cpu}})
+    scale_down = {"stabilizationWindowSeconds": autoscaling.scale_down_stabilization_seconds}
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
@@ -101,15 +105,7 @@ def build_scaled_object(ctx: BuildContext) -> Obj:
             "cooldownPeriod": autoscaling.scale_to_zero_after_seconds,
             "minReplicaCount": autoscaling.min_replicas,
             "maxReplicaCount": autoscaling.max_replicas,
-            "advanced": {
-                "horizontalPodAutoscalerConfig": {
-                    "behavior": {
-                        "scaleDown": {
-                            "stabilizationWindowSeconds": autoscaling.scale_down_stabilization_seconds
-                        }
-                    }
-                }
-            },
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {"scaleDown": scale_down}}},
             "triggers": triggers,
         },
     }

@@ -1,6 +1,7 @@
 """`pagedock operator [run|crd]`: run the operator (kopf underneath) or print its CRD.
 
-pagedock operator                      cluster-wide, or the namespaces in PAGEDOCK_OPERATOR_NAMESPACES
+pagedock operator                      cluster-wide, or the namespaces in
+                                       PAGEDOCK_OPERATOR_NAMESPACES
 pagedock operator run -n team-a -n team-b --verbose
 pagedock operator run -A --standalone  one replica, no leader election
 pagedock operator crd [--peering]      the CRD YAML (with kopf's peering CRDs)

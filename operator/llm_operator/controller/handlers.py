@@ -45,7 +45,8 @@ WATCHED_CHILDREN = (
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """In-cluster service account first, then the official client (exec plugins), then kubeconfig."""
+    """In-cluster service account first, then the official client (exec plugins), then
+    kubeconfig."""
     info = kopf.login_with_service_account(**kwargs)
     if info is not None:
         return info

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
-import pydantic
 
-from llm_operator.api.spec import LLMDeploymentSpec
+from llm_operator.api.spec import InvalidSpecError, parse_spec
 from llm_operator.builders import BuildContext, build_children, child_refs
 from llm_operator.conditions import Condition, merge_conditions
 from llm_operator.controller.model_delivery import (
@@ -37,13 +36,7 @@ from llm_operator.fleet.status import (
 from llm_operator.k8s.diff import is_subset, merge_patch, with_last_applied
 from llm_operator.k8s.kube import KubeClient, KubeError
 from llm_operator.k8s.resources import KINDS, LLM_DEPLOYMENT, POD, ResourceKind, kind_of
-from llm_operator.names import (
-    MAX_NAME_LENGTH,
-    engine_name,
-    router_name,
-    selector_labels,
-    selector_string,
-)
+from llm_operator.names import engine_name, router_name, selector_labels, selector_string
 from llm_operator.settings import OperatorSettings
 
 Obj = dict[str, Any]
@@ -62,28 +55,6 @@ class ApplyIssues:
     """`<kind> <name>: <server message>` of each child the API server refused."""
     missing_crds: list[str] = dataclasses.field(default_factory=list)
     """CRDs (e.g. inferencepools.inference.networking.k8s.io) that optional children need."""
-
-
-class InvalidSpecError(ValueError):
-    """The spec cannot be reconciled; the message says what to change."""
-
-
-def parse_spec(body: Mapping[str, Any]) -> LLMDeploymentSpec:
-    name = body["metadata"]["name"]
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidSpecError(f"metadata.name is longer than {MAX_NAME_LENGTH} characters")
-    try:
-        return LLMDeploymentSpec.model_validate(body.get("spec") or {})
-    except pydantic.ValidationError as error:
-        raise InvalidSpecError(_describe(error)) from None
-
-
-def _describe(error: pydantic.ValidationError) -> str:
-    problems = []
-    for item in error.errors()[:3]:
-        where = ".".join(str(part) for part in item["loc"]) or "spec"
-        problems.append(f"spec.{where}: {item['msg']}")
-    return "; ".join(problems)
 
 
 @dataclasses.dataclass

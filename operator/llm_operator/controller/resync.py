@@ -12,22 +12,15 @@ import asyncio
 import logging
 from typing import Any
 
-from llm_operator import API_VERSION, KIND, PLURAL
+from llm_operator import API_VERSION, KIND
 from llm_operator.controller.reconcile import Reconciler
 from llm_operator.fleet.metrics import scrape_fleet
 from llm_operator.k8s.kube import KubeError
 from llm_operator.k8s.leadership import Peering, is_active
-from llm_operator.k8s.resources import LLM_DEPLOYMENT
+from llm_operator.k8s.resources import collection_paths
 from llm_operator.names import engine_name
 
 logger = logging.getLogger(__name__)
-
-
-def collection_paths(namespaces: tuple[str, ...]) -> list[tuple[str | None, str]]:
-    """(namespace, LLMDeployment list path): one per watched namespace, or the cluster's."""
-    if namespaces:
-        return [(ns, LLM_DEPLOYMENT.collection_path(ns)) for ns in namespaces]
-    return [(None, f"/apis/{API_VERSION}/{PLURAL}")]
 
 
 async def resync_forever(

@@ -1,10 +1,8 @@
-"""The `LLMDeployment` status: its schema (pydantic) and how the children's state maps onto it."""
+"""How the children's state maps onto the `LLMDeployment` status: its conditions, and the Warning
+events due when one turns to a failure. The status schema is llm_operator.api.status."""
 
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
 
 from llm_operator.conditions import Condition, condition
 from llm_operator.fleet.gateway_status import GATEWAY_CRD_MISSING, GatewayState, gateway_condition
@@ -13,65 +11,6 @@ from llm_operator.fleet.pod_failures import SAME_CAUSE, SEVERITY, PodFailure
 Obj = dict[str, Any]
 CHILD_REJECTED = "ChildRejected"
 FAILURE_REASONS = frozenset({*SEVERITY, CHILD_REJECTED, GATEWAY_CRD_MISSING})
-
-
-class AutoscalerStatus(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
-    )
-
-    desired_replicas: int | None = None
-    """The replicas the built-in autoscaler last asked for."""
-    reason: str | None = None
-    """Why, in words."""
-    stable_concurrency: float | None = None
-    """Mean requests held or in flight over the stable window."""
-    panic_concurrency: float | None = None
-    """Mean requests held or in flight over the panic window."""
-    panicking: bool | None = None
-    """True while in panic mode (scales up on the panic window, never down)."""
-    num_held: int | None = None
-    """Requests the routers hold for want of a ready engine."""
-    num_inflight: int | None = None
-    """Requests in flight through the routers."""
-    num_routers: int | None = None
-    """Router pods that answered the last poll."""
-    last_scale_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
-    """When the autoscaler last changed spec.replicas."""
-
-
-class LLMDeploymentStatus(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
-    )
-
-    observed_generation: int | None = None
-    """The spec generation the operator last reconciled."""
-    replicas: int | None = None
-    """Engine pods that exist (scale subresource)."""
-    ready_replicas: int | None = None
-    """Engine pods that pass their readiness probe."""
-    selector: str | None = None
-    """Label selector of the engine pods (scale subresource, HPA)."""
-    endpoint: str | None = None
-    """The OpenAI-compatible base URL."""
-    model: str | None = None
-    """The served model name."""
-    kv_cache_usage: float | None = None
-    """Mean KV-cache usage of the engines, 0..1 (vllm:kv_cache_usage_perc)."""
-    prefix_cache_hit_rate: float | None = None
-    """Prefix-cache hits / queries over the engines' lifetime, 0..1."""
-    num_requests_waiting: int | None = None
-    """Requests queued in all engines."""
-    num_requests_running: int | None = None
-    """Requests running in all engines."""
-    autoscaler: AutoscalerStatus | None = None
-    """The built-in autoscaler's last decision and its inputs (autoscaling.mode builtin)."""
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-    )
-    """ModelReady, EngineReady, RouterReady, IngressReady, GatewayReady and Ready."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The kinds the operator manages, and their REST paths."""
+"""The kinds the operator manages, and their REST paths (among them the LLMDeployment lists that
+the resync and the autoscaler read)."""
 
 import dataclasses
 
@@ -60,3 +61,10 @@ KINDS = {
 
 def kind_of(obj: dict) -> ResourceKind:
     return KINDS[obj["kind"]]
+
+
+def collection_paths(namespaces: tuple[str, ...]) -> list[tuple[str | None, str]]:
+    """(namespace, LLMDeployment list path): one per watched namespace, or the cluster's."""
+    if namespaces:
+        return [(ns, LLM_DEPLOYMENT.collection_path(ns)) for ns in namespaces]
+    return [(None, f"/apis/{API_VERSION}/{PLURAL}")]
