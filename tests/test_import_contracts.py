@@ -312,3 +312,28 @@ def test_the_torch_free_modules_import_with_torch_blocked(graph: ImportGraph) ->
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# ---- rooms stay small enough to find things in --------------------------------------------
+
+MAX_LOOSE_MODULES = 15
+MAX_ENGINE_ROOT_MODULES = 6
+
+
+def loose_modules(graph: ImportGraph) -> dict[str, list[str]]:
+    """Each folder's modules, its `__init__` not counted."""
+    folders: dict[str, list[str]] = {}
+    for name, module in graph.modules.items():
+        if module.path.name != "__init__.py":
+            folders.setdefault(folder_of(graph, name), []).append(name)
+    return folders
+
+
+def test_no_folder_holds_more_than_fifteen_loose_modules(graph: ImportGraph) -> None:
+    crowded = {f: len(m) for f, m in loose_modules(graph).items() if len(m) > MAX_LOOSE_MODULES}
+    assert not crowded, f"group these folders' modules by concern: {crowded}"
+
+
+def test_the_engine_root_holds_only_its_bottom(graph: ImportGraph) -> None:
+    root = sorted(loose_modules(graph)["engine"])
+    assert len(root) + 1 <= MAX_ENGINE_ROOT_MODULES, root  # + its __init__
