@@ -191,7 +191,8 @@ def write(arms: list[dict[str, Any]], args: argparse.Namespace) -> None:
         "benchmark": "autoscale",
         "machine": machine_info(),
         "commit": git_commit(ROOT),
-        "note": "2 shared CPU cores, other engineers' jobs running: absolute times are loaded-machine times; compare the arms",
+        "note": "2 shared CPU cores, other engineers' jobs running: absolute times are "
+        "loaded-machine times; compare the arms",
         "settings": {
             **vars(args),
             "builtin_autoscaling": BUILTIN,
@@ -202,12 +203,14 @@ def write(arms: list[dict[str, Any]], args: argparse.Namespace) -> None:
     }
     RESULTS.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     lines = [
-        "| arm | requests | served | errors | TTFT p50 (s) | TTFT p99 (s) | replica-seconds | cold-start wait (s) |",
+        "| arm | requests | served | errors | TTFT p50 (s) | TTFT p99 (s) | replica-seconds "
+        "| cold-start wait (s) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for a in arms:
         lines.append(
-            f"| {a['arm']} | {a['requests']} | {a['served']} | {a['errors']} | {a['ttft_p50_s']} | {a['ttft_p99_s']} | {a['replica_seconds']} | {a['cold_start_wait_s']} |"
+            f"| {a['arm']} | {a['requests']} | {a['served']} | {a['errors']} | {a['ttft_p50_s']} "
+            f"| {a['ttft_p99_s']} | {a['replica_seconds']} | {a['cold_start_wait_s']} |"
         )
     RESULTS.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

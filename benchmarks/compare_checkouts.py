@@ -31,7 +31,11 @@ ENGINE_SETTINGS = (
     "LLM() defaults but the dtype (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix"
     " caching on)"
 )
-ENGINE_SETTINGS_ONLINE = "each checkout's `pagedock serve` defaults, as its benchmarks/online_throughput.py starts it (2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix caching on, max_waiting 1024); load generator streaming, 64 requests of workload A"
+ENGINE_SETTINGS_ONLINE = (
+    "each checkout's `pagedock serve` defaults, as its benchmarks/online_throughput.py starts it "
+    "(2 GiB KV, max_num_seqs 256, 2048-token budget, block 16, prefix caching on, max_waiting "
+    "1024); load generator streaming, 64 requests of workload A"
+)
 
 # Runs inside the checkout's process: only the offline API, which every checkout has.
 _RUN = """
@@ -44,13 +48,15 @@ llm = LLM(model=model, dtype=dtype, device="cpu")
 vocab_size = llm.engine.model_config.vocab_size
 workload = workload_a(vocab_size, num_requests=num_requests, seed=seed)
 warmup = workload_a(vocab_size, num_requests=4, seed=seed, content_seed=seed + 1000)
-llm.generate(warmup.prompts, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)
+warmup_params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+llm.generate(warmup.prompts, warmup_params, use_tqdm=False)
 params = SamplingParams(max_tokens=workload.max_tokens, temperature=0.0, ignore_eos=True)
 started = time.perf_counter()
 outs = llm.generate(workload.prompts, params, use_tqdm=False)
 elapsed = time.perf_counter() - started
 generated = sum(len(o.token_ids) for o in outs)
-print(json.dumps({"elapsed_s": elapsed, "generated_tokens": generated, "generated_tok_s": generated / elapsed}))
+record = {"elapsed_s": elapsed, "generated_tokens": generated}
+print(json.dumps({**record, "generated_tok_s": generated / elapsed}))
 """
 
 

@@ -49,7 +49,10 @@ SETTINGS = {
 }
 
 # Prints the path of the kernel build a checkout's `engine` loads (building it if need be).
-_BUILD = "from engine.kernels.cpu_kernels import load_cpu_kernels; print(load_cpu_kernels(True).__file__)"
+_BUILD = (
+    "from engine.kernels.cpu_kernels import load_cpu_kernels; "
+    "print(load_cpu_kernels(True).__file__)"
+)
 
 # Loads every build given on the command line and times them round by round on the same inputs.
 _RUN = """

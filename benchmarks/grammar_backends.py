@@ -1,6 +1,7 @@
 """xgrammar vs llguidance on this machine, with the built-in SmolLM2 tokenizer.
 
-    python benchmarks/grammar_backends.py [--steps 24] [--out benchmarks/results/grammar_backends.json]
+    python benchmarks/grammar_backends.py [--steps 24]
+        [--out benchmarks/results/grammar_backends.json]
 
 For each library: compile time per JSON schema (cache off; for llguidance, whose parser is lazy,
 matcher construction plus the first mask), and the time to fill the token bitmask per decode

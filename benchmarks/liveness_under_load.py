@@ -8,7 +8,8 @@ says 503 "engine stalled" when its loop has not gone round for --stall-timeout-s
 pending; its longest legitimate pause is the longest step (a full 2,048-token prefill chunk
 batched with every running decode). The result records every /health answer's status, the
 largest `seconds_since_progress` the poller saw (a lower bound of the longest step, within the
-0.25 s poll), and so the margin to the timeout. Written to benchmarks/results/liveness_under_load.json.
+0.25 s poll), and so the margin to the timeout. Written to
+benchmarks/results/liveness_under_load.json.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "workload": "A (64 requests, seed 0)",
         "concurrency": args.concurrency,
         "stall_timeout_s": args.stall_timeout_s,
-        "server": "pagedock serve defaults: max_num_batched_tokens 2048, max_num_seqs 256, prefix caching on",
+        "server": "pagedock serve defaults: max_num_batched_tokens 2048, max_num_seqs 256, "
+        "prefix caching on",
         "poll_s": POLL_S,
     }
     longest = max(poller.progress_ages_s, default=0.0)

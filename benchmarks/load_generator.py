@@ -61,7 +61,8 @@ class LoadReport:
             f"{self.num_requests} requests, {self.num_errors} errors in {self.duration_s:.1f}s: "
             f"{self.output_tok_s:.1f} output tok/s; TTFT p50 {self.ttft_p50_ms:.0f} ms, p99 "
             f"{self.ttft_p99_ms:.0f} ms; ITL p50 {self.itl_p50_ms:.1f} ms, p99 "
-            f"{self.itl_p99_ms:.1f} ms; e2e p50 {self.e2e_p50_ms:.0f} ms, p99 {self.e2e_p99_ms:.0f} ms"
+            f"{self.itl_p99_ms:.1f} ms; e2e p50 {self.e2e_p50_ms:.0f} ms, "
+            f"p99 {self.e2e_p99_ms:.0f} ms"
         )
 
 

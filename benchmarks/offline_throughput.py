@@ -166,9 +166,9 @@ def print_table(
         ratios = " | ".join(f"{r['generated_tok_s'] / rates[b]:.2f}x" for b in baselines)
         gflops = flops / r["elapsed_s"] / 1e9 if r["requests"] == num_requests else float("nan")
         lines.append(
-            f"| {r['system']} | {r['generated_tok_s']:.1f} | {r.get('total_tok_s', float('nan')):.1f}"
-            f" | {ratios} | {gflops:.1f} | {gflops / ceiling_gflops:.0%} | "
-            f"{r.get('load_s', float('nan')):.1f} |"
+            f"| {r['system']} | {r['generated_tok_s']:.1f} | "
+            f"{r.get('total_tok_s', float('nan')):.1f} | {ratios} | {gflops:.1f} | "
+            f"{gflops / ceiling_gflops:.0%} | {r.get('load_s', float('nan')):.1f} |"
         )
     table = "\n".join(lines)
     print("\n" + table)

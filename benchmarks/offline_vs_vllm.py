@@ -203,7 +203,8 @@ def write_results(
         "equal_settings": settings.as_dict(),
         "pagedock_only_levers": levers,
         "vllm_environment": vllm_environment(settings) if vllm_python() else None,
-        "memory": "peak of summed PSS and of summed RSS over the process tree, spawn to exit; RSS every 0.1 s, PSS every 1 s",
+        "memory": "peak of summed PSS and of summed RSS over the process tree, spawn to exit; "
+        "RSS every 0.1 s, PSS every 1 s",
         "run_order": [f"{r['system']} #{r['repetition']}" for r in runs],
         "own_settings": {r["system"]: r.get("resolved", {}) for r in runs},
         "summary": summary,

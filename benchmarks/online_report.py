@@ -1,4 +1,5 @@
-"""The result files of benchmarks/online_vs_vllm.py: JSON with every run, a markdown table, a chart."""
+"""The result files of benchmarks/online_vs_vllm.py: JSON with every run, a markdown table, a
+chart."""
 
 from __future__ import annotations
 
@@ -114,7 +115,8 @@ def run_description(
             "requests_per_repetition": args.num_requests,
             "concurrency": args.concurrency,
             "content_seeds": "100 + repetition (no prefix-cache hits across runs)",
-            "warmup": f"{args.warmup_requests} requests of content seed 2000, 16 tokens, per server",
+            "warmup": f"{args.warmup_requests} requests of content seed 2000, 16 tokens, "
+            "per server",
         },
         "equal_settings": args.settings.as_dict(),
         "pagedock_only_levers": parse_pagedock_args(args.pagedock_arg),
@@ -132,28 +134,31 @@ def online_markdown(
     flags = ", ".join(f for f, on in machine["cpu_flags"].items() if on)
     reps = max(r["repetition"] for r in result["runs"]) + 1
     head = (
-        f"Online, workload A's shape, {w['requests_per_repetition']} requests x {reps} interleaved "
-        f"repetitions at concurrency {w['concurrency']}, streaming; {result['started']}, "
-        f"{machine['cpu_model']} ({flags}), {eq['threads']} threads; {result['vllm'] or 'no vLLM'}; "
-        f"pagedock {result['pagedock_commit']}; equal: {eq['kv_cache_gib']} GiB KV, max_num_seqs "
-        f"{eq['max_num_seqs']}, {eq['max_num_batched_tokens']} tokens per step, prefix caching on; "
+        f"Online, workload A's shape, {w['requests_per_repetition']} requests x {reps} "
+        f"interleaved repetitions at concurrency {w['concurrency']}, streaming; "
+        f"{result['started']}, {machine['cpu_model']} ({flags}), {eq['threads']} threads; "
+        f"{result['vllm'] or 'no vLLM'}; pagedock {result['pagedock_commit']}; equal: "
+        f"{eq['kv_cache_gib']} GiB KV, max_num_seqs {eq['max_num_seqs']}, "
+        f"{eq['max_num_batched_tokens']} tokens per step, prefix caching on; "
         f"servers: {result['server_lifetime']['mode']}. Median (min–max) of the repetitions. "
         f"{result['note']}"
     ).strip()
     pooled = [
-        "| system | TTFT p50 / p90 / p99 ms | ITL p50 / p99 ms | peak PSS MB | peak RSS MB | start-up s |"
+        "| system | TTFT p50 / p90 / p99 ms | ITL p50 / p99 ms | peak PSS MB | peak RSS MB "
+        "| start-up s |"
     ]
     pooled.append("|---|---|---|---|---|---|")
     for name, p in result["pooled_percentiles"].items():
         mem = result["peak_memory"].get(name, {})
         pooled.append(
-            f"| {name} | {p['ttft_p50_ms']:,.0f} / {p['ttft_p90_ms']:,.0f} / {p['ttft_p99_ms']:,.0f} | "
-            f"{p['itl_p50_ms']:,.0f} / {p['itl_p99_ms']:,.0f} | {mem.get('peak_pss_mb', 0):,.0f} | "
+            f"| {name} | {p['ttft_p50_ms']:,.0f} / {p['ttft_p90_ms']:,.0f} / "
+            f"{p['ttft_p99_ms']:,.0f} | {p['itl_p50_ms']:,.0f} / {p['itl_p99_ms']:,.0f} | "
+            f"{mem.get('peak_pss_mb', 0):,.0f} | "
             f"{mem.get('peak_rss_mb', 0):,.0f} | {mem.get('startup_s', 0):.1f} |"
         )
     return (
-        f"{head}\n\n{markdown_table(summary, COLUMNS)}\n\nPercentiles pooled over every repetition's "
-        f"samples, and each system's peak memory:\n\n"
+        f"{head}\n\n{markdown_table(summary, COLUMNS)}\n\n"
+        "Percentiles pooled over every repetition's samples, and each system's peak memory:\n\n"
         + "\n".join(pooled)
         + f"\n\n{ratio_lines(ratios)}\n"
     )

@@ -77,8 +77,10 @@ def start_emulator() -> tuple[subprocess.Popen[str], str]:
 def write_kubeconfig(server: str) -> None:
     path = Path(tempfile.mkdtemp()) / "kubeconfig"
     path.write_text(
-        f"apiVersion: v1\nkind: Config\ncurrent-context: b\nclusters: [{{name: b, cluster: {{server: '{server}'}}}}]\n"
-        "users: [{name: b, user: {token: t}}]\ncontexts: [{name: b, context: {cluster: b, user: b}}]\n"
+        "apiVersion: v1\nkind: Config\ncurrent-context: b\n"
+        f"clusters: [{{name: b, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: b, user: {token: t}}]\n"
+        "contexts: [{name: b, context: {cluster: b, user: b}}]\n"
     )
     os.environ["KUBECONFIG"] = str(path)
 
@@ -241,7 +243,8 @@ def main() -> None:
         f"writes {direct['warm_writes']}"
     )
     print(
-        f"operator end to end, POST -> all children: median {statistics.median(latencies) * 1000:.0f} ms, "
+        "operator end to end, POST -> all children: "
+        f"median {statistics.median(latencies) * 1000:.0f} ms, "
         f"max {max(latencies) * 1000:.0f} ms over {len(latencies)} cycles"
     )
     print(

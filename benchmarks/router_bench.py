@@ -147,11 +147,15 @@ async def metrics() -> Response:
 @app.get("/v1/kv/events")
 async def events() -> StreamingResponse:
     async def lines():
-        snapshot = {"type": "snapshot", "instance_id": uuid.uuid4().hex, "seq": -1, "block_size": 16, "block_hashes": [], "root_hash": "00" * 32}
+        snapshot = {
+            "type": "snapshot", "instance_id": uuid.uuid4().hex, "seq": -1, "block_size": 16,
+            "block_hashes": [], "root_hash": "00" * 32,
+        }
         yield json.dumps(snapshot) + "\\n"
         while True:
             await asyncio.sleep(10)
-            yield json.dumps({"type": "heartbeat", "instance_id": snapshot["instance_id"], "seq": -1}) + "\\n"
+            heartbeat = {"type": "heartbeat", "instance_id": snapshot["instance_id"], "seq": -1}
+            yield json.dumps(heartbeat) + "\\n"
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
 """
@@ -207,17 +211,19 @@ def timed_posts(
     return latencies
 
 
-# ---- report ---------------------------------------------------------------------------------------
+# ---- report -------------------------------------------------------------------------------------
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| policy | prefix hit rate | of best possible | req/s | output tok/s | TTFT p50 ms | TTFT p99 ms |",
+        "| policy | prefix hit rate | of best possible | req/s | output tok/s | TTFT p50 ms "
+        "| TTFT p99 ms |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['policy']} | {r['hit_rate']:.1%} | {r['of_best']:.1%} | {r['req_per_s']:.1f} | {r['tok_per_s']:.0f} | {r['ttft_p50_ms']:.1f} | {r['ttft_p99_ms']:.1f} |"
+            f"| {r['policy']} | {r['hit_rate']:.1%} | {r['of_best']:.1%} | {r['req_per_s']:.1f} "
+            f"| {r['tok_per_s']:.0f} | {r['ttft_p50_ms']:.1f} | {r['ttft_p99_ms']:.1f} |"
         )
     return "\n".join(lines)
 
@@ -249,7 +255,8 @@ def overhead_report(overhead: dict[str, float], num_requests: int) -> str:
     o = overhead
     return (
         f"router added latency (no-op replica, {num_requests} sequential requests each way, "
-        f"interleaved, warm connections): direct p50 {o['direct_p50_ms']:.2f} ms / p99 {o['direct_p99_ms']:.2f} ms, "
+        f"interleaved, warm connections): direct p50 {o['direct_p50_ms']:.2f} ms / "
+        f"p99 {o['direct_p99_ms']:.2f} ms, "
         f"through the router p50 {o['routed_p50_ms']:.2f} ms / p99 {o['routed_p99_ms']:.2f} ms; "
         f"added p50 {o['added_p50_ms']:.2f} ms (target < 2 ms)\n"
     )
@@ -270,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         "--model",
         default="tiny",
         choices=["tiny", "smollm2-135m-instruct"],
-        help="tiny: 3 tiny random replicas (this scenario); smollm2-135m-instruct: the real-model scenario",
+        help="tiny: 3 tiny random replicas (this scenario); "
+        "smollm2-135m-instruct: the real-model scenario",
     )
     parser.add_argument("--tenants", type=int, default=8)
     parser.add_argument("--turns", type=int, default=16)

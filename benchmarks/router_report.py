@@ -26,6 +26,18 @@ from tests.router.workload import Turn, best_possible_hit_tokens
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "router_smollm2"
 BLOCK_SIZE = 16
+_SCENARIO = (
+    "routing under load, SmolLM2-135M (benchmarks/router_bench.py --model smollm2-135m-instruct)"
+)
+_DEFAULT_TARGET_REASONING = (
+    "2 x the median TTFT of a prefix-cache hit on an idle replica (peak.calibration): what a "
+    "warm tenant's user gets when nothing is queued, with room for one more such prefill ahead "
+    "of it"
+)
+_PINNING = (
+    "replica i to usable core i (sched_setaffinity in the child before exec); the router and "
+    "this client are not pinned and share those cores"
+)
 
 
 def policy_row(
@@ -116,7 +128,8 @@ _best_cache: dict[int, int] = {}
 
 
 def _best_hit_tokens(turns: list[ChatTurn]) -> int:
-    """Prefix-cache hit tokens with an unbounded cache shared by all (computed once per workload)."""
+    """Prefix-cache hit tokens with an unbounded cache shared by all (computed once per
+    workload)."""
     key = id(turns)
     if key not in _best_cache:
         _best_cache[key] = best_possible_hit_tokens(
@@ -140,13 +153,14 @@ def write_results(
     stem: Path = args.output or RESULTS
     stem.parent.mkdir(parents=True, exist_ok=True)
     result = {
-        "scenario": "routing under load, SmolLM2-135M (benchmarks/router_bench.py --model smollm2-135m-instruct)",
+        "scenario": _SCENARIO,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "git_commit": git_commit(ROOT),
         "machine": machine_info(),
         "load_average": {
             **load_average,
-            "note": "os.getloadavg() (1, 5, 15 min) at start and end: whatever else ran on the cores",
+            "note": "os.getloadavg() (1, 5, 15 min) at start and end: "
+            "whatever else ran on the cores",
         },
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "workload": {
@@ -159,11 +173,12 @@ def write_results(
         **_fleet_record(sizing),
         "peak": peak,
         "arrival_rate_req_per_s": rate,
-        "arrival": f"open loop, Poisson at {args.load} x the measured round-robin peak, seed {args.seed}, the same schedule for every policy",
+        "arrival": f"open loop, Poisson at {args.load} x the measured round-robin peak, "
+        f"seed {args.seed}, the same schedule for every policy",
         "ttft_target_ms": 1000 * target_s,
         "ttft_target_reasoning": "given with --ttft-target-ms"
         if args.ttft_target_ms
-        else "2 x the median TTFT of a prefix-cache hit on an idle replica (peak.calibration): what a warm tenant's user gets when nothing is queued, with room for one more such prefill ahead of it",
+        else _DEFAULT_TARGET_REASONING,
         "policy_order": [r["policy"] for r in rows],
         "policies": rows,
         "wall_s": wall_s,
@@ -190,7 +205,7 @@ def _fleet_record(sizing: KvSizing) -> dict[str, Any]:
     return {
         "replicas": {
             "count": 2,
-            "pinned": "replica i to usable core i (sched_setaffinity in the child before exec); the router and this client are not pinned and share those cores",
+            "pinned": _PINNING,
             "engine": dataclasses.asdict(engine),
             "server": dataclasses.asdict(ServerOptions()),
         },
@@ -208,23 +223,31 @@ def _fleet_record(sizing: KvSizing) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     w, peak = result["workload"], result["peak"]
     lines = [
-        f"SmolLM2-135M, 2 replicas (1 torch thread each, pinned), {result['kv_sizing']['num_kv_blocks']} KV blocks each; "
-        f"{w['num_tenants']} tenants x {w['conversations_per_tenant']} conversations x {w['turns_per_conversation']} turns "
-        f"({w['num_requests']} requests, prompts {w['prompt_tokens_min']}-{w['prompt_tokens_max']} tokens), "
+        "SmolLM2-135M, 2 replicas (1 torch thread each, pinned), "
+        f"{result['kv_sizing']['num_kv_blocks']} KV blocks each; "
+        f"{w['num_tenants']} tenants x {w['conversations_per_tenant']} conversations x "
+        f"{w['turns_per_conversation']} turns ({w['num_requests']} requests, prompts "
+        f"{w['prompt_tokens_min']}-{w['prompt_tokens_max']} tokens), "
         f"{result['settings']['max_tokens']} output tokens each, streamed.",
         f"Peak (round-robin, closed loop at {peak['concurrency']}): {peak['req_per_s']:.2f} req/s; "
-        f"arrivals Poisson at {result['arrival_rate_req_per_s']:.2f} req/s ({result['settings']['load']:.0%} of it). "
+        f"arrivals Poisson at {result['arrival_rate_req_per_s']:.2f} req/s "
+        f"({result['settings']['load']:.0%} of it). "
         f"Goodput: share of requests with TTFT <= {result['ttft_target_ms']:.0f} ms. Prefix hit "
         "rate: cached / prompt tokens as each response reports them (of best: against an unbounded "
         "cache); engine counters: vllm:prefix_cache_hits / queries (one lookup per admission).",
-        f"Machine: {result['machine']['cpu_model']}, commit {result['git_commit']}; full record in the JSON.",
+        f"Machine: {result['machine']['cpu_model']}, commit {result['git_commit']}; "
+        "full record in the JSON.",
         "",
-        "| policy | prefix hit rate | of best | engine counters | TTFT p50 ms | p90 ms | p99 ms | req/s | output tok/s | goodput | rejected | errors |",
+        "| policy | prefix hit rate | of best | engine counters | TTFT p50 ms | p90 ms | p99 ms "
+        "| req/s | output tok/s | goodput | rejected | errors |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["policies"]:
         lines.append(
-            f"| {r['policy']} | {r['hit_rate']:.1%} | {r['of_best']:.1%} | {r['engine_hit_rate']:.1%} | {r['ttft_p50_ms']:.0f} | {r['ttft_p90_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['req_per_s']:.2f} | {r['output_tok_per_s']:.1f} | {r['goodput']:.1%} | {r['num_rejected']} | {r['num_errors']} |"
+            f"| {r['policy']} | {r['hit_rate']:.1%} | {r['of_best']:.1%} "
+            f"| {r['engine_hit_rate']:.1%} | {r['ttft_p50_ms']:.0f} | {r['ttft_p90_ms']:.0f} "
+            f"| {r['ttft_p99_ms']:.0f} | {r['req_per_s']:.2f} | {r['output_tok_per_s']:.1f} "
+            f"| {r['goodput']:.1%} | {r['num_rejected']} | {r['num_errors']} |"
         )
     lines += [
         "",
@@ -275,7 +298,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     for ax in axes:
         ax.tick_params(axis="x", rotation=15)
     fig.suptitle(
-        f"pagedock router: 2 SmolLM2-135M replicas, Poisson arrivals at {result['arrival_rate_req_per_s']:.2f} req/s ({result['settings']['load']:.0%} of round-robin's peak)"
+        "pagedock router: 2 SmolLM2-135M replicas, Poisson arrivals at "
+        f"{result['arrival_rate_req_per_s']:.2f} req/s "
+        f"({result['settings']['load']:.0%} of round-robin's peak)"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=100)

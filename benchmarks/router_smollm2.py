@@ -28,11 +28,14 @@ import random
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks import router_client as rc
+from benchmarks import router_smollm2_args
 from benchmarks.router_report import policy_row, routing_stats, write_results
+from benchmarks.router_smollm2_args import MODEL
 from benchmarks.router_workload import (
     ChatTurn,
     KvSizing,
@@ -47,8 +50,6 @@ from benchmarks.router_workload import (
 )
 from tests.router.live import Process, free_port, metric_sum, wait_synced
 
-MODEL = "smollm2-135m-instruct"
-POLICIES = ("prefix-aware", "round-robin", "least-loaded")
 NUM_REPLICAS = 2
 COUNTERS = (
     "vllm:prefix_cache_hits_total",
@@ -242,72 +243,19 @@ def run_policy(
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default=MODEL, choices=[MODEL])
-    shape = WorkloadShape()
-    parser.add_argument("--tenants", type=int, default=shape.num_tenants)
-    parser.add_argument(
-        "--conversations", type=int, default=shape.conversations_per_tenant, help="per tenant"
-    )
-    parser.add_argument(
-        "--turns",
-        type=int,
-        default=shape.turns_per_conversation,
-        help="user turns per conversation",
-    )
-    parser.add_argument("--system-prompt-tokens", type=int, default=shape.system_prompt_tokens)
-    parser.add_argument("--max-tokens", type=int, default=24, help="output tokens per request")
-    parser.add_argument("--peak-requests", type=int, default=64)
-    parser.add_argument(
-        "--peak-concurrency",
-        type=int,
-        default=8,
-        help="closed loop: in flight at once (both replicas busy)",
-    )
-    parser.add_argument(
-        "--load",
-        type=float,
-        default=0.8,
-        help="open-loop arrival rate as a fraction of the measured peak",
-    )
-    parser.add_argument("--calibration-hits", type=int, default=5)
-    parser.add_argument(
-        "--ttft-target-ms", type=float, help="goodput target (default: 2x the unloaded hit TTFT)"
-    )
-    parser.add_argument("--policies", default=",".join(POLICIES))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--output", type=Path, help="result path stem (default benchmarks/results/router_smollm2)"
-    )
-    args = parser.parse_args(argv)
-    counts = (
-        "tenants",
-        "conversations",
-        "turns",
-        "system_prompt_tokens",
-        "max_tokens",
-        "peak_requests",
-        "peak_concurrency",
-        "calibration_hits",
-    )
-    for name in counts:
-        if getattr(args, name) < 1:
-            parser.error(
-                f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
-            )
-    if not 0 < args.load <= 1:
-        parser.error(f"--load is a fraction of the peak in (0, 1], got {args.load}")
-    if unknown := set(args.policies.split(",")) - set(POLICIES):
-        parser.error(
-            f"--policies: unknown {', '.join(sorted(unknown))} (choose from {', '.join(POLICIES)})"
-        )
-    return args
+    return router_smollm2_args.parse_args(argv, description=__doc__)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+@dataclass(frozen=True)
+class Workload:
+    shape: WorkloadShape
+    turns: list[ChatTurn]
+    sizing: KvSizing
+    encode: Any  # the model's tokenizer's encode: text -> token ids
+
+
+def prepare_workload(args: argparse.Namespace) -> Workload:
+    """The workload's chat turns, rendered with the model's chat template, and the KV pool size."""
     from pagedock.protocol import ChatCompletionRequest
     from pagedock.text.prompt_renderer import render_chat
     from router.kv.prompt_hasher import load_tokenizer
@@ -328,33 +276,55 @@ def main(argv: list[str] | None = None) -> int:
         args.max_tokens,
         max(1, args.peak_concurrency // NUM_REPLICAS),
     )
+    return Workload(shape, turns, sizing, tokenizer.encode)
+
+
+def goodput_target_s(args: argparse.Namespace, peak: dict[str, Any]) -> float:
+    """--ttft-target-ms, or by default 2x the median unloaded hit TTFT of the calibration."""
+    if args.ttft_target_ms:
+        return args.ttft_target_ms / 1000
+    return ttft_target_s([t / 1000 for t in peak["calibration"]["hit_ttfts_ms"]])
+
+
+def run_policies(
+    workload: Workload, args: argparse.Namespace, logs: Path, started: float
+) -> tuple[dict[str, Any], float, float, list[dict[str, Any]]]:
+    """(peak, rate, target_s, rows): the round-robin peak, then each policy at --load x it."""
+    turns, sizing = workload.turns, workload.sizing
+    peak = measure_peak(turns, sizing, workload.encode, args, logs)
+    target_s = goodput_target_s(args, peak)
+    rate = args.load * peak["req_per_s"]
+    print(
+        f"peak {peak['req_per_s']:.2f} req/s (round-robin, closed loop); "
+        f"arrivals at {rate:.2f} req/s; TTFT target {1000 * target_s:.0f} ms "
+        f"[{time.time() - started:.0f} s]",
+        flush=True,
+    )
+    arrivals = poisson_arrivals(rate, len(turns), args.seed)
+    rows = []
+    for policy in args.policies.split(","):
+        rows.append(run_policy(policy, turns, arrivals, sizing, target_s, args, logs))
+        print(
+            f"{policy}: TTFT p90 {rows[-1]['ttft_p90_ms']:.0f} ms, "
+            f"hit rate {rows[-1]['hit_rate']:.1%} [{time.time() - started:.0f} s]",
+            flush=True,
+        )
+    return peak, rate, target_s, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    workload = prepare_workload(args)
     started, load_before = time.time(), os.getloadavg()
     print(
-        f"{len(turns)} requests; {sizing.num_kv_blocks} KV blocks per replica; load average {load_before}",
+        f"{len(workload.turns)} requests; {workload.sizing.num_kv_blocks} KV blocks per replica; "
+        f"load average {load_before}",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="router-smollm2-") as tmp:
-        logs = Path(tmp)
-        peak = measure_peak(turns, sizing, tokenizer.encode, args, logs)
-        target_s = (
-            args.ttft_target_ms / 1000
-            if args.ttft_target_ms
-            else ttft_target_s([t / 1000 for t in peak["calibration"]["hit_ttfts_ms"]])
-        )
-        rate = args.load * peak["req_per_s"]
-        print(
-            f"peak {peak['req_per_s']:.2f} req/s (round-robin, closed loop); arrivals at {rate:.2f} req/s; TTFT target {1000 * target_s:.0f} ms [{time.time() - started:.0f} s]",
-            flush=True,
-        )
-        arrivals = poisson_arrivals(rate, len(turns), args.seed)
-        rows = []
-        for policy in args.policies.split(","):
-            rows.append(run_policy(policy, turns, arrivals, sizing, target_s, args, logs))
-            print(
-                f"{policy}: TTFT p90 {rows[-1]['ttft_p90_ms']:.0f} ms, hit rate {rows[-1]['hit_rate']:.1%} [{time.time() - started:.0f} s]",
-                flush=True,
-            )
+        peak, rate, target_s, rows = run_policies(workload, args, Path(tmp), started)
     load = {"before": load_before, "after": os.getloadavg()}
+    shape, sizing, turns = workload.shape, workload.sizing, workload.turns
     write_results(
         args, shape, sizing, turns, peak, rate, target_s, rows, time.time() - started, load
     )

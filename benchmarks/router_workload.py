@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-_VOCABULARY = """paged attention block cache prefix tenant router engine replica token batch stream kernel
-memory schedule latency policy cluster service prompt invoice refund shipment warranty account
-password contract delivery support manual release upgrade backup network storage"""
+_VOCABULARY = """paged attention block cache prefix tenant router engine replica token batch stream
+kernel memory schedule latency policy cluster service prompt invoice refund shipment warranty
+account password contract delivery support manual release upgrade backup network storage"""
 WORDS = _VOCABULARY.split()
 
 Messages = list[dict[str, str]]

@@ -1,7 +1,8 @@
 """Tensor parallelism on this machine's CPU: TP=2 (gloo, two processes) against TP=1, interleaved,
 with the collectives each step costs.
 
-    python -m benchmarks.tensor_parallel [--repeats 3] [--json benchmarks/results/tensor_parallel.json]
+    python -m benchmarks.tensor_parallel [--repeats 3]
+        [--json benchmarks/results/tensor_parallel.json]
 
 The model is a random-weight llama of SmolLM2-135M's width and depth but with 8 query / 2 KV
 heads (SmolLM2's 9 heads do not split over 2 ranks): tokens/s depend on shapes, not on weights.
@@ -66,8 +67,9 @@ after = llm.engine.tp_stats()
 generated = sum(len(o.token_ids) for o in outs)
 delta = {k: after[k] - before.get(k, 0) for k in after if k != "tensor_parallel_size"}
 llm.shutdown()
-print(json.dumps({"tp": tp, "num_threads": threads, "elapsed_s": elapsed, "generated_tokens": generated,
-                  "generated_tok_s": generated / elapsed, "collectives": delta}))
+print(json.dumps({"tp": tp, "num_threads": threads, "elapsed_s": elapsed,
+                  "generated_tokens": generated, "generated_tok_s": generated / elapsed,
+                  "collectives": delta}))
 """
 
 

@@ -28,7 +28,8 @@ class EngineConfig:
     model: str = DEFAULT_MODEL
     """Built-in model name, local .gguf file, or local HF directory."""
     dtype: str = "auto"
-    """Weights and activations: auto (float32 on CPU, bfloat16 on GPU), float32, float16, bfloat16."""
+    """Weights and activations: auto (float32 on CPU, bfloat16 on GPU), float32, float16,
+    bfloat16."""
     cpu_gemm_dtype: str = "auto"
     """CPU float32 engines: the dtype the linear layers' weights are packed in and multiplied in
     (activations, norms and attention stay float32; the KV cache's is kv_cache_dtype). auto =
@@ -105,6 +106,13 @@ class EngineConfig:
     dequantizing."""
 
     def __post_init__(self) -> None:
+        self._check_numerics_and_placement()
+        self._check_cache_and_scheduling()
+        if self.kv_cache_memory is not None:
+            self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
+
+    def _check_numerics_and_placement(self) -> None:
+        """dtypes, device and tensor-parallel settings."""
         _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         _check(
             self.cpu_gemm_dtype in CPU_GEMM_DTYPES,
@@ -126,6 +134,9 @@ class EngineConfig:
             self.tensor_parallel_port is None or 1 <= self.tensor_parallel_port <= 65535,
             f"tensor_parallel_port must be in 1..65535, got {self.tensor_parallel_port}",
         )
+
+    def _check_cache_and_scheduling(self) -> None:
+        """The KV cache's shape, the scheduler's limits and the attention backend."""
         _check(
             self.block_size in BLOCK_SIZES,
             f"block_size must be one of {BLOCK_SIZES}, got {self.block_size}",
@@ -150,10 +161,9 @@ class EngineConfig:
         )
         _check(
             self.attention_backend is None or self.attention_backend in ATTENTION_BACKENDS,
-            f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}",
+            f"attention_backend must be one of {ATTENTION_BACKENDS}, "
+            f"got {self.attention_backend!r}",
         )
-        if self.kv_cache_memory is not None:
-            self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
 
 
 _UNITS = {

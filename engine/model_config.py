@@ -26,7 +26,8 @@ class ModelConfig:
     head_dim: int
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
-    # HF's rope_scaling / rope_parameters dict minus rope_theta; None or rope_type "default" = plain RoPE.
+    # HF's rope_scaling / rope_parameters dict minus rope_theta; None or rope_type "default" =
+    # plain RoPE.
     rope_scaling: dict[str, Any] | None = None
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
@@ -61,7 +62,8 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, cfg: dict[str, Any], name: str = "llama") -> ModelConfig:
-        """Build from an HF config.json dict (transformers 4.x `rope_scaling` or 5.x `rope_parameters`)."""
+        """Build from an HF config.json dict (transformers 4.x `rope_scaling` or 5.x
+        `rope_parameters`)."""
         archs = cfg.get("architectures") or ["LlamaForCausalLM"]
         if not any(a in SUPPORTED_ARCHITECTURES for a in archs) and cfg.get("model_type") not in (
             "llama",

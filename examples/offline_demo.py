@@ -30,7 +30,8 @@ def main() -> None:
     stats = llm.stats()
     print(
         f"KV utilisation {stats.kv_utilisation:.1%} (naive reservation: "
-        f"{stats.naive_kv_utilisation:.1%}), prefix cache hit rate {stats.prefix_cache_hit_rate:.1%}"
+        f"{stats.naive_kv_utilisation:.1%}), "
+        f"prefix cache hit rate {stats.prefix_cache_hit_rate:.1%}"
     )
 
 

@@ -30,7 +30,8 @@ class UnknownRequestError(PagedockError, KeyError):
 
 
 class ModelLoadError(PagedockError, RuntimeError):
-    """A model could not be found, read or understood. The message names the file and the problem."""
+    """A model could not be found, read or understood. The message names the file and the
+    problem."""
 
 
 class EngineDeadError(PagedockError, RuntimeError):

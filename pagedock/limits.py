@@ -8,7 +8,8 @@ of EngineConfig and RouterConfig.
 from typing import Final, Literal, get_args
 
 DEFAULT_MODEL: Final = "smollm2-135m-instruct"
-"""The built-in model `pagedock serve` loads, and the tokenizer `pagedock route` uses, by default."""
+"""The built-in model `pagedock serve` loads, and the tokenizer `pagedock route` uses, by
+default."""
 
 BlockSize = Literal[8, 16, 32, 64, 128]
 BLOCK_SIZES: Final[tuple[int, ...]] = get_args(BlockSize)
@@ -29,7 +30,8 @@ KvCacheDtype = Literal["auto", "float32", "bfloat16", "int8"]
 KV_CACHE_DTYPES: Final[tuple[str, ...]] = get_args(KvCacheDtype)
 """The dtype K and V are stored in; auto = the activation dtype. bfloat16 on a float32 CPU engine
 halves the cache's bytes per token (the C++ kernels widen each row to float32 as they read it);
-int8 there stores each row quantised with its own scale (~27 % of float32's bytes at head_dim 64)."""
+int8 there stores each row quantised with its own scale (~27 % of float32's bytes at head_dim
+64)."""
 
 AttentionBackendName = Literal["torch", "torch-sdpa", "triton"]
 ATTENTION_BACKENDS: Final[tuple[str, ...]] = get_args(AttentionBackendName)

@@ -1,6 +1,6 @@
-"""Small by default (STYLE.md): a file a reader can hold in their head, a function that does one
-thing. Tests are exempt, and so are Triton kernels (`@triton.jit`), which cannot call helpers
-cheaply."""
+"""Small by default (CONTRIBUTING.md): a file a reader can hold in their head, a function that
+does one thing. Tests are exempt, and so are Triton kernels (`@triton.jit`), which cannot call
+helpers cheaply."""
 
 from __future__ import annotations
 

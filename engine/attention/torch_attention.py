@@ -1,4 +1,5 @@
-"""Paged attention in plain torch: the CPU path, and the reference the Triton kernels are tested against.
+"""Paged attention in plain torch: the CPU path, and the reference the Triton kernels are tested
+against.
 
 The cache may hold K/V in a narrower dtype than the activations (a bf16 or int8 cache under float32
 on the CPU, EngineConfig.kv_cache_dtype): writes round into the cache's dtype (int8: kv_quant.py),
@@ -226,7 +227,8 @@ def per_token_context(meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tens
     kept on the metadata (every layer asks)."""
     if meta.num_tokens == meta.num_seqs:
         # Decodes only: the rows are the sequences. The live tensors, not a derived copy, so
-        # that a replayed CUDA graph's buffers (engine/worker/cuda_graph_runner.py) are read as updated.
+        # that a replayed CUDA graph's buffers (engine/worker/cuda_graph_runner.py) are read as
+        # updated.
         return meta.block_tables.contiguous(), meta.seq_lens.contiguous(), []
     cached = meta.backend_cache.get("per_token_context")
     if cached is None:

@@ -1,5 +1,6 @@
-"""The Triton kernels of the GPU attention backend (the wrappers that check shapes, pick grids and
-launch them are in `engine.attention.triton_attention`, whose docstring describes the layout).
+"""The Triton kernels of the GPU attention backend (the wrappers that launch them are in
+`engine.attention.triton_attention`, whose docstring describes the layout; the shape checks and
+grids they launch with, in `engine.attention.triton_launch`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The worker ranks need only what shapes the forward pass (the tokens, where they 
 blocks hold their context, which rows sample), not request ids, sampling parameters or token
 histories, so a step costs 4 bytes per new token and per block id plus 16 per sequence:
 
-    | num_seqs | (num_computed, num_new, do_sample, num_blocks) x num_seqs | new tokens | block ids |
+    | num_seqs | (num_computed, num_new, do_sample, num_blocks) x num_seqs
+    | new tokens | block ids |
 
 The order of the batch is kept: every rank runs the same forward pass on the same rows.
 """

@@ -142,8 +142,8 @@ class TPExecutor:
         rank, process = sentinels[ready[0]]  # type: ignore[index]
         assert process.pid is not None
         self._lost = (
-            f"tensor-parallel rank {rank} (pid {process.pid}) exited ({_exit_status(process.pid)}); "
-            "the engine cannot run any more steps"
+            f"tensor-parallel rank {rank} (pid {process.pid}) exited "
+            f"({_exit_status(process.pid)}); the engine cannot run any more steps"
         )
         logger.error("%s", self._lost)
 

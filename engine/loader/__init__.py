@@ -1,1 +1,2 @@
-"""Finding and loading model weights: the model registry, the HF Hub, GGUF files, the weight cache."""
+"""Loading model weights into the engine's layers: GGUF and safetensors, the weight cache, and
+tensor-parallel shards. Finding a model (registry, HF Hub, GGUF headers) is in pagedock/models/."""

@@ -273,7 +273,8 @@ def _dequantize(tensor: GGUFTensorInfo, gguf: GGUFFile, dtype: torch.dtype) -> t
         values = quants.dequantize(gguf.tensor_data(tensor), tensor.tensor_type)
     except _DEQUANTIZE_ERRORS as e:
         raise ModelLoadError(
-            f"{gguf.path}: cannot dequantize tensor {tensor.name!r} ({tensor.tensor_type.name}): {e}"
+            f"{gguf.path}: cannot dequantize tensor {tensor.name!r} "
+            f"({tensor.tensor_type.name}): {e}"
         ) from e
     values = np.asarray(values, dtype=np.float32).reshape(tensor.hf_shape)
     if not values.flags.writeable:  # a view into the memory map; torch wants memory it owns

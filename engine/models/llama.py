@@ -213,7 +213,8 @@ class LlamaForCausalLM(nn.Module):
             target = target[: tensor.shape[0]]
         if target.shape != tensor.shape:
             raise ModelLoadError(
-                f"weight {hf_name!r} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}"
+                f"weight {hf_name!r} has shape {tuple(tensor.shape)}, "
+                f"expected {tuple(target.shape)}"
             )
         target.copy_(tensor)
 
@@ -261,7 +262,8 @@ _SHARD_RE = re.compile(r"\.(q_proj|k_proj|v_proj|gate_proj|up_proj)\.")
 
 
 def _map_hf_name(hf_name: str) -> tuple[str, str | None] | None:
-    """HF parameter name -> (our parameter name, fused shard or None); None for ignorable tensors."""
+    """HF parameter name -> (our parameter name, fused shard or None); None for ignorable
+    tensors."""
     if "rotary_emb" in hf_name:
         return None
     name = hf_name.removeprefix("model.")

@@ -1,8 +1,8 @@
 """Each guided request's grammar state (an xgrammar matcher), on the engine thread.
 
-    add_core_request ──register──▶ matcher ──bitmask──▶ sampler masks the row
-                                     ▲                         │
-                                     └────── accept(token) ◀───┘   (same step, after sampling)
+    add_engine_request ──register──▶ matcher ──bitmask──▶ sampler masks the row
+                                       ▲                         │
+                                       └────── accept(token) ◀───┘   (same step, after sampling)
     finish / abort / stop string ──release──▶ gone
 
 A matcher has consumed exactly the request's output tokens. Preemption by recompute keeps those

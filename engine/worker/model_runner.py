@@ -58,7 +58,8 @@ class ModelRunner:
     def capture_decode_graphs(
         self, max_num_seqs: int, max_model_len: int, capturer: GraphCapture
     ) -> None:
-        """From now on decode-only steps replay captured graphs (engine/worker/cuda_graph_runner.py)."""
+        """From now on decode-only steps replay captured graphs
+        (engine/worker/cuda_graph_runner.py)."""
         with torch.inference_mode():
             self.graphs = DecodeGraphRunner(
                 self.model,
@@ -180,7 +181,8 @@ class ModelRunner:
         """Advance a new generator past the draws of `num_steps` earlier sampling steps: a
         continuation's tokens generated before (on another replica) consumed them there, so its
         seeded draws go on exactly where the original's stood. Each step draws one float32 noise
-        row of the vocabulary's width (Sampler._exponential_noise), so one row per step replays it."""
+        row of the vocabulary's width (Sampler._exponential_noise), so one row per step replays
+        it."""
         if num_steps == 0:
             return
         row = torch.empty(self.config.vocab_size, dtype=torch.float32)

@@ -69,13 +69,15 @@ class KVEventsConfig:
         )
         _check(
             self.event_encoding in EVENT_ENCODINGS,
-            f"kv-events-config: event_encoding must be one of {EVENT_ENCODINGS}, got {self.event_encoding!r}",
+            f"kv-events-config: event_encoding must be one of {EVENT_ENCODINGS}, "
+            f"got {self.event_encoding!r}",
         )
         for name in ("buffer_steps", "hwm", "max_queue_size"):
             _check(getattr(self, name) >= 1, f"kv-events-config: {name} must be at least 1")
         _check(
             "://" in self.endpoint,
-            f"kv-events-config: endpoint must be a ZMQ address such as tcp://*:5557, got {self.endpoint!r}",
+            "kv-events-config: endpoint must be a ZMQ address such as tcp://*:5557, "
+            f"got {self.endpoint!r}",
         )
 
     @property

@@ -6,7 +6,8 @@ leaves tensor data in the map until asked for.
 
     offset 0   "GGUF" | version u32 | tensor_count u64 | kv_count u64
                kv_count x  (key: string, type: u32, value)
-               tensor_count x  (name: string, n_dims: u32, dims: u64[n_dims], type: u32, offset: u64)
+               tensor_count x  (name: string, n_dims: u32, dims: u64[n_dims], type: u32,
+                                offset: u64)
                padding to `general.alignment` (default 32)
     data_offset  tensor data; each tensor at data_offset + its offset
 

@@ -65,7 +65,8 @@ class BuiltinModel:
     sha256: str
     size_bytes: int
     chat_template: str | None = None
-    """A template of pagedock/text/templates/ to render this model's chats with (its own if None)."""
+    """A template of pagedock/text/templates/ to render this model's chats with (its own if
+    None)."""
 
     @property
     def filename(self) -> str:

@@ -1,1 +1,2 @@
-"""Text in and out: tokenizer, chat template, incremental detokenizer and stop strings. Torch-free."""
+"""Text in and out: tokenizer, chat template, incremental detokenizer and stop strings.
+Torch-free."""

@@ -98,7 +98,8 @@ class IncrementalDetokenizer:
         return "".join(self.update([token_id])[0] for token_id in token_ids)
 
     def decode_step(self, new_token_ids: Sequence[int]) -> str:
-        """Decoded text that `new_token_ids` add (no stop strings); "" while a char is incomplete."""
+        """Decoded text that `new_token_ids` add (no stop strings); "" while a char is
+        incomplete."""
         self._ids.extend(new_token_ids)
         prefix_text = self._decode(self._prefix_offset, self._read_offset)
         full_text = self._decode(self._prefix_offset, len(self._ids))

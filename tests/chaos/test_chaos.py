@@ -159,7 +159,8 @@ def test_good_requests_are_unharmed_by_an_attacker(fleet: tuple[Process, list[Pr
         attacked = good_workload(router, seed=4)
     allowed = max(2 * p99(quiet), p99(quiet) + 0.25)
     print(
-        f"\ngood p99: quiet {p99(quiet) * 1e3:.0f} ms, attacked {p99(attacked) * 1e3:.0f} ms (allowed {allowed * 1e3:.0f} ms)"
+        f"\ngood p99: quiet {p99(quiet) * 1e3:.0f} ms, attacked {p99(attacked) * 1e3:.0f} ms "
+        f"(allowed {allowed * 1e3:.0f} ms)"
     )
     assert attacker.failures == [] and probes.failures == []
     assert p99(attacked) <= allowed

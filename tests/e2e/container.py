@@ -73,7 +73,8 @@ class ContainerRunner:
         }
 
     async def run(self) -> None:
-        """Until `stop()`: start, wait for the exit, back off, start again (restartPolicy Always)."""
+        """Until `stop()`: start, wait for the exit, back off, start again (restartPolicy
+        Always)."""
         while not self.stopping:
             launch = await self._prepare()
             if launch is None:

@@ -85,7 +85,8 @@ async def test_scale_down_removes_the_coldest_engine_and_no_stream_fails(cluster
     messages = [e["message"] for e in scale_events(cluster)]
     assert any(cold_pod in m for m in messages), messages
     print(
-        f"scale-down: {len(streams)} streams, none failed; {cold_pod} (cold) went; scores {scores}; took {time.monotonic() - started:.0f} s"
+        f"scale-down: {len(streams)} streams, none failed; {cold_pod} (cold) went; "
+        f"scores {scores}; took {time.monotonic() - started:.0f} s"
     )
 
 

@@ -63,7 +63,8 @@ async def test_held_requests_bring_an_engine_from_zero_and_idle_takes_it_back(
         assert seqs == sorted(seqs), f"dispatch order {seqs} is not the arrival order"
         assert spec_replicas(cluster) == 1
         print(
-            f"from zero: all {QUEUE_SIZE} held requests answered {from_zero_s:.1f} s after the 21st was refused"
+            f"from zero: all {QUEUE_SIZE} held requests answered {from_zero_s:.1f} s "
+            "after the 21st was refused"
         )
 
         await wait_scaled_to_zero(cluster, timeout=IDLE_SECONDS + 120)

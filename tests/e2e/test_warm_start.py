@@ -63,7 +63,9 @@ async def test_a_warmed_engine_hits_the_cache_more_in_its_first_requests(cluster
         await _tenant_traffic(http, router, counter, rounds=1)  # the new router learns what is hot
         warm = await _first_requests_hit_rate(cluster, http, counter, replicas=3)
     print(
-        f"warm start: a new engine's prefix hit rate over its first {FIRST_REQUESTS} requests: {cold:.2f} without warming, {warm:.2f} with; took {time.monotonic() - started:.0f} s"
+        f"warm start: a new engine's prefix hit rate over its first {FIRST_REQUESTS} requests: "
+        f"{cold:.2f} without warming, {warm:.2f} with; "
+        f"took {time.monotonic() - started:.0f} s"
     )
     assert warm > cold
 

@@ -135,7 +135,8 @@ def test_unsupported_versions_are_clear_errors(
 
 
 def test_every_truncation_is_a_clear_error(tmp_path: Path) -> None:
-    """Cut anywhere (header, metadata, tensor table, tensor data): a ModelLoadError, nothing else."""
+    """Cut anywhere (header, metadata, tensor table, tensor data): a ModelLoadError, nothing
+    else."""
     data = write_tiny_gguf(tmp_path / "whole.gguf", tiny_llama_weights()).read_bytes()
     cut = tmp_path / "cut.gguf"
     for keep_bytes in range(len(data)):

@@ -1,4 +1,5 @@
-"""Resolving model arguments, and fetching the built-in model once into the user cache (or\nfinding it pre-installed, as in the images)."""
+"""Resolving model arguments, and fetching the built-in model once into the user cache (or
+finding it pre-installed, as in the images)."""
 
 from __future__ import annotations
 

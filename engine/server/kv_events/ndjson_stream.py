@@ -1,8 +1,10 @@
 """GET /v1/kv/events: the engine's cached block hashes, as NDJSON lines for routers.
 
-    {"type": "snapshot", "instance_id", "seq", "block_size", "block_hashes": [hex, ...], "root_hash"}
-    {"type": "batch", "instance_id", "seq", "events": [{"type": "stored" | "removed" | "cleared",
-                                                        "block_hashes": [hex], "parent_block_hash"}]}
+    {"type": "snapshot", "instance_id", "seq", "block_size", "block_hashes": [hex, ...],
+     "root_hash"}
+    {"type": "batch", "instance_id", "seq",
+     "events": [{"type": "stored" | "removed" | "cleared", "block_hashes": [hex],
+                 "parent_block_hash"}]}
     {"type": "heartbeat", "instance_id", "seq"}          (after a quiet spell)
 
 A consumer applies batches in seq order to the snapshot's set. The engine never waits for a

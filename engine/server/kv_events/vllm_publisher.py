@@ -79,7 +79,8 @@ class VllmKVPublisher:
             from pagedock.errors import ConfigError
 
             raise ConfigError(
-                f"kv-events-config: cannot open {self.config.endpoint} / {self.config.replay_endpoint}: {e}"
+                f"kv-events-config: cannot open {self.config.endpoint} / "
+                f"{self.config.replay_endpoint}: {e}"
             ) from e
         return pub, replay
 
