@@ -31,7 +31,8 @@ class RouterConfig:
     namespace: str = "default"
     """k8s discovery: the namespace of --service."""
     target_port: str | None = None
-    """k8s discovery: the EndpointSlice port name or number to use; None = `http`, else the first."""
+    """k8s discovery: the EndpointSlice port name or number to use; None = `http`, else the
+    first."""
     policy: str = "prefix-aware"
     """prefix-aware, round-robin, least-loaded or session."""
     model: str | None = DEFAULT_MODEL
@@ -39,7 +40,8 @@ class RouterConfig:
     empty = no tokenizer (prefix-aware then balances by load only)."""
     chat_template: str | None = None
     """The engines' --chat-template (a file path or the template itself), so that chats are
-    rendered, and their blocks hashed, as the engines render them; None = as the engine's default."""
+    rendered, and their blocks hashed, as the engines render them; None = as the engine's
+    default."""
     host: str = "127.0.0.1"
     """Address to listen on; 0.0.0.0 in a container."""
     port: int = 8080
@@ -70,7 +72,8 @@ class RouterConfig:
     health_timeout_s: float = 1.0
     """Seconds a health check or load scrape may take before the replica counts as failed."""
     max_attempts: int = 3
-    """Replicas tried per request before giving up (connect errors, failure before the first byte)."""
+    """Replicas tried per request before giving up (connect errors, failure before the first
+    byte)."""
     connect_timeout_s: float = 2.0
     """Seconds to open a connection to a replica."""
     stall_eject_s: float = 5.0
@@ -103,7 +106,8 @@ class RouterConfig:
     waiting_request_tokens: int = 256
     """Cost model: prefill tokens assumed per waiting request a replica reports in /metrics."""
     tie_tolerance_ms: float = 5.0
-    """Cost model: estimates within this many ms of the best tie (broken by power of two choices)."""
+    """Cost model: estimates within this many ms of the best tie (broken by power of two
+    choices)."""
     balance_abs_threshold_tokens: int = 2048
     """Imbalance guard: the affine choice is overruled by the least-loaded replica when its queue
     exceeds the shortest by more than this many tokens ..."""
@@ -151,6 +155,18 @@ class RouterConfig:
     def __post_init__(self) -> None:
         self.replicas = [normalize_url(u) for u in self.replicas]
         self.replicas += [u for u in self.vllm_ports if u not in self.replicas]
+        self.root_path = self.root_path.rstrip("/")
+        if self.model is not None and not self.model.strip():
+            self.model = None
+        self._check_replicas()
+        self._check_client_side()
+        self._check_routing()
+        self._check_hold_and_warm()
+        self._check_picker()
+        self._check_keys()
+
+    def _check_replicas(self) -> None:
+        """Where the replicas come from, and how their KV events are read."""
         _check(
             self.replica_kind in REPLICA_KINDS,
             f"replica_kind must be one of {REPLICA_KINDS}, got {self.replica_kind!r}",
@@ -164,15 +180,6 @@ class RouterConfig:
             f"kv_replay_port must be a TCP port or 0, got {self.kv_replay_port}",
         )
         _check(self.kv_replay_timeout_s > 0, "kv_replay_timeout_s must be positive")
-        self.root_path = self.root_path.rstrip("/")
-        _check(
-            not self.root_path or self.root_path.startswith("/"),
-            f"root_path must start with /, got {self.root_path!r}",
-        )
-        _check(
-            self.policy in ROUTING_POLICIES,
-            f"policy must be one of {ROUTING_POLICIES}, got {self.policy!r}",
-        )
         _check(
             self.discovery in DISCOVERIES,
             f"discovery must be one of {DISCOVERIES}, got {self.discovery!r}",
@@ -182,6 +189,13 @@ class RouterConfig:
         _check(
             self.discovery != "static" or bool(self.replicas),
             "static discovery needs at least one --replica URL",
+        )
+
+    def _check_client_side(self) -> None:
+        """What the router serves its clients under, and how long it waits for them."""
+        _check(
+            not self.root_path or self.root_path.startswith("/"),
+            f"root_path must start with /, got {self.root_path!r}",
         )
         _check(
             self.max_connections >= 0,
@@ -194,6 +208,13 @@ class RouterConfig:
         _check(
             self.request_read_timeout_s > 0,
             f"request_read_timeout_s must be positive, got {self.request_read_timeout_s}",
+        )
+
+    def _check_routing(self) -> None:
+        """The policy, its cost model, and how a request is tried on the replicas."""
+        _check(
+            self.policy in ROUTING_POLICIES,
+            f"policy must be one of {ROUTING_POLICIES}, got {self.policy!r}",
         )
         _check(self.max_attempts >= 1, f"max_attempts must be at least 1, got {self.max_attempts}")
         _check(
@@ -213,6 +234,11 @@ class RouterConfig:
             "prefill_ms_per_token",
         ):
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
+        _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")
+
+    def _check_hold_and_warm(self) -> None:
+        """Requests held while no replica is ready; replicas warmed before they take a share."""
         _check(
             self.hold_queue_size >= 0,
             f"hold_queue_size must be 0 or more, got {self.hold_queue_size}",
@@ -227,8 +253,9 @@ class RouterConfig:
         _check(
             self.hold_timeout_s > 0, f"hold_timeout_s must be positive, got {self.hold_timeout_s}"
         )
-        _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
-        _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")
+
+    def _check_picker(self) -> None:
+        """Endpoint-picker mode (docs/gateway-api.md)."""
         _check(
             self.picker_port is None or 1 <= self.picker_port <= 65535,
             f"picker_port must be in 1..65535, got {self.picker_port}",
@@ -241,14 +268,15 @@ class RouterConfig:
             self.picker_shed_ttft_ms >= 0,
             f"picker_shed_ttft_ms must be 0 (never shed) or more, got {self.picker_shed_ttft_ms}",
         )
+
+    def _check_keys(self) -> None:
         # A router that adds the replicas' key for every client would open key-protected engines
         # to keyless clients.
         _check(
             self.replica_api_key is None or self.api_key is not None,
-            "--replica-api-key needs --api-key: without it, clients without a key would reach key-protected replicas",
+            "--replica-api-key needs --api-key: without it, clients without a key would reach "
+            "key-protected replicas",
         )
-        if self.model is not None and not self.model.strip():
-            self.model = None
 
     def is_vllm(self, url: str) -> bool:
         """Does this replica publish vLLM's KV events (rather than pagedock's stream)?"""
@@ -273,7 +301,8 @@ def _vllm_replica(entry: str) -> tuple[str, tuple[int, int] | None]:
     events, _, replay = ports.partition(":")
     _check(
         events.isdigit() and replay.isdigit(),
-        f"--vllm-replica {entry!r}: write URL@EVENTS_PORT:REPLAY_PORT, e.g. http://10.0.0.5:8000@5557:5558",
+        f"--vllm-replica {entry!r}: write URL@EVENTS_PORT:REPLAY_PORT, "
+        "e.g. http://10.0.0.5:8000@5557:5558",
     )
     return normalize_url(url), (int(events), int(replay))
 

@@ -13,8 +13,16 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 
 
 class RouterMetrics:
     def __init__(self, policy: str) -> None:
-        self.registry = r = CollectorRegistry()
+        self.registry = CollectorRegistry()
         self.policy = policy
+        self._add_decision_metrics()
+        self._add_failure_metrics()
+        self._add_replica_metrics()
+        self._add_latency_metrics()
+
+    def _add_decision_metrics(self) -> None:
+        """Where requests went and why, and what cache hit was predicted for them."""
+        r = self.registry
         self._requests = Counter(
             "pagedock_router_requests",
             "Requests sent to a replica, by policy decision.",
@@ -28,6 +36,10 @@ class RouterMetrics:
             buckets=_TOKEN_BUCKETS,
             registry=r,
         )
+
+    def _add_failure_metrics(self) -> None:
+        """Retries, resumed streams, and requests no replica could serve."""
+        r = self.registry
         self._retries = Counter(
             "pagedock_router_retries",
             "Requests retried on another replica, by cause.",
@@ -36,7 +48,8 @@ class RouterMetrics:
         )
         self._resumes = Counter(
             "pagedock_router_stream_resumes",
-            "Streams whose replica failed after the first byte, by whether another replica resumed them.",
+            "Streams whose replica failed after the first byte, "
+            "by whether another replica resumed them.",
             ["outcome"],
             registry=r,
         )
@@ -46,6 +59,10 @@ class RouterMetrics:
             ["cause"],
             registry=r,
         )
+
+    def _add_replica_metrics(self) -> None:
+        """Each replica's health and the router's view of its KV cache."""
+        r = self.registry
         self._healthy = Gauge(
             "pagedock_router_replica_healthy",
             "1 when the replica is a routing candidate.",
@@ -70,6 +87,10 @@ class RouterMetrics:
             ["replica"],
             registry=r,
         )
+
+    def _add_latency_metrics(self) -> None:
+        """The router's own added latency."""
+        r = self.registry
         self._overhead = Histogram(
             "pagedock_router_overhead_seconds",
             "Arrival to the replica request being sent (parse, tokenize, hash, decide).",

@@ -1,16 +1,16 @@
 """Proxy: sends a request to the replicas of a decision in order, with bounded failover.
 
-    connect error, a replica failure before the first byte -> replica marked unhealthy,
-                                                              next replica tried (max_attempts)
-    429 from a replica                                      -> next replica tried, none marked
-    4xx or a request's 500 from a replica                   -> passed through, never retried
-                                                              (router/http/upstream_errors.py decides)
-    2xx, non-streaming                                      -> the whole body, then the client's 200
-    2xx, streaming                                          -> chunks passed on as they arrive;
-                                                              a failure mid-stream resumes it on
-                                                              another replica (router/http/stream_resume.py)
-                                                              or, when it can't be, ends the client's
-                                                              stream with an SSE error event
+    connect error, a replica failure       -> replica marked unhealthy, next replica tried
+    before the first byte                     (max_attempts)
+    429 from a replica                     -> next replica tried, none marked
+    4xx or a request's 500 from a replica  -> passed through, never retried
+                                              (router/http/upstream_errors.py decides)
+    2xx, non-streaming                     -> the whole body, then the client's 200
+    2xx, streaming                         -> chunks passed on as they arrive; a failure
+                                              mid-stream resumes it on another replica
+                                              (router/http/stream_failover.py) or, when it
+                                              can't be, ends the client's stream with an SSE
+                                              error event
 
 A client that disconnects closes the replica connection too, so the engine aborts the request.
 """
@@ -30,14 +30,14 @@ from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive
 
-from pagedock.http.errors import APIError, error_json
-from pagedock.protocol import CONTINUATION_HEADER
+from pagedock.http.errors import APIError
 from router.demand import DemandTracker
-from router.http.stream_resume import Resumable, ResumePlan, Segment, StreamTranscript
-from router.http.upstream import UPSTREAM_ERRORS, make_session
+from router.http.stream_failover import StreamFailover, sse_error_event
+from router.http.stream_resume import Resumable, ResumePlan, Segment
+from router.http.upstream import UPSTREAM_ERRORS, AttemptFailed, make_session
 from router.http.upstream_errors import Verdict, classify_upstream
 from router.metrics import RouterMetrics
-from router.policies.dispatcher import Decision, Dispatcher, NoReplicaError
+from router.policies.dispatcher import Decision, Dispatcher
 from router.replicas.replica import Replica
 from router.replicas.replica_set import ReplicaSet
 from router.replicas.stall_watch import ReplicaStalled, StreamWatch, unless_stalled
@@ -56,16 +56,6 @@ _CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-class AttemptFailed(Exception):
-    """This replica could not serve the request; the next one may."""
-
-    def __init__(self, cause: str, mark_unhealthy: bool, response: Response | None = None) -> None:
-        super().__init__(cause)
-        self.cause = cause
-        self.mark_unhealthy = mark_unhealthy
-        self.response = response
-
-
 class Proxy:
     def __init__(
         self,
@@ -81,6 +71,7 @@ class Proxy:
         self.metrics = metrics
         self.replica_api_key = replica_api_key
         self._session: aiohttp.ClientSession | None = None
+        self._failover = StreamFailover(dispatcher, replica_set, metrics, self._exchange)
 
     async def start(self) -> None:
         """Open the upstream session (on the event loop it will run on)."""
@@ -208,7 +199,7 @@ class Proxy:
             body = self._relay(first, chunks, upstream, replica, request_id)
         else:
             segment = Segment(first, chunks, upstream, replica, request_id)
-            body = self._relay_resumable(segment, resumable)
+            body = self._failover.relay(segment, resumable)
         headers = {**_response_headers(upstream), **_SSE_HEADERS, REPLICA_HEADER: replica.url}
         return StreamingResponse(body, 200, headers, media_type)
 
@@ -240,119 +231,6 @@ class Proxy:
             replica.end(request_id)
             upstream.close()  # a client that left closes the replica's connection: it aborts
 
-    async def _relay_resumable(
-        self, segment: Segment, resumable: Resumable
-    ) -> AsyncIterator[bytes]:
-        """Relay the stream; when its replica fails, go on from another as a continuation."""
-        transcript = StreamTranscript(resumable.plan)
-        tried, resumes = [segment.replica.url], 0
-        try:
-            while True:
-                async for piece in self._relay_segment(segment, transcript):
-                    yield piece
-                if transcript.done:
-                    return
-                cause = segment.failure or "ended_early"  # closed without [DONE]
-                logger.warning("stream from %s broke: %s", segment.replica.url, cause)
-                if transcript.finished:  # all generated: only the end of the stream was lost
-                    yield b"data: [DONE]\n\n"
-                    return
-                if not transcript.resumable or resumes >= self.dispatcher.config.max_stream_resumes:
-                    self.metrics.observe_failure("mid_stream")
-                    yield sse_error_event(f"the replica failed mid-stream ({cause})", b"\n\n")
-                    return
-                resumes += 1
-                segment.close()
-                if cause != "stalled":  # a stalled replica left the healthy set already
-                    self.replica_set.mark_unhealthy(segment.replica, cause)
-                resumed = await self._resume(resumable, transcript, tried)
-                self.metrics.observe_resume(resumed is not None)
-                if resumed is None:
-                    self.metrics.observe_failure("mid_stream")
-                    yield sse_error_event(
-                        f"the replica failed mid-stream ({cause}) and no other could resume it",
-                        b"\n\n",
-                    )
-                    return
-                segment = resumed
-                transcript.next_segment()
-        finally:
-            segment.close()
-
-    async def _relay_segment(
-        self, segment: Segment, transcript: StreamTranscript
-    ) -> AsyncIterator[bytes]:
-        """One replica's chunks for the client; a failure is left in `segment.failure`."""
-        watch = StreamWatch(
-            segment.replica, self.dispatcher.config.stall_eject_s, segment.upstream.close
-        )
-        try:
-            if piece := transcript.feed(segment.first):
-                yield piece
-            async for chunk in segment.chunks:
-                watch.chunk()
-                if piece := transcript.feed(chunk):
-                    yield piece
-            if watch.stalled:  # the closed connection may read as a clean end
-                segment.failure = "stalled"
-        except UPSTREAM_ERRORS as e:
-            segment.failure = "stalled" if watch.stalled else type(e).__name__
-        finally:
-            watch.stop()
-
-    async def _resume(
-        self, resumable: Resumable, transcript: StreamTranscript, tried: list[str]
-    ) -> Segment | None:
-        """The stream's continuation from the best replica not tried yet that starts it."""
-        body = resumable.plan.body(transcript.token_ids)
-        grace_s = self.dispatcher.config.stall_eject_s
-        for _ in range(self.dispatcher.config.max_attempts):
-            try:
-                decision = self.dispatcher.decide(resumable.decision.blocks)
-            except NoReplicaError:
-                return None
-            # Only a pagedock engine resumes a continuation (another restarts the answer).
-            replica = next(
-                (r for r in decision.replicas if r.url not in tried and r.kind == "pagedock"), None
-            )
-            if replica is None:
-                return None
-            tried.append(replica.url)
-            request_id = uuid.uuid4().hex
-            self.dispatcher.commit(decision, replica, request_id)
-            self.metrics.observe_retry(replica.url, "resume")
-            try:
-                upstream, content = await unless_stalled(
-                    replica,
-                    self._exchange(resumable.request, resumable.headers, body, replica, True),
-                    grace_s,
-                )
-            except (AttemptFailed, ReplicaStalled) as e:
-                replica.end(request_id)
-                if isinstance(e, AttemptFailed) and e.mark_unhealthy:
-                    self.replica_set.mark_unhealthy(replica, e.cause)
-                continue
-            if content is not None or CONTINUATION_HEADER not in upstream.headers:
-                # An error answer, or an engine that would restart the answer: not here.
-                replica.end(request_id)
-                upstream.close()
-                if (
-                    content is not None
-                    and classify_upstream(upstream.status, content) is Verdict.FORWARD
-                ):
-                    return None  # the continuation itself was refused: no replica will take it
-                continue
-            chunks = upstream.content.iter_any()
-            try:
-                first = await unless_stalled(replica, anext(chunks), grace_s)
-            except (*UPSTREAM_ERRORS, StopAsyncIteration, ReplicaStalled):
-                replica.end(request_id)
-                upstream.close()
-                continue
-            replica.first_byte(request_id)
-            return Segment(first, chunks, upstream, replica, request_id)
-        return None
-
     def _headers(self, request: Request) -> dict[str, str]:
         """The client's headers that reach the replica; a control character in one is the
         client's error (400), found before any replica is tried."""
@@ -382,15 +260,9 @@ def _buffered(upstream: aiohttp.ClientResponse, content: bytes, replica: Replica
     return response
 
 
-def sse_error_event(message: str, last_chunk: bytes) -> bytes:
-    """An OpenAI-shaped error event and [DONE], starting a fresh event if the last was cut."""
-    payload = error_json(502, message, code="replica_failed")
-    separator = b"" if last_chunk.endswith(b"\n\n") else b"\n\n"
-    return separator + f"data: {payload}\n\ndata: [DONE]\n\n".encode()
-
-
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """`work`, cancelled when the client disconnects first (the replica connection closes with it)."""
+    """`work`, cancelled when the client disconnects first (the replica connection closes with
+    it)."""
     task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_disconnected(request.receive))
     try:

@@ -4,8 +4,9 @@ A stream whose replica dies or hangs after its first byte can't be retried from 
 client has part of the answer), so the router resumes it: it asks every resumable stream for its
 token ids (`return_token_ids`, stripped again before the client sees them unless it asked too),
 keeps the ids of every chunk it relayed, and on a failure sends the request to another replica as
-a *continuation* of those ids (engine/inputs/continuation.py). The new replica's chunks are rewritten to
-the first one's `id` and `created`, so the client reads one uninterrupted stream.
+a *continuation* of those ids (engine/inputs/continuation.py). The new replica's chunks are
+rewritten to the first one's `id` and `created`, so the client reads one uninterrupted stream.
+The relay and the resumption themselves are router/http/stream_failover.py.
 
     resumable   a streamed chat or completions request for one choice (n = 1, one prompt) that
                 is not itself a continuation; any other stream ends with an error event

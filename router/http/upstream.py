@@ -1,4 +1,5 @@
-"""The upstream hop: the aiohttp client session the proxy sends requests to replicas with.
+"""The upstream hop: the aiohttp client session the proxy sends requests to replicas with, and
+AttemptFailed, what one failed try at a replica raises.
 
 aiohttp rather than httpx on this hop (the health checks and KV event streams, off the request
 path, keep httpx): its HTTP parser is C and it sends a small request's headers and body in one
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+from fastapi import Response
 
 from router.config import RouterConfig
 
@@ -37,3 +39,13 @@ def make_session(config: RouterConfig) -> aiohttp.ClientSession:
         skip_auto_headers=("Content-Type",),
         trust_env=False,
     )
+
+
+class AttemptFailed(Exception):
+    """This replica could not serve the request; the next one may."""
+
+    def __init__(self, cause: str, mark_unhealthy: bool, response: Response | None = None) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.mark_unhealthy = mark_unhealthy
+        self.response = response

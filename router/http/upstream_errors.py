@@ -1,18 +1,20 @@
-"""What a replica's non-2xx answer says about the replica: a pure decision, used by the proxy.
+"""What a replica's non-2xx answer says about the replica: a pure decision, used by the proxy
+and the stream failover.
 
-    4xx (but 429)                                   -> the request's fault: forwarded, not retried
-    429                                             -> that replica is busy: tried elsewhere
-    500 with an OpenAI-shaped error body            -> this request failed (a pagedock engine's
-                                                       `engine_error`, vLLM's error body): forwarded,
-                                                       not retried, the replica stays healthy
-    503 (engine_dead, draining), 502, 504, any other
-    5xx, a 500 without a readable error body         -> the replica failed: marked unhealthy, the
-                                                       request tried elsewhere
+    4xx (but 429)                                -> the request's fault: forwarded, not retried
+    429                                          -> that replica is busy: tried elsewhere
+    500 with an OpenAI-shaped error body         -> this request failed (a pagedock engine's
+                                                    `engine_error`, vLLM's error body):
+                                                    forwarded, not retried, the replica stays
+                                                    healthy
+    503 (engine_dead, draining), 502, 504, any
+    other 5xx, a 500 without a readable error    -> the replica failed: marked unhealthy, the
+    body                                            request tried elsewhere
 
-NOTE: a 500 with an error body means the engine was alive enough to answer this request in its API's
-shape, so the failure is the request's; retrying a poison request on every replica and ejecting
-each one would let one bad client empty the healthy set. A replica that really is broken fails its
-health checks and leaves the set that way.
+NOTE: a 500 with an error body means the engine was alive enough to answer this request in its
+API's shape, so the failure is the request's; retrying a poison request on every replica and
+ejecting each one would let one bad client empty the healthy set. A replica that really is broken
+fails its health checks and leaves the set that way.
 """
 
 from __future__ import annotations

@@ -1,30 +1,34 @@
-"""EventSubscriber: follows one replica's KV event stream (GET /v1/kv/events, NDJSON) into the index.
+"""EventSubscriber: follows one replica's KV event stream (GET /v1/kv/events, NDJSON) into the
+index.
 
     snapshot  -> the replica's block set is replaced (connect, after a gap, after a restart)
     batch     -> stored / removed / cleared applied in seq order; a gap forces a resubscribe
     heartbeat -> the stream is alive
 
 A broken stream drops the replica's blocks from the index (the router can no longer vouch for
-them) and is retried with exponential backoff; the next snapshot rebuilds the view. A replica whose
-instance id changed (it restarted) is rebuilt from its new snapshot, never from stale deltas.
+them) and is retried with exponential backoff (router/kv/subscriber_base.py); the next snapshot
+rebuilds the view. A replica whose instance id changed (it restarted) is rebuilt from its new
+snapshot, never from stale deltas.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from router.config import RouterConfig
 from router.kv.kv_index import KVIndex
+from router.kv.subscriber_base import KVEventSubscriber
 from router.metrics import RouterMetrics
-from router.replicas.replica import Replica
+
+if TYPE_CHECKING:
+    from router.replicas.replica import Replica
 
 logger = logging.getLogger("pagedock.router")
 # NOTE: the engine sends a heartbeat after 10 s of silence; three missed ones mean a dead stream.
@@ -46,7 +50,7 @@ class SnapshotTooLarge(Exception):
     """The replica's snapshot is over --max-snapshot-blocks: prefix affinity is off for it."""
 
 
-class EventSubscriber:
+class EventSubscriber(KVEventSubscriber):
     def __init__(
         self,
         replica: Replica,
@@ -55,44 +59,26 @@ class EventSubscriber:
         config: RouterConfig,
         metrics: RouterMetrics,
     ) -> None:
-        self.replica = replica
-        self.index = index
+        backoff_s = (config.event_backoff_min_s, config.event_backoff_max_s)
+        super().__init__(replica, index, config, metrics, backoff_s)
         self.client = client
-        self.config = config
-        self.metrics = metrics
-        self._attempt: asyncio.Task[None] | None = None
 
-    async def run(self) -> None:
-        """Subscribe until cancelled."""
-        backoff_s = self.config.event_backoff_min_s
-        while True:
-            self._attempt = asyncio.create_task(self._consume())
-            try:
-                await self._attempt
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # run() itself was cancelled, not just this attempt
-            except httpx.HTTPStatusError as e:
-                self._refused(e.response.status_code)
-            except SnapshotTooLarge as e:
-                self._too_large(str(e))
-            except (httpx.HTTPError, ValueError, ResyncNeeded) as e:
-                logger.debug("KV events of %s: %s", self.replica.url, e)
-            except Exception:  # a malformed line must not end the subscription for good
-                logger.exception("KV events of %s: unexpected error", self.replica.url)
-            await self._forget_view()
-            if self.replica.kv_synced:  # it had a snapshot: a fresh failure, retry quickly
-                backoff_s = self.config.event_backoff_min_s
-            self.replica.kv_synced = False
-            too_large = self.replica.kv_error is not None and "snapshot" in self.replica.kv_error
-            await asyncio.sleep(TOO_LARGE_RETRY_S if too_large else backoff_s)
-            backoff_s = min(backoff_s * 2, self.config.event_backoff_max_s)
+    def _failed(self, error: Exception) -> None:
+        """A refusal or an oversized snapshot is shown on the replica; a broken stream, a gap or
+        a new instance is routine (debug); anything else is logged with its traceback."""
+        if isinstance(error, httpx.HTTPStatusError):
+            self._refused(error.response.status_code)
+        elif isinstance(error, SnapshotTooLarge):
+            self._too_large(str(error))
+        elif isinstance(error, httpx.HTTPError | ValueError | ResyncNeeded):
+            logger.debug("KV events of %s: %s", self.replica.url, error)
+        else:
+            super()._failed(error)
 
-    def resubscribe(self) -> None:
-        """Drop the current stream (the replica failed a check); run() reconnects after backoff."""
-        if self._attempt is not None and not self._attempt.done():
-            self._attempt.cancel()
+    def _retry_delay_s(self, backoff_s: float) -> float:
+        """An oversized snapshot will be as large on the next try: TOO_LARGE_RETRY_S then."""
+        too_large = self.replica.kv_error is not None and "snapshot" in self.replica.kv_error
+        return TOO_LARGE_RETRY_S if too_large else backoff_s
 
     def _refused(self, status: int) -> None:
         """The replica answered the subscription with an error status; 401/403 is a key problem
@@ -102,7 +88,8 @@ class EventSubscriber:
             return
         if self.replica.kv_error is None:
             logger.warning(
-                "KV events of %s refused with HTTP %d: check --replica-api-key (prefix affinity is off for it until it succeeds)",
+                "KV events of %s refused with HTTP %d: check --replica-api-key "
+                "(prefix affinity is off for it until it succeeds)",
                 self.replica.url,
                 status,
             )
@@ -134,7 +121,7 @@ class EventSubscriber:
 
     async def _apply_snapshot_in_slices(self, message: dict[str, Any]) -> None:
         hashes = self._snapshot_hashes(message)
-        await self._forget_view()
+        await self._drop_view()
         self.index.store(self.replica.url, ())
         for start in range(0, len(hashes), SLICE_BLOCKS):
             self.index.store(
@@ -143,7 +130,8 @@ class EventSubscriber:
             await asyncio.sleep(0)
         self._adopt_snapshot(message)
 
-    async def _forget_view(self) -> None:
+    async def _drop_view(self) -> None:
+        """In slices: the event loop routes requests between them."""
         while not self.index.drop_some(self.replica.url, SLICE_BLOCKS):
             await asyncio.sleep(0)
 
@@ -169,7 +157,8 @@ class EventSubscriber:
         hashes: list[str] = message["block_hashes"]
         if len(hashes) > self.config.max_snapshot_blocks:
             raise SnapshotTooLarge(
-                f"its snapshot of {len(hashes)} blocks is over --max-snapshot-blocks {self.config.max_snapshot_blocks}"
+                f"its snapshot of {len(hashes)} blocks is over --max-snapshot-blocks "
+                f"{self.config.max_snapshot_blocks}"
             )
         return hashes
 
@@ -226,11 +215,3 @@ async def bounded_lines(chunks: AsyncIterator[bytes], max_bytes: int) -> AsyncIt
             )
     if buffer:
         yield bytes(buffer)
-
-
-async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
-    if task is None:
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task

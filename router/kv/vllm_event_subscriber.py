@@ -1,4 +1,5 @@
-"""VllmEventSubscriber: follows one vLLM replica's KV events (ZMQ, vLLM's wire format) into the index.
+"""VllmEventSubscriber: follows one vLLM replica's KV events (ZMQ, vLLM's wire format) into the
+index.
 
     connect  -> SUB to tcp://<replica host>:--kv-events-port, then replay from seq 0 (vLLM has no
                 snapshot: the view is as complete as its replay buffer)
@@ -8,7 +9,8 @@
     cleared  -> AllBlocksCleared drops the replica's entries (the view is exact again)
 
 `/router/replicas` reports how complete the view is: batches known lost and blocks that could not
-be chained (their parent was announced before anything the router could see).
+be chained (their parent was announced before anything the router could see). An attempt that
+fails is retried every --event-backoff-max-s (router/kv/subscriber_base.py's loop).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import zmq
@@ -30,9 +33,12 @@ from pagedock.kv.vllm_events import (
 )
 from router.config import RouterConfig
 from router.kv.kv_index import KVIndex
+from router.kv.subscriber_base import KVEventSubscriber
 from router.kv.vllm_kv_view import SeqTracker, VllmKVView, chain_root
 from router.metrics import RouterMetrics
-from router.replicas.replica import Replica
+
+if TYPE_CHECKING:
+    from router.replicas.replica import Replica
 
 logger = logging.getLogger("pagedock.router")
 
@@ -42,42 +48,26 @@ def zmq_endpoint(replica_url: str, port: int) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
-class VllmEventSubscriber:
+class VllmEventSubscriber(KVEventSubscriber):
+    stream_name = "vLLM KV events"
+
     def __init__(
         self, replica: Replica, index: KVIndex, config: RouterConfig, metrics: RouterMetrics
     ) -> None:
-        self.replica = replica
-        self.index = index
-        self.config = config
-        self.metrics = metrics
+        # A fixed delay, not a growing one: every retry waits --event-backoff-max-s.
+        backoff_s = (config.event_backoff_max_s, config.event_backoff_max_s)
+        super().__init__(replica, index, config, metrics, backoff_s)
         self.view = VllmKVView(replica.url, index)
         self.seq = SeqTracker()
         self._ctx = zmq.asyncio.Context.instance()
-        self._attempt: asyncio.Task[None] | None = None
         self._pending_live: tuple[int, bytes] | None = None
         """The live batch that showed a gap: applied after the replay that fills it."""
         replica.kind = "vllm"
         replica.root_hash = chain_root(None)
 
-    async def run(self) -> None:
-        """Subscribe until cancelled; an attempt ends only on resubscribe() or an error."""
-        while True:
-            self._attempt = asyncio.create_task(self._consume())
-            try:
-                await self._attempt
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise
-            except Exception:  # a malformed batch must not end the subscription for good
-                logger.exception("vLLM KV events of %s: unexpected error", self.replica.url)
-            self._reset_view()
-            await asyncio.sleep(self.config.event_backoff_max_s)
-
-    def resubscribe(self) -> None:
-        """The replica failed a check: drop the view; run() reconnects and replays."""
-        if self._attempt is not None and not self._attempt.done():
-            self._attempt.cancel()
+    async def _drop_view(self) -> None:
+        """The view is rebuilt by the next attempt's replay."""
+        self._reset_view()
 
     async def _consume(self) -> None:
         sub = self._ctx.socket(zmq.SUB)

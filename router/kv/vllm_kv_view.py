@@ -111,7 +111,8 @@ class VllmKVView:
         bs = event.block_size
         if bs < 1 or len(event.token_ids) != bs * len(event.block_hashes):
             raise ValueError(
-                f"BlockStored with {len(event.token_ids)} token ids for {len(event.block_hashes)} blocks of {bs}"
+                f"BlockStored with {len(event.token_ids)} token ids for "
+                f"{len(event.block_hashes)} blocks of {bs}"
             )
         self.block_size = bs
         parent = event.parent_block_hash

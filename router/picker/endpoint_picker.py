@@ -26,6 +26,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import grpc
@@ -36,16 +37,18 @@ from google.protobuf.struct_pb2 import Struct
 from pagedock.http.errors import error_json
 from pagedock.limits import MAX_BODY_BYTES
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from router.http.request_parser import GenerationRequest
 from router.picker import ext_proc
 from router.policies import RouteRequest
 from router.policies.dispatcher import Decision, NoReplicaError
 from router.policies.prefix_aware import estimated_ttft_ms
 from router.replicas.replica import Replica
-from router.server.app import parse_and_hash
-from router.server.context import RouterContext
+
+if TYPE_CHECKING:
+    from router.server.context import RouterContext
 
 logger = logging.getLogger("pagedock.router.picker")
-BODY_MODELS: dict[str, type[ChatCompletionRequest | CompletionRequest]] = {
+BODY_MODELS: dict[str, type[GenerationRequest]] = {
     "/v1/chat/completions": ChatCompletionRequest,
     "/v1/completions": CompletionRequest,
 }
@@ -218,7 +221,8 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
         if ttft_ms > config.picker_shed_ttft_ms:
             raise Refusal(
                 429,
-                f"every eligible replica is saturated (estimated time to first token {ttft_ms:.0f} ms > {config.picker_shed_ttft_ms:g} ms)",
+                "every eligible replica is saturated (estimated time to first token "
+                f"{ttft_ms:.0f} ms > {config.picker_shed_ttft_ms:g} ms)",
                 "shed",
             )
 
@@ -229,7 +233,9 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
         path = stream.headers.get(":path", "").split("?", 1)[0].rstrip("/")
         model = next((m for suffix, m in BODY_MODELS.items() if path.endswith(suffix)), None)
         parsed, blocks, _ = (
-            await parse_and_hash(self.ctx, body, model) if model and body else (None, None, None)
+            await self.ctx.parser.parse_and_hash(body, model)
+            if model and body
+            else (None, None, None)
         )
         session_key = stream.headers.get(self.ctx.config.session_header) or (
             parsed.user if parsed else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
@@ -22,7 +23,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pagedock.errors import ConfigError
 from pagedock.limits import MAX_BODY_BYTES
 from router.picker.endpoint_picker import EndpointPicker
-from router.server.context import RouterContext
+
+if TYPE_CHECKING:
+    from router.server.context import RouterContext
 
 logger = logging.getLogger("pagedock.router.picker")
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"

@@ -36,7 +36,8 @@ class Replica:
     healthy: bool = True
     """False from a failed health check or request until a health check passes again."""
     warming: bool = False
-    """True while it is sent the hot prefixes (router/replicas/warmer.py): not yet a routing candidate."""
+    """True while it is sent the hot prefixes (router/replicas/warmer.py): not yet a routing
+    candidate."""
     unhealthy_since: float | None = None
     """time.monotonic() when it last left the healthy set; None while healthy."""
     load: ReplicaLoad = field(default_factory=ReplicaLoad)

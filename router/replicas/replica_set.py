@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable
 import httpx
 
 from router.config import RouterConfig
-from router.kv.event_subscriber import EventSubscriber, cancel_and_wait
+from router.kv.event_subscriber import EventSubscriber
 from router.kv.kv_index import KVIndex
+from router.kv.subscriber_base import KVEventSubscriber, cancel_and_wait
 from router.kv.vllm_event_subscriber import VllmEventSubscriber
 from router.metrics import RouterMetrics
 from router.replicas.health import HealthChecker
@@ -38,7 +39,7 @@ class ReplicaSet:
         self.client = client
         self.metrics = metrics
         self.replicas: dict[str, Replica] = {}
-        self._subscribers: dict[str, EventSubscriber | VllmEventSubscriber] = {}
+        self._subscribers: dict[str, KVEventSubscriber] = {}
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self.on_ready: Callable[[], None] = lambda: None
         """Called when a replica joins or turns healthy again (releases held requests)."""
@@ -80,15 +81,13 @@ class ReplicaSet:
         # NOTE: a new replica is a candidate at once (no affinity until its snapshot arrives);
         # the first failed check or request takes it out.
         replica = self.replicas[url] = Replica(url)
-        subscriber: EventSubscriber | VllmEventSubscriber
+        subscriber: KVEventSubscriber
         if self.config.is_vllm(url):
             subscriber = VllmEventSubscriber(replica, self.index, self.config, self.metrics)
         else:
             subscriber = EventSubscriber(
                 replica, self.index, self.client, self.config, self.metrics
             )
-        health = HealthChecker(replica, self.client, self.config, self.mark_unhealthy)
-        subscriber = EventSubscriber(replica, self.index, self.client, self.config, self.metrics)
         health = HealthChecker(
             replica, self.client, self.config, self.mark_unhealthy, self.on_ready
         )

@@ -10,8 +10,6 @@ guard as the engine's server. Its own health does not depend on the replicas: wi
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -21,7 +19,6 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
 from pagedock.http.auth import api_key_guard, docs_urls
@@ -32,14 +29,9 @@ from router.demand import demand_view
 from router.http.hold_queue import HoldRefused
 from router.http.proxy import until_disconnect
 from router.http.root_path import RootPathMiddleware
-from router.http.stream_resume import ResumePlan, resume_plan
 from router.kv.prompt_hasher import PromptBlocks
 from router.policies.dispatcher import Decision, NoReplicaError
 from router.server.context import RouterContext
-
-# Bodies up to this size are parsed and hashed on the event loop (tens of microseconds); larger
-# ones in the context's small prompt pool.
-INLINE_PARSE_BYTES = 16_384
 
 
 def build_app(ctx: RouterContext) -> FastAPI:
@@ -130,7 +122,7 @@ async def _generate(
     arrival = time.perf_counter()
     ctx.demand.arrived()
     body = await _read_body(request)
-    parsed, blocks, plan = await parse_and_hash(ctx, body, model)
+    parsed, blocks, plan = await ctx.parser.parse_and_hash(body, model)
     session_key = request.headers.get(ctx.config.session_header) or (
         parsed.user if parsed else None
     )
@@ -140,54 +132,6 @@ async def _generate(
     decision = _decide(ctx, blocks, session_key)
     stream = bool(parsed and parsed.stream)
     return await ctx.proxy.forward(request, body, decision, stream, arrival, plan)
-
-
-async def parse_and_hash(
-    ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]
-) -> tuple[
-    ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None, ResumePlan | None
-]:
-    """The parsed request, its prompt's blocks (the endpoint picker's too) and, for a stream the
-    router can resume mid-way, its plan; a large body is parsed off the event loop: a long prompt
-    must not hold up every other request's routing."""
-    if len(body) <= INLINE_PARSE_BYTES:
-        return _parse_and_hash(ctx, body, model)
-    work = functools.partial(_parse_and_hash, ctx, body, model)
-    return await asyncio.get_running_loop().run_in_executor(ctx.prompt_pool, work)
-
-
-def _parse_and_hash(
-    ctx: RouterContext, body: bytes, model: type[ChatCompletionRequest | CompletionRequest]
-) -> tuple[
-    ChatCompletionRequest | CompletionRequest | None, PromptBlocks | None, ResumePlan | None
-]:
-    """parse_and_hash's work; a body over --max-hash-bytes is routed by load alone (affinity for
-    a huge prompt is not worth tokenizing it twice; the engine answers if it is too long)."""
-    parsed = _parse(body, model)
-    plan = resume_plan(parsed, body) if ctx.config.max_stream_resumes else None
-    if len(body) > ctx.config.max_hash_bytes:
-        return parsed, None, plan
-    return parsed, _prompt_blocks(ctx, parsed), plan
-
-
-def _parse(
-    body: bytes, model: type[ChatCompletionRequest | CompletionRequest]
-) -> ChatCompletionRequest | CompletionRequest | None:
-    """The request as the engine will read it; None when it won't (the engine says why)."""
-    try:
-        return model.model_validate_json(body)
-    except (ValidationError, ValueError):
-        return None
-
-
-def _prompt_blocks(
-    ctx: RouterContext, parsed: ChatCompletionRequest | CompletionRequest | None
-) -> PromptBlocks | None:
-    if isinstance(parsed, ChatCompletionRequest):
-        return ctx.hasher.chat(parsed)
-    if isinstance(parsed, CompletionRequest):
-        return ctx.hasher.completion(parsed)
-    return None
 
 
 def _decide(ctx: RouterContext, blocks: PromptBlocks | None, session_key: str | None) -> Decision:

@@ -13,10 +13,11 @@ from router.config import RouterConfig
 from router.demand import DemandTracker
 from router.http.hold_queue import HoldQueue
 from router.http.proxy import Proxy
-from router.kv.event_subscriber import cancel_and_wait
+from router.http.request_parser import RequestParser
 from router.kv.hot_prefixes import HotPrefixes
 from router.kv.kv_index import KVIndex
 from router.kv.prompt_hasher import PromptHasher, load_tokenizer
+from router.kv.subscriber_base import cancel_and_wait
 from router.metrics import RouterMetrics
 from router.policies import make_policy
 from router.policies.dispatcher import Dispatcher
@@ -47,6 +48,8 @@ class RouterContext:
     """Recent hot prompt prefixes, to warm new replicas with (router/replicas/warmer.py)."""
     prompt_pool: ThreadPoolExecutor = field(init=False)
     """Parses and hashes large request bodies off the event loop (two threads: bounded work)."""
+    parser: RequestParser = field(init=False)
+    """Parses and hashes request bodies, for the HTTP API and the endpoint picker alike."""
     _discovery_task: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
@@ -68,6 +71,7 @@ class RouterContext:
             self.dispatcher, self.replica_set, self.metrics, c.replica_api_key, self.demand
         )
         self.prompt_pool = ThreadPoolExecutor(2, thread_name_prefix="pagedock-prompt")
+        self.parser = RequestParser(c, self.hasher, self.prompt_pool)
 
     @classmethod
     def from_config(cls, config: RouterConfig) -> RouterContext:

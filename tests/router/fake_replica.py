@@ -139,7 +139,8 @@ class FakeReplica:
         async def metrics() -> Response:
             if self.mode == "inf_load":
                 return Response(
-                    'vllm:num_requests_running{model_name="fake"} +Inf\nvllm:num_requests_waiting{model_name="fake"} NaN\n'
+                    'vllm:num_requests_running{model_name="fake"} +Inf\n'
+                    'vllm:num_requests_waiting{model_name="fake"} NaN\n'
                 )
             return Response('vllm:num_requests_running{model_name="fake"} 0.0\n')
 

@@ -12,9 +12,10 @@ import pytest
 
 from pagedock.text.tokenizer import Tokenizer
 from router.config import RouterConfig
+from router.http.request_parser import INLINE_PARSE_BYTES
 from router.kv.prompt_hasher import PromptHasher
 from router.replicas.discovery.static import StaticDiscovery
-from router.server.app import INLINE_PARSE_BYTES, build_app
+from router.server.app import build_app
 from router.server.context import RouterContext
 from tests.router.fake_replica import FakeReplica, ServerThread
 from tests.tiny_model import make_tiny_llama_dir

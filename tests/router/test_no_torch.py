@@ -27,7 +27,8 @@ from router.replicas.discovery.kubernetes import KubernetesDiscovery
 from router.kv.prompt_hasher import PromptHasher
 
 build_parser().parse_args(["--replica", "http://127.0.0.1:1"])
-app = build_app(RouterContext.from_config(RouterConfig(replicas=["http://127.0.0.1:1"], model=None)))
+config = RouterConfig(replicas=["http://127.0.0.1:1"], model=None)
+app = build_app(RouterContext.from_config(config))
 try:
     main(["route", "--help"])
 except SystemExit as e:

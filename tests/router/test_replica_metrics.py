@@ -32,7 +32,13 @@ def test_missing_or_garbled_samples_read_as_zero() -> None:
 
 
 def test_nan_infinite_and_negative_values_are_ignored_and_reported() -> None:
-    text = 'vllm:num_requests_running{a="1"} +Inf\nvllm:num_requests_running{a="2"} 2\nvllm:num_requests_waiting NaN\nvllm:kv_cache_usage_perc -Inf\nvllm:prefix_cache_hits_total -3\n'
+    text = (
+        'vllm:num_requests_running{a="1"} +Inf\n'
+        'vllm:num_requests_running{a="2"} 2\n'
+        "vllm:num_requests_waiting NaN\n"
+        "vllm:kv_cache_usage_perc -Inf\n"
+        "vllm:prefix_cache_hits_total -3\n"
+    )
     load, rejected = parse_replica_load(text)
     assert (
         load.num_requests_running,

@@ -68,7 +68,8 @@ def test_a_request_waiting_on_a_frozen_replica_is_retried_on_another(stack: Exit
 def stream_events(
     router: str, fake: FakeReplica, after: int, action: threading.Event
 ) -> tuple[list[str], float]:
-    """The stream's data lines; `action` is set after `after` events; seconds from then to the end."""
+    """The stream's data lines; `action` is set after `after` events; seconds from then to the
+    end."""
     events, acted_at = [], 0.0
     with httpx.stream(
         "POST", router + "/v1/completions", json={**PROMPT, "stream": True}, timeout=30

@@ -174,7 +174,8 @@ def test_streams_of_a_replica_that_hangs_are_resumed_on_the_other(fleet: Fleet) 
     moved = sum(s.replica == frozen[0].url for s in streams)
     gap = max(s.longest_gap_s for s in streams if s.replica == frozen[0].url)
     print(
-        f"SIGSTOP: {moved} of {len(streams)} streams resumed, longest pause {gap:.2f} s; all done {seconds:.1f} s after the fault"
+        f"SIGSTOP: {moved} of {len(streams)} streams resumed, longest pause {gap:.2f} s; "
+        f"all done {seconds:.1f} s after the fault"
     )
     check_every_stream_completed(streams, healthy)
     resumed = metric_sum(fleet.router.url, "pagedock_router_stream_resumes_total") - resumes_before
@@ -216,7 +217,8 @@ def test_streams_of_a_replica_killed_mid_stream_are_resumed_on_the_other(fleet: 
     moved = sum(s.replica == killed[0].url for s in streams)
     gap = max(s.longest_gap_s for s in streams if s.replica == killed[0].url)
     print(
-        f"kill -9: {moved} of {len(streams)} streams resumed, longest pause {gap:.2f} s; all done {seconds:.1f} s after the fault"
+        f"kill -9: {moved} of {len(streams)} streams resumed, longest pause {gap:.2f} s; "
+        f"all done {seconds:.1f} s after the fault"
     )
     check_every_stream_completed(streams, healthy)
     resumed = metric_sum(fleet.router.url, "pagedock_router_stream_resumes_total") - resumes_before

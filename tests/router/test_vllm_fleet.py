@@ -278,11 +278,21 @@ def _record(figures: dict[str, Any]) -> None:
         "block_size": BLOCK_SIZE,
         "num_tenants": NUM_TENANTS,
         "requests_per_tenant": REQUESTS_PER_TENANT,
-        "vllm": "CPU build, --enforce-eager (no torch.compile warm-up), VLLM_CPU_KVCACHE_SPACE=1 (GiB), one core each (VLLM_CPU_OMP_THREADS_BIND=0 / 1), float32, --enable-prefix-caching, --enable-prompt-tokens-details, --max-num-seqs 8",
-        "requests": "completions, token-id prompts, max_tokens=1, temperature=0, sent one at a time, the two routers' requests interleaved",
+        "vllm": (
+            "CPU build, --enforce-eager (no torch.compile warm-up), VLLM_CPU_KVCACHE_SPACE=1 "
+            "(GiB), one core each (VLLM_CPU_OMP_THREADS_BIND=0 / 1), float32, "
+            "--enable-prefix-caching, --enable-prompt-tokens-details, --max-num-seqs 8"
+        ),
+        "requests": (
+            "completions, token-id prompts, max_tokens=1, temperature=0, sent one at a time, "
+            "the two routers' requests interleaved"
+        ),
         "ttft": "client-side latency of a max_tokens=1 request",
     }
-    note = "Measured on a 2-core machine shared with other engineers' work: absolute times are loaded; compare the two policies only (interleaved in one run)."
+    note = (
+        "Measured on a 2-core machine shared with other engineers' work: absolute times are "
+        "loaded; compare the two policies only (interleaved in one run)."
+    )
     Path(out).write_text(
         json.dumps(
             {"machine": machine, "settings": settings, "note": note, "repo": str(ROOT), **figures},

@@ -47,7 +47,8 @@ def tenant_turns(
 
 
 def best_possible_hit_tokens(turns: list[Turn], block_size: int = 16) -> int:
-    """Each request finds cached every full block it shares with an earlier request of its tenant."""
+    """Each request finds cached every full block it shares with an earlier request of its
+    tenant."""
     best = 0
     for i, turn in enumerate(turns):
         earlier = [t.token_ids for t in turns[:i] if t.tenant == turn.tenant]

@@ -1,0 +1,70 @@
+"""RequestParser: a generation request's body as the router needs it, for the HTTP API
+(router/server/app.py) and the endpoint picker (router/picker/endpoint_picker.py) alike: the
+request as the engine will read it, its prompt's blocks, and the plan to resume its stream.
+
+The router never judges a request's content: a body it can't parse is None here, and is still
+forwarded (the engine answers it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from concurrent.futures import Executor
+
+from pydantic import ValidationError
+
+from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from router.config import RouterConfig
+from router.http.stream_resume import ResumePlan, resume_plan
+from router.kv.prompt_hasher import PromptBlocks, PromptHasher
+
+# Bodies up to this size are parsed and hashed on the event loop (tens of microseconds); larger
+# ones in the parser's pool (the router context's small prompt pool).
+INLINE_PARSE_BYTES = 16_384
+
+GenerationRequest = ChatCompletionRequest | CompletionRequest
+Parsed = tuple[GenerationRequest | None, PromptBlocks | None, ResumePlan | None]
+"""The parsed request (None: the engine says why), its prompt's blocks, its stream's plan."""
+
+
+class RequestParser:
+    def __init__(self, config: RouterConfig, hasher: PromptHasher, pool: Executor) -> None:
+        self.config = config
+        self.hasher = hasher
+        self.pool = pool
+        """Parses and hashes large bodies off the event loop."""
+
+    async def parse_and_hash(self, body: bytes, model: type[GenerationRequest]) -> Parsed:
+        """The parsed request, its prompt's blocks and, for a stream the router can resume
+        mid-way, its plan; a large body is parsed off the event loop: a long prompt must not hold
+        up every other request's routing."""
+        if len(body) <= INLINE_PARSE_BYTES:
+            return self._parse_and_hash(body, model)
+        work = functools.partial(self._parse_and_hash, body, model)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, work)
+
+    def _parse_and_hash(self, body: bytes, model: type[GenerationRequest]) -> Parsed:
+        """parse_and_hash's work; a body over --max-hash-bytes is routed by load alone (affinity
+        for a huge prompt is not worth tokenizing it twice; the engine answers if it is too
+        long)."""
+        parsed = _parse(body, model)
+        plan = resume_plan(parsed, body) if self.config.max_stream_resumes else None
+        if len(body) > self.config.max_hash_bytes:
+            return parsed, None, plan
+        return parsed, self._prompt_blocks(parsed), plan
+
+    def _prompt_blocks(self, parsed: GenerationRequest | None) -> PromptBlocks | None:
+        if isinstance(parsed, ChatCompletionRequest):
+            return self.hasher.chat(parsed)
+        if isinstance(parsed, CompletionRequest):
+            return self.hasher.completion(parsed)
+        return None
+
+
+def _parse(body: bytes, model: type[GenerationRequest]) -> GenerationRequest | None:
+    """The request as the engine will read it; None when it won't (the engine says why)."""
+    try:
+        return model.model_validate_json(body)
+    except (ValidationError, ValueError):
+        return None
