@@ -71,6 +71,11 @@ class StubEngine:
         self._core = _module("engine.core.scheduler_output", "engine.scheduler_output")
         self._request_id: str | None = None
         self._position = 0
+        try:  # this layout's AsyncEngine checks a request with the engine's input processor
+            inputs = importlib.import_module("engine.inputs.input_processor")
+            self.input_processor = inputs.InputProcessor(tokenizer, tokenizer.vocab_size, 1 << 20)
+        except ModuleNotFoundError:
+            pass  # the previous layout: the engine checked it (add_core_request)
         # Lockstep: set by the consumer when it has the previous token (None: never wait).
         self.gate: threading.Event | None = None
 
@@ -87,6 +92,12 @@ class StubEngine:
         timing = _module("engine.core.request").RequestTiming(time.monotonic())
         new_request = _module("engine.runtime.output_processor").NewRequest
         return new_request(request_id, None, list(prompt), params, timing, [request_id])
+
+    def add_engine_request(self, request: Any) -> Any:
+        """This layout: the engine thread queues what the input processor made."""
+        return self.add_core_request(
+            request.request_id, request.prompt_token_ids, request.sampling_params
+        )
 
     def add_request(
         self, request_id: str, prompt: list[int], params: Any, priority: int = 0, arrival: Any = 0

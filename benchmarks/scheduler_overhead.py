@@ -26,7 +26,8 @@ def measure_scheduler_overhead(
     params = SamplingParams(max_tokens=10_000, temperature=0.0, ignore_eos=True)
     for i in range(num_running):
         prompt = [(i * 7919 + j) % 30000 + 100 for j in range(prompt_len)]
-        scheduler.add_request(Request(f"r{i}", prompt, params, 10_000))
+        request = Request(request_id=f"r{i}", prompt_token_ids=prompt, sampling_params=params)
+        scheduler.add_request(request)
     _step(scheduler)  # the prefill step; decode steps are measured
     totals = {"schedule_ms": 0.0, "inputs_ms": 0.0, "sampling_ms": 0.0, "update_ms": 0.0}
     for _ in range(num_steps):

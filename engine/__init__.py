@@ -1,8 +1,9 @@
 """pagedock's inference engine.
 
-Importing `engine` is cheap and torch-free: the router and the operator import the shared,
-torch-free modules (`pagedock.kv.block_hash`, `pagedock.errors`, ...) without pulling in torch. The heavy
-names below are resolved lazily on first use.
+Importing `engine` is cheap and torch-free (the lower modules it starts from are: config, inputs,
+core); the public names below, vLLM's (`from engine import LLM, SamplingParams`), are resolved
+lazily on first use. The router and the operator import nothing of it: what they share with the
+engine is the foundation, `pagedock/`.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -1,1 +1,2 @@
-"""Scheduling and KV-cache bookkeeping: requests, the scheduler, the block pool, block hashes and KV events. Torch-free."""
+"""Scheduling and KV-cache bookkeeping: requests, the scheduler, the block pool, block hashes and
+KV events. Torch-free."""

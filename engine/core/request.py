@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.inputs.engine_request import EngineRequest
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.kv.block_hash import BlockHash, hash_blocks
 
@@ -66,30 +67,30 @@ class Request:
 
     def __init__(
         self,
+        *,
         request_id: str,
         prompt_token_ids: Sequence[int],
         sampling_params: SamplingParams,
-        max_tokens: int,
         eos_token_ids: Sequence[int] = (),
         priority: int = 0,
-        arrival_time: float | None = None,
         timing: RequestTiming | None = None,
         output_token_ids: Sequence[int] = (),
     ) -> None:
-        """`output_token_ids`: tokens generated before, elsewhere (a continuation: see
-        LLMEngine.add_core_request); they count as output for every rule that reads it."""
+        """`sampling_params.max_tokens` must be resolved (the InputProcessor does it). `timing`:
+        a record shared with sibling completions (n > 1), carrying the arrival; None: arrived
+        now. `output_token_ids`: tokens generated before, elsewhere (a continuation: see
+        engine/inputs/continuation.py); they count as output for every rule that reads it."""
+        if sampling_params.max_tokens is None:
+            raise ValueError("a Request's max_tokens must be resolved (InputProcessor.process)")
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params
-        # Resolved from sampling_params.max_tokens and the model's context length.
-        self.max_tokens = max_tokens
+        # A copy of the one resolved value, read on every step.
+        self.max_tokens: int = sampling_params.max_tokens
         self.eos_token_ids = frozenset(eos_token_ids)
         self.stop_token_ids = frozenset(sampling_params.stop_token_ids)
         self.priority = priority
-        # `timing` is a record shared with sibling completions (n > 1); it carries the arrival.
-        if timing is None:
-            timing = RequestTiming(time.monotonic() if arrival_time is None else arrival_time)
-        self.timing = timing
+        self.timing = RequestTiming(time.monotonic()) if timing is None else timing
         self.status = RequestStatus.WAITING
         self.output_token_ids: list[int] = list(output_token_ids)
         self.all_token_ids: list[int] = [*prompt_token_ids, *output_token_ids]
@@ -99,6 +100,21 @@ class Request:
         self.num_preemptions = 0
         self.block_hashes: list[BlockHash] = []
         self.stop_reason: int | str | None = None
+
+    @classmethod
+    def from_engine_request(
+        cls, request: EngineRequest, eos_token_ids: Sequence[int], timing: RequestTiming
+    ) -> Request:
+        """The scheduler's request for a validated EngineRequest (one completion of it)."""
+        return cls(
+            request_id=request.request_id,
+            prompt_token_ids=request.prompt_token_ids,
+            sampling_params=request.sampling_params,
+            eos_token_ids=eos_token_ids,
+            priority=request.priority,
+            timing=timing,
+            output_token_ids=request.prior_output_token_ids,
+        )
 
     @property
     def arrival_time(self) -> float:

@@ -34,7 +34,8 @@ from pagedock.errors import UnknownRequestError
 from pagedock.kv.block_hash import BlockHash
 
 # Requests that arrive within this many seconds of the waiting queue's head form its wave, served
-# shortest prompt first; at most MAX_WAVE_SCAN of them are compared (a step's admission stays cheap).
+# shortest prompt first; at most MAX_WAVE_SCAN of them are compared (a step's admission stays
+# cheap).
 WAVE_S = 0.1
 MAX_WAVE_SCAN = 64
 

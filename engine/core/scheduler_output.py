@@ -57,7 +57,8 @@ class SampledToken:
 
 @dataclass
 class ModelRunnerOutput:
-    """Sampled tokens by request id (only requests that sampled this step), and per-request errors."""
+    """Sampled tokens by request id (only requests that sampled this step), and per-request
+    errors."""
 
     sampled: dict[str, SampledToken]
     errors: dict[str, str] = field(default_factory=dict)

@@ -20,7 +20,8 @@ def check_continuation(
     prior: Sequence[int], params: SamplingParams, vocab_size: int, room: int
 ) -> list[int]:
     """The prior output as a list: one completion's (n == 1), ids in the vocabulary, fewer than
-    `room` (the tokens the request may generate in all) so that one is left to generate."""
+    `room` (the tokens the request may generate in all) so that one is left to generate. One of
+    the InputProcessor's checks (engine/inputs/input_processor.py), called from there only."""
     prior = list(prior)
     if not prior:
         return prior

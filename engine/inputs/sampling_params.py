@@ -1,4 +1,5 @@
-"""How to sample a request's tokens; validated at construction so bad input fails before it queues."""
+"""How to sample a request's tokens; validated at construction so bad input fails before it
+queues."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ _GREEDY_EPS = 1e-5
 
 
 class RequestOutputKind(enum.Enum):
-    """What each RequestOutput of a request carries (vLLM's names); see engine/runtime/outputs.py."""
+    """What each RequestOutput of a request carries (vLLM's names); see
+    engine/runtime/outputs.py."""
 
     CUMULATIVE = 0
     """Every output: the whole completion so far (a copy per step: O(length) each)."""
@@ -136,7 +138,8 @@ class SamplingParams:
     temperature: float = 1.0
     """0 = greedy. Higher flattens the distribution."""
     top_p: float = 1.0
-    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p, in (0, 1]."""
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p, in
+    (0, 1]."""
     top_k: int = 0
     """Keep the k most likely tokens; 0 or -1 = all."""
     min_p: float = 0.0
@@ -215,7 +218,8 @@ class SamplingParams:
             _fail(f"temperature must be non-negative, got {self.temperature}", "temperature")
         if not 0.0 < self.top_p <= 1.0:
             _fail(f"top_p must be in (0, 1], got {self.top_p}", "top_p")
-        # Above the vocabulary is fine (the sampler clamps k to it); above int32 is no use to anyone.
+        # Above the vocabulary is fine (the sampler clamps k to it); above int32 is no use to
+        # anyone.
         if not -1 <= self.top_k <= MAX_INT32:
             _fail(f"top_k must be -1 (disable) or in [1, {MAX_INT32}], got {self.top_k}", "top_k")
         if not 0.0 <= self.min_p <= 1.0:
@@ -234,7 +238,7 @@ class SamplingParams:
 
     def _validate_lists(self) -> None:
         """Sizes, and ids within int32; ids within the model's vocabulary are the engine's check
-        (LLMEngine.add_core_request), the only place that knows the vocabulary."""
+        (InputProcessor.process), the only place that knows the vocabulary."""
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
         if len(stop) > MAX_STOP_STRINGS:
             _fail(f"at most {MAX_STOP_STRINGS} stop strings, got {len(stop)}", "stop")

@@ -1,8 +1,8 @@
 """AsyncEngine: the LLMEngine behind an asyncio API, one output stream per request.
 
 The engine runs on an engine thread and its output path on an output worker thread (see
-engine/runtime/engine_loop.py); this module is the event loop's side: commands in, RequestStreams out,
-listeners for whoever records metrics (the server installs its own: nothing here knows HTTP).
+engine/runtime/engine_loop.py); this module is the event loop's side: commands in, RequestStreams
+out, listeners for whoever records metrics (the server installs its own: nothing here knows HTTP).
 
 Where the engine loop runs: `start()` gives it a thread of its own (tests, embedding); `pagedock
 serve` instead runs it on the process's main thread (`run_on_this_thread`) with uvicorn on a
@@ -21,11 +21,11 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine.core.kv_events import KVEventBatch, KVSnapshot
 from engine.core.scheduler_stats import SchedulerStats
+from engine.inputs.engine_request import AdapterRef, EngineRequest
 from engine.inputs.sampling_params import SamplingParams
 from engine.runtime.engine_loop import Command, EngineLoop, LoopCallbacks, OutputBatch, StepReport
 from engine.runtime.outputs import IterationStats, RequestOutput
@@ -33,8 +33,8 @@ from pagedock.errors import EngineDeadError, PagedockError, UnknownRequestError
 
 if TYPE_CHECKING:
     from engine.core.scheduler_output import EngineCoreOutput
+    from engine.inputs.input_processor import InputProcessor
     from engine.runtime.llm_engine import LLMEngine
-    from engine.runtime.output_processor import NewRequest
 
 __all__ = ["AsyncEngine", "QueueFullError", "RequestStream"]
 T = TypeVar("T")
@@ -156,6 +156,12 @@ class AsyncEngine:
         return time.monotonic() - self._engine_loop.heartbeat
 
     @property
+    def input_processor(self) -> InputProcessor:
+        """The engine's input processor (thread-safe): what `add_request` checks requests with,
+        for callers that must refuse exactly what generation refuses (the render endpoints)."""
+        return self.engine.input_processor
+
+    @property
     def num_in_flight(self) -> int:
         return len(self._streams)
 
@@ -178,37 +184,42 @@ class AsyncEngine:
         request_id: str,
         prompt_token_ids: list[int],
         params: SamplingParams,
+        *,
         priority: int = 0,
         arrival_time: float | None = None,
         prompt_text: str | None = None,
         prior_output_token_ids: list[int] | None = None,
+        lora_request: AdapterRef | None = None,
     ) -> RequestStream:
         """Queue a request; its stream once the engine accepted it. InvalidRequestError (bad
         input), QueueFullError (admission), EngineDeadError. `prompt_text`: what the ids were
         made from, for the outputs and the request log; `prior_output_token_ids`: a continuation
-        (LLMEngine.add_core_request). A structured-outputs constraint is compiled first, on the
-        compiler's pool: never on the event loop or the engine thread."""
+        (engine/inputs/continuation.py). A structured-outputs constraint is compiled first, on
+        the compiler's pool: never on the event loop or the engine thread. Then the engine's
+        input processor checks the request, here, and the engine thread queues what it made."""
         grammar = await self._compile_grammar(params)
         self._check_admission()
-        arrival = time.monotonic() if arrival_time is None else arrival_time
+        request = self.input_processor.process(
+            request_id,
+            prompt_token_ids,
+            params,
+            prompt_text=prompt_text,
+            priority=priority,
+            arrival_time=arrival_time,
+            prior_output_token_ids=prior_output_token_ids or (),
+            grammar=grammar,
+            lora_request=lora_request,
+        )
+        return await self._add(request)
+
+    async def _add(self, request: EngineRequest) -> RequestStream:
+        """The add command: the engine thread queues the request (LLMEngine.add_engine_request)."""
+        request_id = request.request_id
         stream = RequestStream(request_id)
         self._streams[request_id] = stream
         self._pending_adds += 1
-
-        def add(engine: LLMEngine) -> NewRequest:
-            new = engine.add_core_request(
-                request_id,
-                prompt_token_ids,
-                params,
-                priority,
-                arrival,
-                grammar,
-                prior_output_token_ids or (),
-            )
-            return new if prompt_text is None else replace(new, prompt=prompt_text)
-
         try:
-            await self._submit("add", add)
+            await self._submit(Command("add", request=request))
         except asyncio.CancelledError:
             # The client left while the add was queued: it may still land, so abort it too.
             self.abort(request_id)
@@ -250,7 +261,7 @@ class AsyncEngine:
 
     async def call(self, fn: Callable[[LLMEngine], T]) -> T:
         """Run `fn(engine)` on the engine thread, between steps."""
-        result: T = await self._submit("call", fn)
+        result: T = await self._submit(Command("call", fn))
         return result
 
     async def kv_snapshot(self) -> KVSnapshot:
@@ -270,12 +281,13 @@ class AsyncEngine:
                 f"{self.max_waiting}); retry shortly"
             )
 
-    async def _submit(self, kind: Literal["add", "call"], fn: Callable[[LLMEngine], Any]) -> Any:
+    async def _submit(self, command: Command) -> Any:
+        """Queue an `add` or a `call` for the engine thread; what it returns, or raises."""
         if self._dead is not None:
             raise EngineDeadError("the engine loop has stopped")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._commands.put(Command(kind, fn, future))
-        return await future
+        command.future = asyncio.get_running_loop().create_future()
+        self._commands.put(command)
+        return await command.future
 
     def _run(self) -> None:
         assert self._callbacks is not None

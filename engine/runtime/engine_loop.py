@@ -38,6 +38,7 @@ from engine.runtime.output_processor import NewRequest
 from engine.runtime.outputs import IterationStats, RequestOutput
 
 if TYPE_CHECKING:
+    from engine.inputs.engine_request import EngineRequest
     from engine.runtime.llm_engine import LLMEngine
 
 logger = logging.getLogger("pagedock.async_engine")
@@ -49,12 +50,14 @@ _MAX_PENDING_STEPS = 32
 
 @dataclass
 class Command:
-    """Work for the engine thread. `add` returns a NewRequest, `abort` core outputs; `call` and
-    `add` resolve `future` on the event loop."""
+    """Work for the engine thread. `add` queues `request` (LLMEngine.add_engine_request: a
+    NewRequest for the output worker); the others run `fn`, `abort` returning core outputs.
+    `call` and `add` resolve `future` on the event loop."""
 
     kind: Literal["add", "abort", "call", "finish", "stop"]
     fn: Callable[[LLMEngine], Any] | None = None
     future: asyncio.Future[Any] | None = None
+    request: EngineRequest | None = None
 
 
 @dataclass
@@ -168,9 +171,8 @@ class EngineLoop:
         """Run the commands; new requests and abort outputs go to the worker with the step's."""
         work = _OutputWork()
         for command in commands:
-            assert command.fn is not None
             try:
-                result = command.fn(self.engine)
+                result = self._run(command)
             except Exception as e:
                 if command.future is None:
                     logger.exception("engine command %s failed", command.kind)
@@ -185,6 +187,13 @@ class EngineLoop:
             if command.future is not None:
                 callbacks.post(_resolve, command.future, result)
         return work
+
+    def _run(self, command: Command) -> Any:
+        if command.kind == "add":
+            assert command.request is not None
+            return self.engine.add_engine_request(command.request)
+        assert command.fn is not None
+        return command.fn(self.engine)
 
     def _report(self, commands: list[Command]) -> StepReport:
         kv_batches = self.engine.kv_events.since(self._kv_seq)

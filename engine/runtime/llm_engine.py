@@ -18,14 +18,14 @@ from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
 from engine.device import pick_device, pick_dtype
 from engine.executor.tp_executor import TPExecutor
 from engine.executor.tp_worker import threads_per_rank
-from engine.inputs.continuation import check_continuation
-from engine.inputs.request_checks import check_prompt_ids, check_stop_token_ids, resolve_max_tokens
+from engine.inputs.engine_request import AdapterRef, EngineRequest
+from engine.inputs.input_processor import InputProcessor
 from engine.inputs.sampling_params import SamplingParams
 from engine.loader.model_loader import read_model_config
 from engine.models.tp_layout import check_tp_layout
 from engine.runtime.output_processor import NewRequest, OutputProcessor
 from engine.runtime.outputs import RequestOutput
-from engine.sampling.parallel_sampling import ParallelSampling, child_params, child_request_id
+from engine.sampling.parallel_sampling import ParallelSampling, child_requests
 from engine.structured_outputs.guided_decoding import GuidedDecoding
 from engine.worker.host_memory import keep_freed_memory
 from engine.worker.rank_builder import build_runner
@@ -39,10 +39,12 @@ logger = logging.getLogger("pagedock.engine")
 
 
 class LLMEngine:
-    """Not thread-safe. Each public call comes in two halves: the engine half (`add_core_request`,
-    `step_core`, `abort_core_request`, `finish_stopped`: scheduler and model, token ids only) and
-    the output half (`output_processor`: text, stop strings, RequestOutputs). `add_request`,
-    `step` and `abort_request` run both inline; AsyncEngine runs the halves on two threads."""
+    """Not thread-safe. Each public call comes in two halves: the engine half
+    (`add_engine_request`, `step_core`, `abort_core_request`, `finish_stopped`: scheduler and
+    model, token ids only) and the output half (`output_processor`: text, stop strings,
+    RequestOutputs). `add_request`, `step` and `abort_request` run both inline; AsyncEngine runs
+    the halves on two threads. Requests come in through `input_processor` (thread-safe), the one
+    place they are checked."""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -68,6 +70,9 @@ class LLMEngine:
             raise
         self.tokenizer = load_tokenizer(self.model_path, chat_template)
         self.eos_token_ids = self._eos_token_ids()
+        self.input_processor = InputProcessor(
+            self.tokenizer, self.model_config.vocab_size, self.max_model_len
+        )
         self.root_hash = root_hash(self._hash_root_name())
         self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
         self.guided = GuidedDecoding(
@@ -122,9 +127,10 @@ class LLMEngine:
             and self.config.max_num_batched_tokens < self.max_model_len
         ):
             raise ConfigError(
-                f"with chunked prefill off, max_num_batched_tokens ({self.config.max_num_batched_tokens}) "
-                f"must be at least max_model_len ({self.max_model_len}), or a long prompt could "
-                "never be scheduled; raise it, lower max_model_len, or enable chunked prefill"
+                "with chunked prefill off, max_num_batched_tokens "
+                f"({self.config.max_num_batched_tokens}) must be at least max_model_len "
+                f"({self.max_model_len}), or a long prompt could never be scheduled; raise it, "
+                "lower max_model_len, or enable chunked prefill"
             )
 
     def _eos_token_ids(self) -> list[int]:
@@ -138,84 +144,50 @@ class LLMEngine:
     def add_request(
         self,
         request_id: str,
-        prompt: str | list[int],
+        prompt: str | Sequence[int],
         params: SamplingParams | None = None,
         priority: int = 0,
         arrival_time: float | None = None,
+        *,
+        lora_request: AdapterRef | None = None,
     ) -> None:
-        """Queue a request; its outputs come from `step()`."""
-        new = self.add_core_request(request_id, prompt, params, priority, arrival_time)
-        self.output_processor.add_request(new)
+        """Queue a request (text or token ids); its outputs come from `step()`. The input
+        processor checks it first: InvalidRequestError, PromptTooLongError."""
+        request = self.input_processor.process(
+            request_id,
+            prompt,
+            params,
+            priority=priority,
+            arrival_time=arrival_time,
+            lora_request=lora_request,
+        )
+        self.output_processor.add_request(self.add_engine_request(request))
 
-    def add_core_request(
-        self,
-        request_id: str,
-        prompt: str | list[int],
-        params: SamplingParams | None = None,
-        priority: int = 0,
-        arrival_time: float | None = None,
-        grammar: object | None = None,
-        prior_output_token_ids: Sequence[int] = (),
-    ) -> NewRequest:
-        """The engine half of `add_request`: validate, queue (n > 1 fans out), return what the output
-        path needs first. `grammar`: GuidedDecoding.compiled; `prior_output_token_ids`: a continuation."""
-        params = params or SamplingParams()
+    def add_engine_request(self, request: EngineRequest) -> NewRequest:
+        """The engine half of `add_request`: queue a request the input processor made (n > 1
+        fans out) and return what the output path needs first. InvalidRequestError for an id in
+        use, a constraint that does not compile, or a continuation its constraint rejects."""
+        request_id = request.request_id
         if self.scheduler.has_request(request_id) or self.parallel.is_parent(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
-        text, token_ids = self._tokenize(prompt)
-        self._check_token_ids(params)
-        max_tokens = resolve_max_tokens(len(token_ids), params, self.max_model_len)
-        prior = check_continuation(
-            prior_output_token_ids,
-            params,
-            self.model_config.vocab_size,
-            room=min(max_tokens, self.max_model_len - len(token_ids)),
-        )
-        if params.stop and self.tokenizer is None:
-            raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
-        compiled = self.guided.compiled(params.structured_outputs, grammar)
-        timing = RequestTiming(time.monotonic() if arrival_time is None else arrival_time)
-
-        def make(child_id: str, sampling: SamplingParams) -> Request:
-            return Request(
-                child_id,
-                token_ids,
-                sampling,
-                max_tokens,
-                self.eos_token_ids,
-                priority,
-                None,
-                timing,
-                prior,
-            )
-
+        params = request.sampling_params
+        compiled = self.guided.compiled(params.structured_outputs, request.grammar)
+        timing = RequestTiming(request.arrival_time)
         if params.n == 1:
+            prior = request.prior_output_token_ids
             self.guided.register(self.runner, [request_id], compiled, params.stop_token_ids, prior)
-            self.scheduler.add_request(make(request_id, params))
-            return NewRequest(request_id, text, token_ids, params, timing, [request_id], prior)
-        children = [
-            make(child_request_id(request_id, i), child_params(params, i)) for i in range(params.n)
-        ]
+            self.scheduler.add_request(self._core_request(request, timing))
+            return _new_request(request, timing, [request_id])
+        children = [self._core_request(c, timing) for c in child_requests(request)]
         child_ids = [c.request_id for c in children]
         self.guided.register(self.runner, child_ids, compiled, params.stop_token_ids)
         defer = self.config.enable_prefix_caching
         for child in self.parallel.register(request_id, children, defer):
             self.scheduler.add_request(child)
-        return NewRequest(request_id, text, token_ids, params, timing, child_ids)
+        return _new_request(request, timing, child_ids)
 
-    def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise InvalidRequestError("this model has no tokenizer: pass token ids", "prompt")
-            if not prompt:
-                raise InvalidRequestError("the prompt is empty", "prompt")
-            return prompt, self.tokenizer.encode(prompt)
-        token_ids = list(prompt)
-        check_prompt_ids(token_ids, self.model_config.vocab_size)
-        return None, token_ids
-
-    def _check_token_ids(self, params: SamplingParams) -> None:
-        check_stop_token_ids(params, self.model_config.vocab_size)
+    def _core_request(self, request: EngineRequest, timing: RequestTiming) -> Request:
+        return Request.from_engine_request(request, self.eos_token_ids, timing)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stop a request (all n of it) and free its blocks; its final output. UnknownRequestError
@@ -334,6 +306,18 @@ class LLMEngine:
         self.kv_events.publish(self.scheduler.take_kv_events())
         hashes = self.scheduler.cached_block_hashes()
         return KVSnapshot(self.kv_events.last_seq, self.config.block_size, hashes)
+
+
+def _new_request(request: EngineRequest, timing: RequestTiming, child_ids: list[str]) -> NewRequest:
+    return NewRequest(
+        request_id=request.request_id,
+        prompt=request.prompt,
+        prompt_token_ids=request.prompt_token_ids,
+        params=request.sampling_params,
+        timing=timing,
+        child_ids=child_ids,
+        prior_output_token_ids=request.prior_output_token_ids,
+    )
 
 
 def _resolve_model(config: EngineConfig) -> tuple[Path, str, str | None]:

@@ -1,10 +1,10 @@
 """The output path: the engine's per-step token outputs (EngineCoreOutput) become RequestOutputs.
 
 Per completion it detokenizes incrementally and applies stop strings; per request it merges the
-n completions under the request's id, shapes each output by its kind (see engine/runtime/outputs.py) and
-fills the request's timing record. It never touches the scheduler, so it runs wherever its caller
-does: inline in `LLMEngine.step()` (offline), on the output worker thread behind AsyncEngine
-(server). Either way one thread owns an OutputProcessor.
+n completions under the request's id, shapes each output by its kind (see
+engine/runtime/outputs.py) and fills the request's timing record. It never touches the scheduler,
+so it runs wherever its caller does: inline in `LLMEngine.step()` (offline), on the output worker
+thread behind AsyncEngine (server). Either way one thread owns an OutputProcessor.
 
 A stop string ends a completion here first: its engine request id is reported in
 `stopped_by_string`, and the caller asks the engine to finish it. Until the engine has, it may

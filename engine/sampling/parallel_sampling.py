@@ -11,10 +11,12 @@ output path's (engine/runtime/output_processor.py), which may run on another thr
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 
 from engine.core.request import Request
 from engine.core.scheduler_output import EngineCoreOutput
+from engine.inputs.engine_request import EngineRequest
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.limits import SEED_MAX
 
@@ -25,12 +27,26 @@ def child_request_id(parent_id: str, index: int) -> str:
     return f"{parent_id}{CHILD_SEPARATOR}{index}"
 
 
+def child_requests(request: EngineRequest) -> list[EngineRequest]:
+    """The n completions of a request, one EngineRequest each, by index."""
+    return [
+        replace(
+            request,
+            request_id=child_request_id(request.request_id, i),
+            sampling_params=child_params(request.sampling_params, i),
+        )
+        for i in range(request.sampling_params.n)
+    ]
+
+
 def child_params(params: SamplingParams, index: int) -> SamplingParams:
     """n = 1 per child; a seeded request seeds each child differently (so choices differ) but
-    reproducibly."""
-    return replace(
-        params, n=1, seed=None if params.seed is None else child_seed(params.seed, index)
-    )
+    reproducibly. A copy, not validated again: `params` passed the InputProcessor already."""
+    child = copy.copy(params)
+    child.n = 1
+    if params.seed is not None:
+        child.seed = child_seed(params.seed, index)
+    return child
 
 
 def child_seed(seed: int, index: int) -> int:

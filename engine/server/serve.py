@@ -2,10 +2,10 @@
 
 The engine loop runs on this process's main thread and uvicorn's event loop on a second thread:
 torch's OpenMP regions are measurably slower when entered from a non-main thread (see
-engine/runtime/async_engine.py), the step's heavy work is kernels that release the GIL, and a process of
-its own would add a pickle round trip of every step's outputs. Signals arrive on the main thread,
-so the handlers installed here hand them to the server's drain (uvicorn installs none off the
-main thread).
+engine/runtime/async_engine.py), the step's heavy work is kernels that release the GIL, and a
+process of its own would add a pickle round trip of every step's outputs. Signals arrive on the
+main thread, so the handlers installed here hand them to the server's drain (uvicorn installs none
+off the main thread).
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ def build_context(
         logger.info("publishing vLLM-format KV events on %s (replay: %s)", *kv_publisher.endpoints)
     return ServerContext(
         kv_publisher=kv_publisher,
-        vocab_size=engine.model_config.vocab_size,
         engine=async_engine,
         metrics=metrics,
         kv_hub=KVEventHub(async_engine, uuid.uuid4().hex, engine.root_hash),

@@ -17,7 +17,8 @@ def cdiv(a: int, b: int) -> int:
 def make_block_tables(
     seq_lens: list[int], block_size: int, gen: torch.Generator, device: str = "cpu"
 ) -> tuple[torch.Tensor, int]:
-    """Shuffled physical blocks per sequence, padded with 0 (one spare column); (table, pool size)."""
+    """Shuffled physical blocks per sequence, padded with 0 (one spare column); (table, pool
+    size)."""
     needed = [cdiv(n, block_size) for n in seq_lens]
     num_blocks = sum(needed) + 3
     free = torch.randperm(num_blocks, generator=gen).tolist()

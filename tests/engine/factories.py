@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.core.request import Request
+from engine.core.request import Request, RequestTiming
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import ModelRunnerOutput, SampledToken, SchedulerOutput
 from engine.inputs.sampling_params import SamplingParams
@@ -31,7 +31,14 @@ def make_request(
         base = 1000 + 100 * (hash(rid) % 1000)
         prompt = [base + i for i in range(prompt)]
     sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0, **params)
-    return Request(rid, prompt, sampling, max_tokens, (EOS,), priority, arrival_time)
+    return Request(
+        request_id=rid,
+        prompt_token_ids=prompt,
+        sampling_params=sampling,
+        eos_token_ids=(EOS,),
+        priority=priority,
+        timing=None if arrival_time is None else RequestTiming(arrival_time),
+    )
 
 
 def make_scheduler(num_blocks: int = 64, max_model_len: int = 512, **config: Any) -> Scheduler:

@@ -1,4 +1,5 @@
-"""EngineConfig's CPU switches (onednn, cpu_gemm_dtype, cpu_kernels) reach the model the engine builds."""
+"""EngineConfig's CPU switches (onednn, cpu_gemm_dtype, cpu_kernels) reach the model the engine
+builds."""
 
 from __future__ import annotations
 

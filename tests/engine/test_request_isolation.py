@@ -128,8 +128,9 @@ def test_a_request_the_sampler_fails_on_fails_alone(
 ) -> None:
     engine = llm.engine
     expected = neighbours_alone(engine, "alone")
-    # A ban outside the vocabulary that slipped past validation: the real sampler's IndexError.
-    monkeypatch.setattr(engine, "_check_token_ids", lambda params: None)
+    # A ban outside the vocabulary that slipped past validation (an input processor that thinks
+    # the vocabulary larger than it is): the real sampler's IndexError.
+    monkeypatch.setattr(engine.input_processor, "vocab_size", TINY_VOCAB + 100)
     params = neighbour_params()
     runs = {k: (NEIGHBOURS[k], params[k]) for k in NEIGHBOURS}
     bad = SamplingParams(max_tokens=6, min_tokens=2, stop_token_ids=[TINY_VOCAB + 88])
@@ -166,7 +167,7 @@ def test_the_engine_serves_normally_after_a_sampling_failure(llm: LLM) -> None:
     engine = llm.engine
     expected = neighbours_alone(engine, "before")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "_check_token_ids", lambda params: None)
+        patch.setattr(engine.input_processor, "vocab_size", TINY_VOCAB + 100)
         bad = SamplingParams(max_tokens=2, min_tokens=1, stop_token_ids=[TINY_VOCAB])
         run_to_completion(engine, {"oops": (POISON_PROMPT, bad)})
     assert neighbours_alone(engine, "after") == expected

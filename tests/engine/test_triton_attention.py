@@ -2,8 +2,9 @@
 
 On CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, set here before triton is
 imported) in fp32. With PAGEDOCK_TEST_DEVICE=cuda they are compiled and run on the GPU in fp16
-and bf16 (benchmarks/gpu/check.sh does this). The reference always runs in float64 on the same inputs, so the measured error is
-the kernel's alone. Outputs are poisoned with NaN first: an element a kernel fails to write fails.
+and bf16 (benchmarks/gpu/check.sh does this). The reference always runs in float64 on the same
+inputs, so the measured error is the kernel's alone. Outputs are poisoned with NaN first: an
+element a kernel fails to write fails.
 """
 
 from __future__ import annotations

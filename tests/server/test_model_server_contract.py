@@ -104,6 +104,8 @@ def test_completions_render_gives_one_request_per_prompt(server: ServerProcess) 
         {"prompt": [5] * 300},  # longer than max_model_len 256
         {"prompt": [5] * 200, "max_tokens": 100},  # no room for max_tokens
         {"prompt": []},
+        {"prompt": [5, 6], "continuation": {"token_ids": [7]}},  # a continuation needs a stream
+        {"prompt": [5, 6], "stream": True, "continuation": {"token_ids": [7, 10**9]}},
     ],
 )
 def test_render_refuses_what_generation_refuses(
@@ -111,6 +113,28 @@ def test_render_refuses_what_generation_refuses(
 ) -> None:
     rendered = httpx.post(f"{server.url}/v1/completions/render", json=body)
     generated = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
+    assert rendered.status_code == generated.status_code == 400
+    assert rendered.json()["error"]["message"] == generated.json()["error"]["message"]
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"top_logprobs": 2},  # without logprobs: true
+        {"tools": [TOOL], "tool_choice": "auto"},  # this server does not enable auto tool choice
+        {"max_tokens": 300},  # more than the context holds
+        {"stop_token_ids": [10**9]},
+    ],
+)
+def test_chat_render_refuses_what_chat_generation_refuses(
+    server: ServerProcess, extra: dict[str, Any]
+) -> None:
+    body = {"messages": [{"role": "user", "content": "hi"}], **extra}
+    rendered = httpx.post(f"{server.url}/v1/chat/completions/render", json=body)
+    generated = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
     assert rendered.status_code == generated.status_code == 400
     assert rendered.json()["error"]["message"] == generated.json()["error"]["message"]
 

@@ -2,7 +2,8 @@
 openai client: a forced call (named, and `required` among several tools) is a valid call to the
 function's schema, guided by structured outputs; its result, sent back as a `tool` message, is
 rendered into the next prompt; streamed deltas reassemble to the same call. Asserts are on
-validity and rendering, never on answer quality. Modest in tokens: three forced calls of ~30 tokens each."""
+validity and rendering, never on answer quality. Modest in tokens: three forced calls of ~30
+tokens each."""
 
 from __future__ import annotations
 

@@ -275,7 +275,10 @@ def test_connecting_publisher_reaches_a_bound_subscriber() -> None:
 
 
 def test_config_takes_vllms_json_and_names_unknown_keys() -> None:
-    text = '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "t"}'
+    text = (
+        '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", '
+        '"replay_endpoint": "tcp://*:5558", "topic": "t"}'
+    )
     config = KVEventsConfig.from_json(text)
     assert config.enabled and config.replay_endpoint == "tcp://*:5558" and config.topic == "t"
     assert not KVEventsConfig.from_json('{"enable_kv_cache_events": false}').enabled

@@ -14,13 +14,12 @@ from engine.server.openai.guards import check_model
 from engine.server.openai.logprobs import chat_logprobs
 from engine.server.openai.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
 from engine.server.openai.sampling import (
+    chat_sampling_params,
     continuation_headers,
     continuation_token_ids,
-    to_sampling_params,
 )
 from engine.server.openai.sse import SSE_DONE, sse_data, sse_error, sse_response
-from engine.tool_calls.chat_tools import TOOL_CALLS, ToolCalling, ToolDeltas, plan_tool_calling
-from pagedock.errors import InvalidRequestError
+from engine.tool_calls.chat_tools import TOOL_CALLS, ToolCalling, ToolDeltas
 from pagedock.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -41,13 +40,7 @@ async def create_chat_completion(
 ) -> Response:
     arrival_time = time.monotonic()
     check_model(ctx, body.model)
-    if body.top_logprobs is not None and not body.logprobs:
-        raise InvalidRequestError("top_logprobs needs logprobs: true", "top_logprobs")
-    logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    params = to_sampling_params(body, body.resolved_max_tokens, logprobs)
-    tools = plan_tool_calling(ctx.options, body)
-    if tools is not None:
-        params = tools.guide(params)
+    params, tools = chat_sampling_params(ctx.options, body)
     prior = continuation_token_ids(body, 1)
     check_prompt_chars(ctx, chat_chars(body), "messages")
     prompt = await in_prompt_pool(ctx, render_chat, ctx.tokenizer, body)

@@ -33,7 +33,8 @@ class ServerOptions:
     port: int = 8000
     """TCP port."""
     api_key: str | None = None
-    """When set, every route but /health, /metrics and /version needs `Authorization: Bearer KEY`."""
+    """When set, every route but /health, /metrics and /version needs
+    `Authorization: Bearer KEY`."""
     max_waiting: int | None = 1024
     """Requests allowed to wait for a batch slot; beyond it, 429 with Retry-After. 0 = no limit."""
     drain_timeout: float = 30.0
@@ -93,8 +94,6 @@ class ServerContext:
     draining: bool = False
     kv_publisher: VllmKVPublisher | None = None
     """vLLM-format KV events on ZMQ (--kv-events-config); None when off."""
-    vocab_size: int | None = None
-    """The model's vocabulary size (token ids must lie below it); None: not checked here."""
     prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
 
 

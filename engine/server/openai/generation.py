@@ -104,10 +104,10 @@ class Generation:
                     f"{gen.id}-{i}",
                     prompt.token_ids,
                     params,
-                    priority,
-                    arrival_time,
-                    prompt.text,
-                    prior_output_token_ids,
+                    priority=priority,
+                    arrival_time=arrival_time,
+                    prompt_text=prompt.text,
+                    prior_output_token_ids=prior_output_token_ids,
                 )
                 gen.streams.append(stream)
         except BaseException:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine.inputs.sampling_params import SamplingParams
 from engine.server.openai.structured_outputs import structured_outputs_of
+from engine.tool_calls.chat_tools import ToolCalling, plan_tool_calling
 from pagedock.errors import InvalidRequestError
-from pagedock.protocol import CONTINUATION_HEADER, SamplingFields
+from pagedock.protocol import CONTINUATION_HEADER, ChatCompletionRequest, SamplingFields
+
+if TYPE_CHECKING:
+    from engine.server.openai.context import ServerOptions
 
 
 def to_sampling_params(
@@ -38,6 +44,22 @@ def to_sampling_params(
         include_stop_str_in_output=request.include_stop_str_in_output,
         structured_outputs=structured_outputs_of(request),
     )
+
+
+def chat_sampling_params(
+    options: ServerOptions, body: ChatCompletionRequest
+) -> tuple[SamplingParams, ToolCalling | None]:
+    """A chat request's params, a forced tool call's schema as their structured output, and how
+    its tool calls are read back (None: not at all). Chat generation and chat render both read a
+    request with this, so that they refuse the same requests."""
+    if body.top_logprobs is not None and not body.logprobs:
+        raise InvalidRequestError("top_logprobs needs logprobs: true", "top_logprobs")
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    params = to_sampling_params(body, body.resolved_max_tokens, logprobs)
+    tools = plan_tool_calling(options, body)
+    if tools is not None:
+        params = tools.guide(params)
+    return params, tools
 
 
 def continuation_token_ids(request: SamplingFields, num_prompts: int) -> list[int] | None:

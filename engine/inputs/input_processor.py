@@ -1,0 +1,143 @@
+"""InputProcessor: a prompt and its params in, one validated EngineRequest out (vLLM v1's input
+processor). The only place a request is checked against the model: every way in (LLM, LLMEngine,
+AsyncEngine and its engine loop, the server's render endpoints) goes through `process`, so
+rendering refuses exactly what generation refuses, with the same errors.
+
+What SamplingParams checks on its own (ranges, sizes) needs no model and stays there; what needs
+the model's vocabulary, context length or tokenizer is here. Torch-free and stateless after
+construction, so any thread may call it (the server renders on its prompt pool).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from engine.inputs.continuation import check_continuation
+from engine.inputs.engine_request import AdapterRef, EngineRequest
+from engine.inputs.sampling_params import SamplingParams
+from pagedock.errors import InvalidRequestError, PromptTooLongError
+
+if TYPE_CHECKING:
+    from pagedock.text.tokenizer import Tokenizer
+
+
+class InputProcessor:
+    """Built once per engine with what the checks need to know of the model."""
+
+    def __init__(self, tokenizer: Tokenizer | None, vocab_size: int, max_model_len: int) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.max_model_len = max_model_len
+
+    def process(
+        self,
+        request_id: str,
+        prompt: str | Sequence[int],
+        params: SamplingParams | None = None,
+        *,
+        prompt_text: str | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+        prior_output_token_ids: Sequence[int] = (),
+        grammar: object | None = None,
+        lora_request: AdapterRef | None = None,
+    ) -> EngineRequest:
+        """Check the request and resolve it; InvalidRequestError (PromptTooLongError when it
+        cannot fit the context) for anything the engine would refuse.
+
+        `prompt`: text (tokenized here) or token ids; `prompt_text`: for ids, the text they were
+        made from (kept for the outputs). `prior_output_token_ids`: a continuation. `grammar`:
+        the params' constraint compiled ahead, or None (engine/inputs/engine_request.py)."""
+        params = params or SamplingParams()
+        _check_no_adapter(lora_request)
+        text, token_ids = self._prompt_ids(prompt)
+        _check_stop_token_ids(params, self.vocab_size)
+        max_tokens = _resolve_max_tokens(len(token_ids), params, self.max_model_len)
+        # max_tokens fits the context: it is all the room there is to generate
+        prior = check_continuation(prior_output_token_ids, params, self.vocab_size, max_tokens)
+        if params.stop and self.tokenizer is None:
+            raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
+        return EngineRequest(
+            request_id=request_id,
+            prompt_token_ids=token_ids,
+            sampling_params=_with_max_tokens(params, max_tokens),
+            arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+            prompt=text if text is not None else prompt_text,
+            prior_output_token_ids=prior,
+            grammar=grammar,
+            priority=priority,
+            lora_request=lora_request,
+        )
+
+    def _prompt_ids(self, prompt: str | Sequence[int]) -> tuple[str | None, list[int]]:
+        """(text, token ids): a text prompt tokenized, ids checked against the vocabulary."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidRequestError("this model has no tokenizer: pass token ids", "prompt")
+            if not prompt:
+                raise InvalidRequestError("the prompt is empty", "prompt")
+            return prompt, self.tokenizer.encode(prompt)
+        token_ids = list(prompt)
+        _check_prompt_ids(token_ids, self.vocab_size)
+        return None, token_ids
+
+
+def _check_no_adapter(lora_request: AdapterRef | None) -> None:
+    """LoRA is not served yet: a request for an adapter is refused, never run on the base model."""
+    if lora_request is not None:
+        raise InvalidRequestError(
+            f"LoRA adapters are not supported yet (the request asks for {lora_request.name!r})",
+            "lora_request",
+        )
+
+
+def _check_prompt_ids(token_ids: list[int], vocab_size: int) -> None:
+    if not token_ids:
+        raise InvalidRequestError("the prompt is empty", "prompt")
+    bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab_size]
+    if bad:
+        raise InvalidRequestError(
+            f"token ids must be integers in [0, {vocab_size}); got {bad[:5]}", "prompt"
+        )
+
+
+def _check_stop_token_ids(params: SamplingParams, vocab_size: int) -> None:
+    """Ids the sampler indexes logits with must lie in the vocabulary, which only the engine
+    knows: past it, one request's ban would fail the whole step's sampling."""
+    bad = [t for t in params.stop_token_ids if not 0 <= t < vocab_size]
+    if bad:
+        raise InvalidRequestError(
+            f"stop_token_ids must be in [0, {vocab_size}); got {bad[:5]}", "stop_token_ids"
+        )
+
+
+def _resolve_max_tokens(num_prompt_tokens: int, params: SamplingParams, max_model_len: int) -> int:
+    """The resolved max_tokens; PromptTooLongError when prompt + max_tokens can't fit."""
+    if num_prompt_tokens >= max_model_len:
+        raise PromptTooLongError(
+            f"the prompt has {num_prompt_tokens} tokens; this model's maximum context length "
+            f"is {max_model_len} tokens, leaving no room to generate",
+            "prompt",
+        )
+    if params.max_tokens is None:
+        return max_model_len - num_prompt_tokens
+    if num_prompt_tokens + params.max_tokens > max_model_len:
+        raise PromptTooLongError(
+            f"this model's maximum context length is {max_model_len} tokens, but "
+            f"{num_prompt_tokens + params.max_tokens} were requested "
+            f"({num_prompt_tokens} in the prompt, {params.max_tokens} to generate)",
+            "max_tokens",
+        )
+    return params.max_tokens
+
+
+def _with_max_tokens(params: SamplingParams, max_tokens: int) -> SamplingParams:
+    """A copy of `params` with max_tokens resolved. Not `dataclasses.replace`: that validates
+    again, and `min_tokens` above a max_tokens resolved from None is no error (the context length
+    ends the request first, as it always has)."""
+    resolved = copy.copy(params)
+    resolved.max_tokens = max_tokens
+    return resolved
