@@ -7,6 +7,7 @@ and once more for real: the torch-free modules are imported in a process where t
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -337,3 +338,25 @@ def test_no_folder_holds_more_than_fifteen_loose_modules(graph: ImportGraph) -> 
 def test_the_engine_root_holds_only_its_bottom(graph: ImportGraph) -> None:
     root = sorted(loose_modules(graph)["engine"])
     assert len(root) + 1 <= MAX_ENGINE_ROOT_MODULES, root  # + its __init__
+
+
+# ---- the README's diagram is this map ------------------------------------------------------
+
+
+def readme_ranks() -> dict[str, int]:
+    """Folder -> rank as README.md's Architecture diagram lists them (`  3  engine/attention/`,
+    a sibling's line with no number shares the rank above it)."""
+    text = (ROOT / "README.md").read_text()
+    diagram = text.split("## Architecture", 1)[1].split("```", 2)[1]
+    ranks, rank = {}, -1
+    for line in diagram.splitlines():
+        match = re.match(r"^\s*(\d+)?\s+((?:llm_operator|engine|router|pagedock)/\S*)\s", line)
+        if match:
+            rank = int(match.group(1)) if match.group(1) else rank
+            ranks[match.group(2).rstrip("/").replace("/", ".")] = rank
+    return ranks
+
+
+def test_the_readme_diagram_lists_the_same_ranks() -> None:
+    table = {folder: rank.level for folder, rank in rank_table().items()}
+    assert readme_ranks() == table
