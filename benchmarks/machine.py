@@ -19,7 +19,8 @@ def cpu_flags() -> frozenset[str]:
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU model and flags, cores this process may use, memory, versions."""
+    """CPU model and flags, cores this process may use, memory, versions, and the load average
+    (1, 5, 15 min) when it was called: another process's work would show there."""
     cpu = _cpuinfo()
     flags = cpu_flags()
     return {
@@ -31,6 +32,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": _version("torch"),
         "platform": platform.platform(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 
