@@ -8,17 +8,26 @@ engine is the foundation, `pagedock/`.
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "StructuredOutputsParams"]
+__all__ = [
+    "LLM",
+    "LLMEngine",
+    "LoRARequest",
+    "RequestOutput",
+    "SamplingParams",
+    "StructuredOutputsParams",
+]
 
 _LAZY = {
     "LLM": "engine.runtime.llm",
     "LLMEngine": "engine.runtime.llm_engine",
+    "LoRARequest": "engine.inputs.engine_request",
     "RequestOutput": "engine.runtime.outputs",
     "SamplingParams": "engine.inputs.sampling_params",
     "StructuredOutputsParams": "engine.inputs.sampling_params",
 }
 
 if TYPE_CHECKING:
+    from engine.inputs.engine_request import LoRARequest
     from engine.inputs.sampling_params import SamplingParams, StructuredOutputsParams
     from engine.runtime.llm import LLM
     from engine.runtime.llm_engine import LLMEngine

@@ -104,10 +104,23 @@ class EngineConfig:
     weight_cache: bool = True
     """Cache a quantized GGUF's dequantized weights in the pagedock cache, so restarts skip
     dequantizing."""
+    enable_lora: bool = False
+    """Serve LoRA adapters beside the base model: a request may name one of lora_modules, and
+    requests for several adapters and the base model share every step (docs/lora.md).
+    tensor_parallel_size 1 only; tested on the CPU."""
+    max_loras: int = 4
+    """LoRA adapters that may have running requests at once (the weight slots); a request for
+    another adapter waits until one goes idle."""
+    max_lora_rank: int = 64
+    """The largest LoRA rank (r) an adapter may have."""
+    lora_modules: list[str] = field(default_factory=list, metadata=option_meta(metavar="NAME=PATH"))
+    """LoRA adapters to serve, as name=path: a local PEFT directory (adapter_config.json and
+    adapter_model.safetensors). Needs enable_lora."""
 
     def __post_init__(self) -> None:
         self._check_numerics_and_placement()
         self._check_cache_and_scheduling()
+        self._check_lora()
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
 
@@ -164,6 +177,37 @@ class EngineConfig:
             f"attention_backend must be one of {ATTENTION_BACKENDS}, "
             f"got {self.attention_backend!r}",
         )
+
+    def _check_lora(self) -> None:
+        """The LoRA settings, and that this engine can serve adapters."""
+        _check(self.max_loras >= 1, f"max_loras must be at least 1, got {self.max_loras}")
+        _check(
+            self.max_lora_rank >= 1, f"max_lora_rank must be at least 1, got {self.max_lora_rank}"
+        )
+        _check(
+            self.enable_lora or not self.lora_modules,
+            f"lora_modules {self.lora_modules} need enable_lora (--enable-lora)",
+        )
+        _check(
+            not self.enable_lora or self.tensor_parallel_size == 1,
+            "enable_lora does not work with tensor parallelism yet: tensor_parallel_size must be "
+            f"1, got {self.tensor_parallel_size}",
+        )
+        self.lora_paths()  # every entry reads as name=path, each name once
+
+    def lora_paths(self) -> dict[str, str]:
+        """lora_modules as {name: path}, in the order given."""
+        paths: dict[str, str] = {}
+        for entry in self.lora_modules:
+            name, sep, path = entry.partition("=")
+            name, path = name.strip(), path.strip()
+            _check(
+                bool(sep and name and path),
+                f"lora_modules entries are name=path, got {entry!r}",
+            )
+            _check(name not in paths, f"lora_modules names adapter {name!r} twice")
+            paths[name] = path
+        return paths
 
 
 _UNITS = {

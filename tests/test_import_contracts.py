@@ -35,7 +35,9 @@ FOUNDATION: tuple[tuple[str, ...], ...] = (
 PROGRAMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "engine": (
         ("engine",),  # config, model_config, device
-        ("engine.inputs",),
+        # LoRA: the scheduler's slots (torch-free), adapters and the batched delta, which the
+        # model (llama_lora), the worker and the runtime use
+        ("engine.inputs", "engine.lora"),
         ("engine.core", "engine.kernels", "engine.distributed"),
         ("engine.attention",),
         ("engine.layers",),
@@ -86,6 +88,9 @@ TORCH_FREE_MODULES = (
     "engine",
     "engine.config",
     "engine.loader",
+    "engine.lora",
+    "engine.lora.adapter_config",
+    "engine.lora.slots",
 )
 
 

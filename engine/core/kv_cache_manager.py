@@ -8,7 +8,7 @@ from engine.core.block_pool import BlockPool
 from engine.core.kv_cache_block import KVCacheBlock
 from engine.core.kv_events import KVEvent
 from engine.core.request import Request
-from pagedock.kv.block_hash import BlockHash
+from pagedock.kv.block_hash import BlockHash, lora_root_hash
 
 
 @dataclass
@@ -41,6 +41,8 @@ class KVCacheManager:
         # How many leading blocks of each request are already published in the prefix cache.
         self.num_cached_blocks: dict[str, int] = {}
         self.prefix_cache_stats = PrefixCacheStats()
+        # Each LoRA adapter's chains start from a root of its own (pagedock/kv/block_hash.py).
+        self._lora_roots: dict[str, BlockHash] = {}
 
     @property
     def usage(self) -> float:
@@ -71,7 +73,7 @@ class KVCacheManager:
         """
         if not self.enable_caching:
             return [], 0
-        request.update_block_hashes(self.block_size, self.root_hash)
+        request.update_block_hashes(self.block_size, self._root_of(request))
         max_blocks = (request.num_tokens - 1) // self.block_size
         blocks: list[KVCacheBlock] = []
         for block_hash in request.block_hashes[:max_blocks]:
@@ -131,7 +133,7 @@ class KVCacheManager:
         num_cached = self.num_cached_blocks.get(request_id, 0)
         if num_full <= num_cached:
             return
-        request.update_block_hashes(self.block_size, self.root_hash)
+        request.update_block_hashes(self.block_size, self._root_of(request))
         blocks = self.req_to_blocks[request_id]
         parent = request.block_hashes[num_cached - 1] if num_cached else None
         bs = self.block_size
@@ -156,6 +158,17 @@ class KVCacheManager:
 
     def num_blocks_of(self, request_id: str) -> int:
         return len(self.req_to_blocks.get(request_id, ()))
+
+    def _root_of(self, request: Request) -> BlockHash:
+        """Where the request's hash chain starts: the engine's root, or its adapter's, so KV
+        never crosses from one adapter (or the base model) to another."""
+        name = request.lora_name
+        if name is None:
+            return self.root_hash
+        root = self._lora_roots.get(name)
+        if root is None:
+            root = self._lora_roots[name] = lora_root_hash(self.root_hash, name)
+        return root
 
     def _blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)

@@ -75,11 +75,13 @@ class Request:
         priority: int = 0,
         timing: RequestTiming | None = None,
         output_token_ids: Sequence[int] = (),
+        lora_name: str | None = None,
     ) -> None:
         """`sampling_params.max_tokens` must be resolved (the InputProcessor does it). `timing`:
         a record shared with sibling completions (n > 1), carrying the arrival; None: arrived
         now. `output_token_ids`: tokens generated before, elsewhere (a continuation: see
-        engine/inputs/continuation.py); they count as output for every rule that reads it."""
+        engine/inputs/continuation.py); they count as output for every rule that reads it.
+        `lora_name`: the LoRA adapter it runs with (None: the base model)."""
         if sampling_params.max_tokens is None:
             raise ValueError("a Request's max_tokens must be resolved (InputProcessor.process)")
         self.request_id = request_id
@@ -100,6 +102,9 @@ class Request:
         self.num_preemptions = 0
         self.block_hashes: list[BlockHash] = []
         self.stop_reason: int | str | None = None
+        self.lora_name = lora_name
+        # The LoRA slot pinned for it while it runs (engine/lora/slots.py); -1: none.
+        self.lora_slot = -1
 
     @classmethod
     def from_engine_request(
@@ -114,6 +119,7 @@ class Request:
             priority=request.priority,
             timing=timing,
             output_token_ids=request.prior_output_token_ids,
+            lora_name=None if request.lora_request is None else request.lora_request.name,
         )
 
     @property

@@ -1,4 +1,5 @@
-"""The waiting queue, by policy: first come first served, or by priority (lower value first)."""
+"""The waiting queue, by policy: first come first served, or by priority (lower value first), and
+which waiting request to admit next."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from engine.core.request import Request
+from engine.lora.slots import LoRASlots
+
+# Requests that arrive within this many seconds of the waiting queue's head form its wave, served
+# shortest prompt first; at most MAX_WAVE_SCAN of them are compared (a step's admission stays
+# cheap).
+WAVE_S = 0.1
+MAX_WAVE_SCAN = 64
 
 
 class RequestQueue(Protocol):
@@ -86,3 +94,35 @@ def make_request_queue(policy: str) -> RequestQueue:
     if policy == "priority":
         return PriorityQueue()
     raise ValueError(f"unknown scheduling policy {policy!r}; expected 'fcfs' or 'priority'")
+
+
+def next_waiting(
+    queue: RequestQueue, policy: str, lora_slots: LoRASlots | None = None
+) -> Request | None:
+    """The waiting request to admit next (the queue holds at least one). FCFS: the shortest
+    prompt of the head's wave (the requests that arrived within WAVE_S of it), so a burst's
+    short prompts reach their first token before its long ones, while a later arrival never
+    passes an earlier wave. Priority: the head.
+
+    With LoRA (`lora_slots`), a request whose adapter can get no slot now is passed over (it
+    waits for one to go idle) and the head is the first request that can run; None when none
+    can."""
+    if lora_slots is None:
+        head: Request | None = queue.peek()
+        if policy != "fcfs":
+            return head
+        candidates: Iterator[Request] = iter(queue)  # the head's wave starts with the head
+    else:
+        admissible = (r for r in queue if lora_slots.can_acquire(r.lora_name))
+        head = next(admissible, None)
+        candidates = itertools.chain([] if head is None else [head], admissible)
+    if head is None or policy != "fcfs":
+        return head
+    wave_end = head.arrival_time + WAVE_S
+    wave = itertools.takewhile(lambda r: r.arrival_time <= wave_end, candidates)
+    return min(itertools.islice(wave, MAX_WAVE_SCAN), key=_remaining)
+
+
+def _remaining(request: Request) -> int:
+    """Tokens the request has yet to compute (the shortest first; the first of equals)."""
+    return request.num_tokens - request.num_computed_tokens

@@ -8,19 +8,19 @@ awaiting their first token are at least half the decodes), or with an inter-toke
 (EngineConfig.max_step_ms) as many prefill tokens as the learned step cost fits under it,
 stretched while those prompts outnumber the decodes (engine/core/step_time.py). When the pool
 runs dry for a running request, the lowest-priority (then newest) running request is preempted by
-recompute: its blocks are freed and it returns to the front of the queue.
+recompute: its blocks are freed and it returns to the front of the queue. With LoRA, a request
+for an adapter is admitted only with one of the max_loras adapter slots (engine/lora/slots.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 
 from engine.config import EngineConfig
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.kv_events import KVEvent
 from engine.core.request import Request, RequestStatus
-from engine.core.request_queue import make_request_queue
+from engine.core.request_queue import make_request_queue, next_waiting
 from engine.core.scheduler_output import (
     EngineCoreOutput,
     ModelRunnerOutput,
@@ -30,14 +30,9 @@ from engine.core.scheduler_output import (
 )
 from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
 from engine.core.step_time import StepTimeModel, default_prefill_budget
+from engine.lora.slots import LoRASlots
 from pagedock.errors import UnknownRequestError
 from pagedock.kv.block_hash import BlockHash
-
-# Requests that arrive within this many seconds of the waiting queue's head form its wave, served
-# shortest prompt first; at most MAX_WAVE_SCAN of them are compared (a step's admission stays
-# cheap).
-WAVE_S = 0.1
-MAX_WAVE_SCAN = 64
 
 
 class Scheduler:
@@ -61,6 +56,7 @@ class Scheduler:
         self.finished_req_ids: set[str] = set()
         self.num_preemptions = 0
         self.step_time = StepTimeModel()
+        self.lora_slots = LoRASlots(config.max_loras) if config.enable_lora else None
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -193,7 +189,9 @@ class Scheduler:
 
     def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest]) -> None:
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = self._next_waiting()
+            request = next_waiting(self.waiting, self.config.scheduling_policy, self.lora_slots)
+            if request is None:
+                break  # every waiting request's adapter waits for a LoRA slot
             computed_blocks, num_computed = self.kv_cache_manager.get_computed_blocks(request)
             num_new = request.num_tokens - num_computed
             if num_new > budget and not self.config.enable_chunked_prefill:
@@ -209,6 +207,8 @@ class Scheduler:
             else:
                 self.waiting.remove(request)
             request.status = RequestStatus.RUNNING
+            if request.lora_name is not None and self.lora_slots is not None:
+                request.lora_slot = self.lora_slots.acquire(request.lora_name)
             self.kv_cache_manager.record_prefix_lookup(request.num_tokens, num_computed)
             request.num_computed_tokens = num_computed
             if request.num_cached_tokens < 0:
@@ -219,16 +219,11 @@ class Scheduler:
             scheduled.append(self._scheduled(request, num_new))
             budget -= num_new
 
-    def _next_waiting(self) -> Request:
-        """FCFS: the shortest prompt of the head's wave (the requests that arrived within
-        WAVE_S of it), so a burst's short prompts reach their first token before its long
-        ones, while a later arrival never passes an earlier wave. Priority: the head."""
-        head = self.waiting.peek()
-        if self.config.scheduling_policy != "fcfs":
-            return head
-        wave_end = head.arrival_time + WAVE_S
-        wave = itertools.takewhile(lambda r: r.arrival_time <= wave_end, self.waiting)
-        return min(itertools.islice(wave, MAX_WAVE_SCAN), key=_remaining)  # first of equals
+    def _release_lora_slot(self, request: Request) -> None:
+        """The request stops running: its adapter's slot loses a pin."""
+        if request.lora_slot >= 0 and self.lora_slots is not None:
+            self.lora_slots.release(request.lora_slot)
+            request.lora_slot = -1
 
     def _scheduled(self, request: Request, num_new: int) -> ScheduledRequest:
         start = request.num_computed_tokens
@@ -248,6 +243,8 @@ class Scheduler:
             prompt_token_ids=request.prompt_token_ids,
             output_token_ids=request.output_token_ids,
             banned_token_ids=banned,
+            lora_name=request.lora_name,
+            lora_slot=request.lora_slot,
         )
 
     def _pick_victim(self) -> Request:
@@ -258,6 +255,7 @@ class Scheduler:
     def _preempt(self, request: Request) -> None:
         self.running.remove(request)
         self.kv_cache_manager.free(request)
+        self._release_lora_slot(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.num_preemptions += 1
@@ -331,6 +329,7 @@ class Scheduler:
     def _free(self, request: Request, status: RequestStatus) -> None:
         request.status = status
         self.kv_cache_manager.free(request)
+        self._release_lora_slot(request)
         del self.requests[request.request_id]
         self.finished_req_ids.add(request.request_id)
 

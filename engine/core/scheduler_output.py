@@ -24,6 +24,10 @@ class ScheduledRequest:
     output_token_ids: list[int]
     # Token ids that may not be sampled this step (end-of-sequence before min_tokens).
     banned_token_ids: list[int] = field(default_factory=list)
+    # The LoRA adapter the request runs with and the weight slot the scheduler pinned for it
+    # (engine/lora/slots.py); None and -1 for the base model.
+    lora_name: str | None = None
+    lora_slot: int = -1
 
     @property
     def num_new_tokens(self) -> int:

@@ -13,13 +13,34 @@ from engine.inputs.sampling_params import SamplingParams
 
 @dataclass(frozen=True)
 class AdapterRef:
-    """A LoRA adapter a request asks for: a name and where its weights are.
+    """A LoRA adapter a request asks for: its name, and optionally where its weights are.
 
-    Reserved for the LoRA issue: no adapter can be served yet, and the InputProcessor refuses a
-    request that names one (InvalidRequestError) rather than run it on the base model."""
+    The engine serves the adapters it loaded at start (EngineConfig.lora_modules, name=path); the
+    InputProcessor refuses a request for any other (InvalidRequestError), or for one at another
+    path, and every request when LoRA is off, rather than run it on the base model. An empty
+    `path` names the adapter by name alone (docs/lora.md)."""
 
     name: str
-    path: str
+    path: str = ""
+
+
+class LoRARequest(AdapterRef):
+    """vLLM's `LoRARequest(lora_name, lora_int_id, lora_path)`, for code written against vLLM:
+    an AdapterRef by another name. pagedock knows adapters by name; the id is kept, not used."""
+
+    lora_int_id: int
+
+    def __init__(self, lora_name: str, lora_int_id: int = 0, lora_path: str = "") -> None:
+        super().__init__(lora_name, lora_path)
+        object.__setattr__(self, "lora_int_id", lora_int_id)
+
+    @property
+    def lora_name(self) -> str:
+        return self.name
+
+    @property
+    def lora_path(self) -> str:
+        return self.path
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +67,7 @@ class EngineRequest:
     priority: int = 0
     """Lower is scheduled first."""
     lora_request: AdapterRef | None = None
-    """Reserved for LoRA (not supported yet: the InputProcessor refuses one)."""
+    """The LoRA adapter to run with, one the engine serves; None: the base model."""
 
     @property
     def max_tokens(self) -> int:

@@ -11,8 +11,9 @@ construction, so any thread may call it (the server renders on its prompt pool).
 from __future__ import annotations
 
 import copy
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from engine.inputs.continuation import check_continuation
@@ -27,10 +28,19 @@ if TYPE_CHECKING:
 class InputProcessor:
     """Built once per engine with what the checks need to know of the model."""
 
-    def __init__(self, tokenizer: Tokenizer | None, vocab_size: int, max_model_len: int) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer | None,
+        vocab_size: int,
+        max_model_len: int,
+        lora_modules: Mapping[str, str] | None = None,
+    ) -> None:
+        """`lora_modules`: the LoRA adapters the engine serves, {name: path}; None when LoRA is
+        off."""
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
+        self.lora_modules = None if lora_modules is None else dict(lora_modules)
 
     def process(
         self,
@@ -52,7 +62,7 @@ class InputProcessor:
         made from (kept for the outputs). `prior_output_token_ids`: a continuation. `grammar`:
         the params' constraint compiled ahead, or None (engine/inputs/engine_request.py)."""
         params = params or SamplingParams()
-        _check_no_adapter(lora_request)
+        self._check_adapter(lora_request)
         text, token_ids = self._prompt_ids(prompt)
         _check_stop_token_ids(params, self.vocab_size)
         max_tokens = _resolve_max_tokens(len(token_ids), params, self.max_model_len)
@@ -72,6 +82,31 @@ class InputProcessor:
             lora_request=lora_request,
         )
 
+    def _check_adapter(self, lora_request: AdapterRef | None) -> None:
+        """A request for an adapter runs with that adapter or not at all: never on the base
+        model, nor on another adapter's weights."""
+        if lora_request is None:
+            return
+        name = lora_request.name
+        if self.lora_modules is None:
+            raise InvalidRequestError(
+                f"the request asks for LoRA adapter {name!r}, but LoRA is off on this engine "
+                "(start it with enable_lora, --enable-lora)",
+                "lora_request",
+            )
+        path = self.lora_modules.get(name)
+        if path is None:
+            known = ", ".join(repr(n) for n in self.lora_modules) or "none"
+            raise InvalidRequestError(
+                f"unknown LoRA adapter {name!r}; this engine serves: {known}", "lora_request"
+            )
+        if lora_request.path and not _same_path(lora_request.path, path):
+            raise InvalidRequestError(
+                f"LoRA adapter {name!r} is served from {path}, not {lora_request.path} "
+                "(adapters are loaded when the engine starts: lora_modules)",
+                "lora_request",
+            )
+
     def _prompt_ids(self, prompt: str | Sequence[int]) -> tuple[str | None, list[int]]:
         """(text, token ids): a text prompt tokenized, ids checked against the vocabulary."""
         if isinstance(prompt, str):
@@ -85,13 +120,8 @@ class InputProcessor:
         return None, token_ids
 
 
-def _check_no_adapter(lora_request: AdapterRef | None) -> None:
-    """LoRA is not served yet: a request for an adapter is refused, never run on the base model."""
-    if lora_request is not None:
-        raise InvalidRequestError(
-            f"LoRA adapters are not supported yet (the request asks for {lora_request.name!r})",
-            "lora_request",
-        )
+def _same_path(a: str, b: str) -> bool:
+    return os.path.abspath(os.path.expanduser(a)) == os.path.abspath(os.path.expanduser(b))
 
 
 def _check_prompt_ids(token_ids: list[int], vocab_size: int) -> None:

@@ -56,9 +56,14 @@ class PackedLinear(nn.Module):
 
 
 def gemm_input_dtype(layer: nn.Module) -> torch.dtype | None:
-    """The dtype `layer` multiplies in when it casts its input to one (a PackedLinear); None for
-    a layer that takes its input as it comes."""
-    return layer.gemm_dtype if isinstance(layer, PackedLinear) else None
+    """The dtype `layer` multiplies in when it casts its input to one (a PackedLinear, or a LoRA
+    wrapper's `base_layer` that is one); None for a layer that takes its input as it comes."""
+    if isinstance(layer, PackedLinear):
+        return layer.gemm_dtype
+    if isinstance(layer, nn.Linear):
+        return None
+    base = getattr(layer, "base_layer", None)
+    return base.gemm_dtype if isinstance(base, PackedLinear) else None
 
 
 def pack_linears(

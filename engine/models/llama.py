@@ -206,7 +206,7 @@ class LlamaForCausalLM(nn.Module):
     def _copy_shard(
         self, param: nn.Parameter, name: str, shard: str | None, tensor: torch.Tensor, hf_name: str
     ) -> None:
-        rows = self._shard_rows(name, shard)
+        rows = self.shard_rows(shard)
         target = param.data if rows is None else param.data[rows[0] : rows[1]]
         if name in _VOCAB_PARALLEL and target.shape[0] > tensor.shape[0]:
             target[tensor.shape[0] :].zero_()  # the last rank's padding rows
@@ -218,7 +218,9 @@ class LlamaForCausalLM(nn.Module):
             )
         target.copy_(tensor)
 
-    def _shard_rows(self, name: str, shard: str | None) -> tuple[int, int] | None:
+    def shard_rows(self, shard: str | None) -> tuple[int, int] | None:
+        """The rows of a fused weight (the columns of its product) that hold `shard` ("q", "k",
+        "v", "gate", "up"); None for an unfused weight."""
         if shard is None:
             return None
         layout, head_dim = self.layout, self.config.head_dim

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from engine.config import DEFAULT_MODEL, EngineConfig
 from engine.core.scheduler_stats import SchedulerStats
+from engine.inputs.engine_request import AdapterRef
 from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
 from engine.runtime.llm_engine import LLMEngine
 from engine.runtime.outputs import RequestOutput
@@ -29,20 +30,26 @@ class LLM:
         prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
+        lora_request: AdapterRef | Sequence[AdapterRef | None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (text or token ids); one output per prompt, in order.
+        `lora_request`: the LoRA adapter of every prompt, or one per prompt (None: the base
+        model); an AdapterRef, or vLLM's LoRARequest (docs/lora.md).
 
         Each request runs as FINAL_ONLY, whatever its params say: the engine hands back one whole
         output per request when it finishes, and copies nothing per step."""
         prompt_list = _as_prompt_list(prompts)
         params = _as_params_list(sampling_params, len(prompt_list))
+        adapters = _as_adapter_list(lora_request, len(prompt_list))
         request_ids = [f"offline-{next(self._ids)}" for _ in prompt_list]
         for p in params:  # start every compilation now, in parallel; add_request waits for each
             if p.structured_outputs is not None:
                 self.engine.guided.submit(p.structured_outputs)
-        for request_id, prompt, p in zip(request_ids, prompt_list, params, strict=True):
+        for request_id, prompt, p, adapter in zip(
+            request_ids, prompt_list, params, adapters, strict=True
+        ):
             final_only = replace(p, output_kind=RequestOutputKind.FINAL_ONLY)
-            self.engine.add_request(request_id, prompt, final_only)
+            self.engine.add_request(request_id, prompt, final_only, lora_request=adapter)
         return self._run(request_ids, use_tqdm)
 
     def chat(
@@ -51,6 +58,7 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
         tools: list[dict[str, Any]] | None = None,
+        lora_request: AdapterRef | Sequence[AdapterRef | None] | None = None,
     ) -> list[RequestOutput]:
         """Apply the model's chat template to each conversation (with `tools`, OpenAI tool
         objects, rendered by the template), then generate.
@@ -68,7 +76,7 @@ class LLM:
             render_chat(self.engine.tokenizer, read_conversation(conv, tools=tools)).token_ids
             for conv in conversations
         ]
-        return self.generate(prompts, sampling_params, use_tqdm)
+        return self.generate(prompts, sampling_params, use_tqdm, lora_request)
 
     def stats(self) -> SchedulerStats:
         return self.engine.stats()
@@ -114,6 +122,16 @@ def _as_params_list(
     if len(params) != count:
         raise ValueError(f"{len(params)} sampling params for {count} prompts")
     return list(params)
+
+
+def _as_adapter_list(
+    lora_request: AdapterRef | Sequence[AdapterRef | None] | None, count: int
+) -> list[AdapterRef | None]:
+    if lora_request is None or isinstance(lora_request, AdapterRef):
+        return [lora_request] * count
+    if len(lora_request) != count:
+        raise ValueError(f"{len(lora_request)} LoRA requests for {count} prompts")
+    return list(lora_request)
 
 
 def _progress_bar(total: int) -> Any:

@@ -22,6 +22,7 @@ from engine.inputs.engine_request import AdapterRef, EngineRequest
 from engine.inputs.input_processor import InputProcessor
 from engine.inputs.sampling_params import SamplingParams
 from engine.loader.model_loader import read_model_config
+from engine.lora.adapter_config import check_adapter_names
 from engine.models.tp_layout import check_tp_layout
 from engine.runtime.output_processor import NewRequest, OutputProcessor
 from engine.runtime.outputs import RequestOutput
@@ -54,6 +55,7 @@ class LLMEngine:
             torch.set_num_threads(threads_per_rank(config))
             keep_freed_memory()
         self.model_path, self.served_model_name, chat_template = _resolve_model(config)
+        check_adapter_names(list(config.lora_paths()), self.served_model_name)
         self.model_config = read_model_config(self.model_path)
         self.max_model_len = self._pick_max_model_len()
         self._check_batching_limits()
@@ -71,7 +73,10 @@ class LLMEngine:
         self.tokenizer = load_tokenizer(self.model_path, chat_template)
         self.eos_token_ids = self._eos_token_ids()
         self.input_processor = InputProcessor(
-            self.tokenizer, self.model_config.vocab_size, self.max_model_len
+            self.tokenizer,
+            self.model_config.vocab_size,
+            self.max_model_len,
+            config.lora_paths() if config.enable_lora else None,
         )
         self.root_hash = root_hash(self._hash_root_name())
         self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)

@@ -5,6 +5,7 @@ query_start_loc              0    1    2             6          9
 positions                    num_computed_tokens + offset within the step's chunk
 slot_mapping                 block_ids[pos // bs] * bs + pos % bs
 sample_indices               the last row of each request that samples this step
+lora_mapping                 each row's adapter slot (-1: base), LoRA engines only
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from engine.attention.backend import AttentionMetadata
 from engine.core.scheduler_output import ScheduledRequest
+from engine.lora.lora_mapping import LoRAMapping
 
 
 @dataclass
@@ -25,6 +27,8 @@ class ModelInputs:
     meta: AttentionMetadata
     sample_indices: torch.Tensor
     sample_requests: list[ScheduledRequest]
+    lora_mapping: LoRAMapping | None = None
+    """The step's adapter per row; None without LoRA or when no row has an adapter."""
 
 
 def order_decodes_first(scheduled: list[ScheduledRequest]) -> list[ScheduledRequest]:
@@ -33,7 +37,7 @@ def order_decodes_first(scheduled: list[ScheduledRequest]) -> list[ScheduledRequ
 
 
 def build_model_inputs(
-    batch: list[ScheduledRequest], block_size: int, device: torch.device
+    batch: list[ScheduledRequest], block_size: int, device: torch.device, with_lora: bool = False
 ) -> ModelInputs:
     num_seqs = len(batch)
     query_lens = np.fromiter((s.num_new_tokens for s in batch), dtype=np.int64, count=num_seqs)
@@ -73,7 +77,18 @@ def build_model_inputs(
         meta=meta,
         sample_indices=torch.from_numpy(sample_indices).to(device),
         sample_requests=[batch[i] for i in sample_rows],
+        lora_mapping=build_lora_mapping(batch, query_lens, device) if with_lora else None,
     )
+
+
+def build_lora_mapping(
+    batch: list[ScheduledRequest], query_lens: np.ndarray, device: torch.device
+) -> LoRAMapping | None:
+    """Each token row's adapter slot, from its request's; None when no request has one."""
+    seq_slots = np.fromiter((s.lora_slot for s in batch), dtype=np.int64, count=len(batch))
+    if seq_slots.max() < 0:
+        return None
+    return LoRAMapping.from_token_slots(np.repeat(seq_slots, query_lens), device)
 
 
 def block_table_array(batch: list[ScheduledRequest]) -> np.ndarray:

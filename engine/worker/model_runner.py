@@ -10,6 +10,7 @@ import torch
 from engine.attention.backend import AttentionBackend
 from engine.attention.kv_quant import cache_head_width
 from engine.core.scheduler_output import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
+from engine.lora.lora_manager import LoRAManager
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.sampling.sampler import Sampler, SamplingTensors
@@ -17,7 +18,7 @@ from engine.sampling.sampling_batch import build_sampling_tensors
 from engine.structured_outputs.structured_output_manager import StructuredOutputManager
 from engine.worker.cuda_graph_runner import DecodeGraphRunner, GraphCapture, is_graphable
 from engine.worker.huge_pages import advise_huge_pages
-from engine.worker.input_batch import build_model_inputs, order_decodes_first
+from engine.worker.input_batch import ModelInputs, build_model_inputs, order_decodes_first
 
 logger = logging.getLogger("pagedock.engine")
 
@@ -34,6 +35,7 @@ class ModelRunner:
         device: torch.device,
         seed: int = 0,
         send_step: Callable[[list[ScheduledRequest]], None] | None = None,
+        lora: LoRAManager | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -54,6 +56,8 @@ class ModelRunner:
         # Guided requests' grammar states (the engine owns it; None until one is needed).
         self.structured_outputs: StructuredOutputManager | None = None
         self.graphs: DecodeGraphRunner | None = None
+        # LoRA engines: the adapters' slot weights; the model's projections read its mapping.
+        self.lora = lora
 
     def capture_decode_graphs(
         self, max_num_seqs: int, max_model_len: int, capturer: GraphCapture
@@ -88,17 +92,30 @@ class ModelRunner:
     def forward(self, batch: list[ScheduledRequest]) -> tuple[torch.Tensor, list[ScheduledRequest]]:
         """The step's logits (rows of the requests that sample, in the returned order). Every
         tensor-parallel rank runs this on the same batch; only rank 0's logits hold anything."""
-        if self.graphs is not None and is_graphable(batch, self.graphs.max_size):
+        if (
+            self.graphs is not None
+            and is_graphable(batch, self.graphs.max_size)
+            and (self.lora is None or all(s.lora_slot < 0 for s in batch))
+        ):  # NOTE: the graphs hold no LoRA: a step with adapter rows runs eagerly
             return self.graphs.run(batch), batch
-        inputs = build_model_inputs(batch, self.block_size, self.device)
-        logits = self.model(
+        inputs = build_model_inputs(batch, self.block_size, self.device, self.lora is not None)
+        if inputs.lora_mapping is None:
+            return self._run_model(inputs), inputs.sample_requests
+        assert self.lora is not None
+        for s in batch:
+            if s.lora_name is not None:
+                self.lora.activate(s.lora_slot, s.lora_name)
+        with self.lora.step(inputs.lora_mapping):
+            return self._run_model(inputs), inputs.sample_requests
+
+    def _run_model(self, inputs: ModelInputs) -> torch.Tensor:
+        return self.model(
             inputs.input_ids,
             inputs.positions,
             self.kv_caches,
             inputs.meta,
             inputs.sample_indices,
         )
-        return logits, inputs.sample_requests
 
     def _sample(self, logits: torch.Tensor, sampling: list[ScheduledRequest]) -> ModelRunnerOutput:
         """Sample the step's rows in one batch; if that fails, each row alone (`_sample_each`)."""

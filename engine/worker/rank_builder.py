@@ -1,4 +1,5 @@
-"""Builds one rank's model runner: the model (its shard), the KV cache, CUDA graphs.
+"""Builds one rank's model runner: the model (its shard), LoRA adapters, the KV cache, CUDA
+graphs.
 
 LLMEngine builds rank 0 with it, each tensor-parallel worker its own rank; the start-up
 collectives inside (the KV pool size every rank agrees on, graph capture) happen in the same
@@ -20,6 +21,7 @@ from engine.device import pick_cpu_gemm_dtype, pick_kv_cache_dtype
 from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
 from engine.loader.model_loader import load_model
 from engine.model_config import ModelConfig
+from engine.models.llama_lora import build_lora
 from engine.worker.kv_cache_sizing import pick_num_kv_blocks
 from engine.worker.model_runner import ModelRunner
 
@@ -53,6 +55,7 @@ def build_runner(
         weight_cache=config.weight_cache,
         tp=tp,
     )
+    lora = build_lora(model, config, dtype, device) if config.enable_lora else None
     num_kv_blocks = pick_num_kv_blocks(
         config, model_config, max_model_len, kv_dtype, device, model.layout.num_kv_heads, tp
     )
@@ -66,6 +69,7 @@ def build_runner(
         device,
         seed=config.seed,
         send_step=send_step,
+        lora=lora,
     )
     if device.type == "cuda" and not config.enforce_eager:
         from engine.worker.cuda_graph_runner import CudaCapture

@@ -3,6 +3,10 @@
     h_0 = sha256(b"pagedock-kv-v1" + model identity + extra keys)
     h_i = sha256(h_{i-1} + token ids of block i as little-endian int32)
 
+A request for a LoRA adapter chains from its adapter's root instead, sha256(h_0 + b"\x00lora:" +
+adapter name) (`lora_root_hash`): its blocks are shared with requests for the same adapter only,
+never with the base model or another adapter, and whoever knows h_0 can derive it.
+
 Only full blocks are hashed. A block's hash names its whole prefix, so two requests share a block
 exactly when they share every token up to its end. sha256 keeps one tenant from crafting a prompt
 whose hash collides with another's cached KV.
@@ -26,6 +30,12 @@ def root_hash(model_identity: str, extra_keys: Iterable[str] = ()) -> BlockHash:
     for key in extra_keys:
         digest.update(b"\x00" + key.encode())
     return digest.digest()
+
+
+def lora_root_hash(root: BlockHash, lora_name: str) -> BlockHash:
+    """The root of the chains of requests for the LoRA adapter `lora_name`, from the base
+    model's root."""
+    return hashlib.sha256(root + b"\x00lora:" + lora_name.encode()).digest()
 
 
 def hash_block(parent: BlockHash, token_ids: Sequence[int]) -> BlockHash:

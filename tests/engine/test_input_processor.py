@@ -146,10 +146,33 @@ def test_a_text_prompt_needs_a_tokenizer() -> None:
         processor().process("r", "hello")
 
 
-def test_a_lora_adapter_is_refused_until_lora_is_supported() -> None:
+def test_a_lora_adapter_is_refused_when_lora_is_off() -> None:
     adapter = AdapterRef(name="sql", path="/adapters/sql")
-    with pytest.raises(InvalidRequestError, match="LoRA adapters are not supported yet") as e:
+    with pytest.raises(InvalidRequestError, match="LoRA is off on this engine") as e:
         processor().process("r", [5, 6], lora_request=adapter)
+    assert e.value.param == "lora_request"
+
+
+def lora_processor() -> InputProcessor:
+    return InputProcessor(None, TINY_VOCAB, MAX_MODEL_LEN, {"sql": "/adapters/sql"})
+
+
+def test_a_served_lora_adapter_is_accepted_by_name_or_by_its_path() -> None:
+    for adapter in (AdapterRef("sql"), AdapterRef("sql", "/adapters/sql/")):
+        request = lora_processor().process("r", [5, 6], lora_request=adapter)
+        assert request.lora_request == adapter
+
+
+@pytest.mark.parametrize(
+    ("adapter", "message"),
+    [
+        (AdapterRef("chat"), "unknown LoRA adapter 'chat'; this engine serves: 'sql'"),
+        (AdapterRef("sql", "/other"), "LoRA adapter 'sql' is served from /adapters/sql, not"),
+    ],
+)
+def test_an_adapter_the_engine_does_not_serve_is_refused(adapter: AdapterRef, message: str) -> None:
+    with pytest.raises(InvalidRequestError, match=message) as e:
+        lora_processor().process("r", [5, 6], lora_request=adapter)
     assert e.value.param == "lora_request"
 
 

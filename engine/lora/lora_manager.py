@@ -1,0 +1,110 @@
+"""The worker's side of LoRA: every served adapter's weights packed on the host, the max_loras
+slots' weights on the device, and the step's mapping that the LoRA layers read (vLLM's
+LoRAModelManager and PunicaWrapper, in one small class).
+
+The scheduler decides which adapter sits in which slot (engine/lora/slots.py); a step's requests
+carry their slot and adapter, and `activate` loads an adapter into a slot whose content differs.
+On the CPU a load is a reference to the host tensors; on a GPU it is one copy to the device, so
+device memory holds at most max_loras adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from engine.lora.adapter import LoRAAdapter, LoRAWeights
+from engine.lora.lora_linear import ModuleKey
+from engine.lora.lora_mapping import LoRAMapping
+
+# Where each projection an adapter may target lives in the model: (module, first output column,
+# end column), e.g. "k_proj" -> ("self_attn.qkv_proj", 256, 320) in a fused QKV projection.
+Placement = Mapping[str, tuple[str, int, int]]
+
+
+@dataclass(frozen=True)
+class LoRAPart:
+    """One targeted part of a projection: its B, the columns of the rank block it reads from the
+    shrink product, and the output columns it adds to."""
+
+    column_start: int
+    column_end: int
+    rank_start: int
+    rank_end: int
+    lora_b: torch.Tensor  # [column_end - column_start, rank_end - rank_start], scaled
+
+
+@dataclass(frozen=True)
+class PackedLoRA:
+    """One adapter's LoRA on one module: the A matrices of its parts stacked (one shrink GEMM),
+    and the parts."""
+
+    shrink: torch.Tensor  # [sum of the parts' ranks, in_features]
+    parts: tuple[LoRAPart, ...]
+
+    def to(self, device: torch.device) -> PackedLoRA:
+        parts = tuple(
+            LoRAPart(p.column_start, p.column_end, p.rank_start, p.rank_end, p.lora_b.to(device))
+            for p in self.parts
+        )
+        return PackedLoRA(self.shrink.to(device), parts)
+
+
+def pack_adapter(adapter: LoRAAdapter, placement: Placement) -> dict[ModuleKey, PackedLoRA]:
+    """The adapter's weights grouped by the module that applies them."""
+    grouped: dict[ModuleKey, list[tuple[int, int, LoRAWeights]]] = {}
+    for (layer, proj), weights in sorted(adapter.weights.items()):
+        module, start, end = placement[proj]
+        grouped.setdefault((layer, module), []).append((start, end, weights))
+    packed: dict[ModuleKey, PackedLoRA] = {}
+    for key, items in grouped.items():
+        parts: list[LoRAPart] = []
+        rank = 0
+        for start, end, weights in items:
+            r = weights.lora_a.shape[0]
+            parts.append(LoRAPart(start, end, rank, rank + r, weights.lora_b))
+            rank += r
+        shrink = torch.cat([weights.lora_a for _, _, weights in items]).contiguous()
+        packed[key] = PackedLoRA(shrink, tuple(parts))
+    return packed
+
+
+class LoRAManager:
+    def __init__(
+        self,
+        adapters: Mapping[str, LoRAAdapter],
+        placement: Placement,
+        max_loras: int,
+        device: torch.device,
+    ) -> None:
+        self.adapters = dict(adapters)
+        self._host = {name: pack_adapter(a, placement) for name, a in self.adapters.items()}
+        self.device = device
+        self.slot_names: list[str | None] = [None] * max_loras
+        self.slot_weights: list[dict[ModuleKey, PackedLoRA]] = [{} for _ in range(max_loras)]
+        # The running step's mapping (None between steps and in steps without adapter rows).
+        self.mapping: LoRAMapping | None = None
+        self.num_slot_loads = 0
+
+    def activate(self, slot: int, name: str) -> None:
+        """Make `slot` hold `name`'s weights; nothing to do when it already does."""
+        if self.slot_names[slot] == name:
+            return
+        host = self._host.get(name)
+        if host is None:
+            raise ValueError(f"LoRA adapter {name!r} is not loaded in this engine")
+        self.slot_weights[slot] = {key: packed.to(self.device) for key, packed in host.items()}
+        self.slot_names[slot] = name
+        self.num_slot_loads += 1
+
+    @contextmanager
+    def step(self, mapping: LoRAMapping) -> Iterator[None]:
+        """The LoRA layers apply `mapping` inside this block (one forward pass)."""
+        self.mapping = mapping
+        try:
+            yield
+        finally:
+            self.mapping = None
