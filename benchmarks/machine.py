@@ -20,7 +20,9 @@ def cpu_flags() -> frozenset[str]:
 
 def machine_info() -> dict[str, Any]:
     """CPU model and flags, cores this process may use, memory, versions, and the load average
-    (1, 5, 15 min) when it was called: another process's work would show there."""
+    (1, 5, 15 min) when it was called. Most benchmarks call it as they write their result, so
+    the figure includes their own load (about 2 with both cores busy); more than that is another
+    process's work."""
     cpu = _cpuinfo()
     flags = cpu_flags()
     return {
