@@ -76,7 +76,7 @@ class LLM:
             render_chat(self.engine.tokenizer, read_conversation(conv, tools=tools)).token_ids
             for conv in conversations
         ]
-        return self.generate(prompts, sampling_params, use_tqdm, lora_request)
+        return self.generate(prompts, sampling_params, use_tqdm, lora_request=lora_request)
 
     def stats(self) -> SchedulerStats:
         return self.engine.stats()

@@ -197,7 +197,13 @@ def test_llm_chat_generates_from_the_renderers_token_ids(tokenizer: Tokenizer) -
             self.engine = type("Engine", (), {"tokenizer": tokenizer})()
             self.prompts: list[Any] = []
 
-        def generate(self, prompts: Any, sampling_params: Any = None, use_tqdm: bool = True) -> Any:
+        def generate(
+            self,
+            prompts: Any,
+            sampling_params: Any = None,
+            use_tqdm: bool = True,
+            lora_request: Any = None,
+        ) -> Any:
             self.prompts = list(prompts)
             return []
 
