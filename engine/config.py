@@ -105,8 +105,9 @@ class EngineConfig:
     """Cache a quantized GGUF's dequantized weights in the pagedock cache, so restarts skip
     dequantizing."""
     enable_lora: bool = False
-    """Serve LoRA adapters beside the base model: a request may name one of lora_modules, and
-    requests for several adapters and the base model share every step (docs/lora.md).
+    """Serve LoRA adapters beside the base model: a request may name one of lora_modules (or one
+    loaded since), and requests for several adapters and the base model share every step
+    (docs/lora.md).
     tensor_parallel_size 1 only; tested on the CPU."""
     max_loras: int = 4
     """LoRA adapters that may have running requests at once (the weight slots); a request for
@@ -116,6 +117,10 @@ class EngineConfig:
     lora_modules: list[str] = field(default_factory=list, metadata=option_meta(metavar="NAME=PATH"))
     """LoRA adapters to serve, as name=path: a local PEFT directory (adapter_config.json and
     adapter_model.safetensors). Needs enable_lora."""
+    allow_runtime_lora_updating: bool = False
+    """Serve vLLM's POST /v1/load_lora_adapter and /v1/unload_lora_adapter, which load and unload
+    adapters while the server runs (behind the API key). vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING
+    is read too. Needs enable_lora."""
 
     def __post_init__(self) -> None:
         self._check_numerics_and_placement()
@@ -189,11 +194,34 @@ class EngineConfig:
             f"lora_modules {self.lora_modules} need enable_lora (--enable-lora)",
         )
         _check(
+            self.enable_lora or not self.allow_runtime_lora_updating,
+            "allow_runtime_lora_updating (--allow-runtime-lora-updating, "
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING) needs enable_lora (--enable-lora)",
+        )
+        _check(
             not self.enable_lora or self.tensor_parallel_size == 1,
             "enable_lora does not work with tensor parallelism yet: tensor_parallel_size must be "
             f"1, got {self.tensor_parallel_size}",
         )
         self.lora_paths()  # every entry reads as name=path, each name once
+
+    def resolve_max_model_len(self, model_len: int) -> int:
+        """The context length to serve, for a model of `model_len` positions; ConfigError when
+        max_model_len exceeds it, or when, with chunked prefill off, a long prompt could never
+        be scheduled."""
+        wanted = model_len if self.max_model_len is None else self.max_model_len
+        _check(
+            wanted <= model_len,
+            f"max_model_len {wanted} exceeds the model's context length {model_len}",
+        )
+        _check(
+            self.enable_chunked_prefill or self.max_num_batched_tokens >= wanted,
+            "with chunked prefill off, max_num_batched_tokens "
+            f"({self.max_num_batched_tokens}) must be at least max_model_len ({wanted}), or a "
+            "long prompt could never be scheduled; raise it, lower max_model_len, or enable "
+            "chunked prefill",
+        )
+        return wanted
 
     def lora_paths(self) -> dict[str, str]:
         """lora_modules as {name: path}, in the order given."""

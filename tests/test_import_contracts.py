@@ -90,6 +90,7 @@ TORCH_FREE_MODULES = (
     "engine.loader",
     "engine.lora",
     "engine.lora.adapter_config",
+    "engine.lora.adapter_registry",
     "engine.lora.slots",
 )
 

@@ -86,42 +86,32 @@ class BlockPool:
         block_hashes: list[BlockHash],
         parent_block_hash: BlockHash | None,
         token_ids: list[int] | None = None,
+        lora: tuple[int | None, str | None] = (None, None),
     ) -> None:
         """Publish newly filled blocks under their hashes. A hash already cached by another block
         (two requests computed the same prefix at once) leaves the duplicate uncached.
 
-        `token_ids` are the blocks' tokens (block_size each). One BlockStored event is recorded
-        per run of consecutive newly cached blocks, so each event's parent is the block just
-        before its first: a consumer can chain hashes from the events alone."""
+        `token_ids` are the blocks' tokens (block_size each); `lora` the (lora_id, lora_name) of
+        the adapter they were computed with ((None, None): the base model). One BlockStored event
+        is recorded per run of consecutive newly cached blocks, so each event's parent is the
+        block just before its first: a consumer can chain hashes from the events alone."""
+        runs: list[tuple[list[BlockHash], BlockHash | None, int]] = []
         run: list[BlockHash] = []
-        run_start = 0
         parent = parent_block_hash
         for i, (block, block_hash) in enumerate(zip(blocks, block_hashes, strict=True)):
             if block.block_hash is None and block_hash not in self.cached_blocks:
                 block.block_hash = block_hash
                 self.cached_blocks[block_hash] = block
-                if not run:
-                    run_start = i
+                if not run:  # NOTE: a run is listed as it starts, then grows in place
+                    runs.append((run, parent, i))
                 run.append(block_hash)
                 continue
-            self._record_stored(run, parent, token_ids, run_start)
             run, parent = [], block_hash
-        self._record_stored(run, parent, token_ids, run_start)
-
-    def _record_stored(
-        self,
-        run: list[BlockHash],
-        parent: BlockHash | None,
-        token_ids: list[int] | None,
-        run_start: int,
-    ) -> None:
-        if not run:
-            return
         bs = self.block_size
-        tokens = (
-            [] if token_ids is None else token_ids[run_start * bs : (run_start + len(run)) * bs]
-        )
-        self._pending_events.append(BlockStored(run, parent, bs, tokens))
+        for hashes, run_parent, start in runs:
+            tokens = [] if token_ids is None else token_ids[start * bs : (start + len(hashes)) * bs]
+            event = BlockStored(hashes, run_parent, bs, tokens, lora[0], lora[1])
+            self._pending_events.append(event)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; only possible while no block is referenced."""

@@ -142,6 +142,7 @@ class KVCacheManager:
             request.block_hashes[num_cached:num_full],
             parent,
             request.all_token_ids[num_cached * bs : num_full * bs],
+            (request.lora_id, request.lora_name),  # the KV events name the adapter
         )
         self.num_cached_blocks[request_id] = num_full
 
@@ -158,6 +159,13 @@ class KVCacheManager:
 
     def num_blocks_of(self, request_id: str) -> int:
         return len(self.req_to_blocks.get(request_id, ()))
+
+    def rekey_adapter(self, name: str, lora_id: int) -> None:
+        """The adapter `name` was loaded again (unloaded, then loaded, maybe from other weights):
+        its chains start from a root of this load's own from now on, so no block cached under
+        an earlier load of the name is ever found for it. Its earlier requests have all
+        finished (engine/runtime/lora_adapters.py waits for them)."""
+        self._lora_roots[name] = lora_root_hash(self.root_hash, f"{name}\x00{lora_id}")
 
     def _root_of(self, request: Request) -> BlockHash:
         """Where the request's hash chain starts: the engine's root, or its adapter's, so KV

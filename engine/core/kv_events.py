@@ -26,6 +26,10 @@ class BlockStored:
     parent_block_hash: BlockHash | None
     block_size: int
     token_ids: list[int] = field(default_factory=list)
+    lora_id: int | None = None
+    """The LoRA adapter the blocks were computed with: its load's id (vLLM's `lora_id`) and its
+    name; both None for the base model (the hashes chain from the adapter's own root)."""
+    lora_name: str | None = None
 
 
 @dataclass(frozen=True)

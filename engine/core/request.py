@@ -103,6 +103,9 @@ class Request:
         self.block_hashes: list[BlockHash] = []
         self.stop_reason: int | str | None = None
         self.lora_name = lora_name
+        # The id of its adapter's load (engine/lora/adapter_registry.py), set as the engine
+        # queues it; None: the base model.
+        self.lora_id: int | None = None
         # The LoRA slot pinned for it while it runs (engine/lora/slots.py); -1: none.
         self.lora_slot = -1
 

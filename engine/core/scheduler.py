@@ -28,7 +28,7 @@ from engine.core.scheduler_output import (
     ScheduledRequest,
     SchedulerOutput,
 )
-from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
+from engine.core.scheduler_stats import KVOccupancy, SchedulerStats, lora_request_counts
 from engine.core.step_time import StepTimeModel, default_prefill_budget
 from engine.lora.slots import LoRASlots
 from pagedock.errors import UnknownRequestError
@@ -107,6 +107,7 @@ class Scheduler:
             prefix_cache_queries=kv.prefix_cache_stats.queries,
             prefix_cache_hits=kv.prefix_cache_stats.hits,
             num_preemptions=self.num_preemptions,
+            **lora_request_counts(self.requests.values() if self.lora_slots else ()),
         )
 
     def kv_occupancy(self) -> KVOccupancy:

@@ -3,7 +3,14 @@ benchmarks) what the running requests hold in the KV cache."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypedDict
+
+from engine.core.request import RequestStatus
+
+if TYPE_CHECKING:
+    from engine.core.request import Request
 
 
 @dataclass
@@ -25,6 +32,36 @@ class SchedulerStats:
     num_grammar_states: int = 0
     """Structured-outputs grammar states held (one per unfinished guided request); the engine
     fills it in, the scheduler does not know grammars."""
+    running_lora_adapters: dict[str, int] = field(default_factory=dict)
+    """Running requests per LoRA adapter that has any (vLLM's name); empty with LoRA off."""
+    waiting_lora_adapters: dict[str, int] = field(default_factory=dict)
+    """Waiting (queued or preempted) requests per LoRA adapter that has any."""
+
+
+class LoRARequestCounts(TypedDict):
+    running_lora_adapters: dict[str, int]
+    waiting_lora_adapters: dict[str, int]
+
+
+def lora_request_counts(requests: Iterable[Request]) -> LoRARequestCounts:
+    """The unfinished `requests` (in arrival order) counted per adapter, running and waiting.
+
+    Both dicts list adapters in the order of their oldest unfinished request, as vLLM lists them
+    (in the order adapters got requests; one with none left drops out)."""
+    order: dict[str, None] = {}
+    running: dict[str, int] = {}
+    waiting: dict[str, int] = {}
+    for request in requests:
+        name = request.lora_name
+        if name is None:
+            continue
+        order[name] = None
+        counts = running if request.status == RequestStatus.RUNNING else waiting
+        counts[name] = counts.get(name, 0) + 1
+    return LoRARequestCounts(
+        running_lora_adapters={name: running[name] for name in order if name in running},
+        waiting_lora_adapters={name: waiting[name] for name in order if name in waiting},
+    )
 
 
 @dataclass

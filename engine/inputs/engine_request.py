@@ -9,19 +9,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.inputs.sampling_params import SamplingParams
+from pagedock.errors import InvalidRequestError
 
 
 @dataclass(frozen=True)
 class AdapterRef:
     """A LoRA adapter a request asks for: its name, and optionally where its weights are.
 
-    The engine serves the adapters it loaded at start (EngineConfig.lora_modules, name=path); the
-    InputProcessor refuses a request for any other (InvalidRequestError), or for one at another
-    path, and every request when LoRA is off, rather than run it on the base model. An empty
+    The engine serves the adapters it loaded at start (EngineConfig.lora_modules, name=path) or
+    since (`LLMEngine.add_lora`); the InputProcessor refuses a request for any other
+    (UnknownAdapterError), or for one at another path, and every request when LoRA is off,
+    rather than run it on the base model. An empty
     `path` names the adapter by name alone (docs/lora.md)."""
 
     name: str
     path: str = ""
+
+
+class UnknownAdapterError(InvalidRequestError):
+    """A request, or an unload, names a LoRA adapter the engine does not serve (never loaded, or
+    unloaded): the server's 404 `model_not_found`."""
 
 
 class LoRARequest(AdapterRef):

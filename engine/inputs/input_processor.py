@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from engine.inputs.continuation import check_continuation
-from engine.inputs.engine_request import AdapterRef, EngineRequest
+from engine.inputs.engine_request import AdapterRef, EngineRequest, UnknownAdapterError
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.errors import InvalidRequestError, PromptTooLongError
 
@@ -35,12 +35,13 @@ class InputProcessor:
         max_model_len: int,
         lora_modules: Mapping[str, str] | None = None,
     ) -> None:
-        """`lora_modules`: the LoRA adapters the engine serves, {name: path}; None when LoRA is
+        """`lora_modules`: the LoRA adapters the engine serves, {name: path}, read at each check
+        (the engine's LoRARegistry: adapters come and go while it runs); None when LoRA is
         off."""
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
-        self.lora_modules = None if lora_modules is None else dict(lora_modules)
+        self.lora_modules = lora_modules
 
     def process(
         self,
@@ -62,7 +63,7 @@ class InputProcessor:
         made from (kept for the outputs). `prior_output_token_ids`: a continuation. `grammar`:
         the params' constraint compiled ahead, or None (engine/inputs/engine_request.py)."""
         params = params or SamplingParams()
-        self._check_adapter(lora_request)
+        self.check_adapter(lora_request)
         text, token_ids = self._prompt_ids(prompt)
         _check_stop_token_ids(params, self.vocab_size)
         max_tokens = _resolve_max_tokens(len(token_ids), params, self.max_model_len)
@@ -82,9 +83,10 @@ class InputProcessor:
             lora_request=lora_request,
         )
 
-    def _check_adapter(self, lora_request: AdapterRef | None) -> None:
+    def check_adapter(self, lora_request: AdapterRef | None) -> None:
         """A request for an adapter runs with that adapter or not at all: never on the base
-        model, nor on another adapter's weights."""
+        model, nor on another adapter's weights. The engine checks again as it queues the
+        request: the adapter may have been unloaded since."""
         if lora_request is None:
             return
         name = lora_request.name
@@ -97,13 +99,12 @@ class InputProcessor:
         path = self.lora_modules.get(name)
         if path is None:
             known = ", ".join(repr(n) for n in self.lora_modules) or "none"
-            raise InvalidRequestError(
+            raise UnknownAdapterError(
                 f"unknown LoRA adapter {name!r}; this engine serves: {known}", "lora_request"
             )
-        if lora_request.path and not _same_path(lora_request.path, path):
+        if lora_request.path and not same_path(lora_request.path, path):
             raise InvalidRequestError(
-                f"LoRA adapter {name!r} is served from {path}, not {lora_request.path} "
-                "(adapters are loaded when the engine starts: lora_modules)",
+                f"LoRA adapter {name!r} is served from {path}, not {lora_request.path}",
                 "lora_request",
             )
 
@@ -120,7 +121,9 @@ class InputProcessor:
         return None, token_ids
 
 
-def _same_path(a: str, b: str) -> bool:
+def same_path(a: str, b: str) -> bool:
+    """Whether two spellings of a local path name the same place (~ and relative paths
+    resolved)."""
     return os.path.abspath(os.path.expanduser(a)) == os.path.abspath(os.path.expanduser(b))
 
 

@@ -4,6 +4,8 @@
     adapter_model.safetensors   base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight
                                 [r, in] and ...lora_B.weight [out, r], per targeted projection
 
+in a local directory, or in a Hub repo (hf://org/name[@revision]) fetched into the hub's cache.
+
 The scaling (lora_alpha / r, or / sqrt(r) with rsLoRA) is folded into B once here, so the forward
 pass computes x A^T B^T. The base model's weights are never touched (no merging).
 """
@@ -19,6 +21,7 @@ import torch
 
 from engine.lora.adapter_config import LORA_TARGETS, AdapterConfig, read_adapter_config
 from pagedock.errors import ModelLoadError
+from pagedock.models.hub import HF_SCHEME, fetch_hf_adapter
 
 WEIGHTS_FILE = "adapter_model.safetensors"
 # PEFT's tensor names for a llama (with or without the CausalLM wrapper, with or without the
@@ -61,9 +64,9 @@ def load_adapter(
     num_layers: int,
     dtype: torch.dtype,
 ) -> LoRAAdapter:
-    """Read and check the adapter `name` at `source` (a local PEFT directory) for a base model
-    whose projections have `shapes` ({name: (out_features, in_features)}) in `num_layers`
-    layers. ModelLoadError names the file and the problem; ConfigError a rank above
+    """Read and check the adapter `name` at `source` (a local PEFT directory or an hf:// repo) for
+    a base model whose projections have `shapes` ({name: (out_features, in_features)}) in
+    `num_layers` layers. ModelLoadError names the file and the problem; ConfigError a rank above
     `max_rank`."""
     directory = adapter_directory(name, source)
     config = read_adapter_config(name, directory, max_rank)
@@ -78,12 +81,10 @@ def load_adapter(
 
 
 def adapter_directory(name: str, source: str) -> Path:
-    """The local directory `source` names; ModelLoadError for what is not one (yet)."""
-    if source.startswith("hf://"):
-        raise ModelLoadError(
-            f"LoRA adapter {name!r}: hf:// sources ({source}) are not supported for adapters yet; "
-            "download the adapter and give its local directory"
-        )
+    """The local directory `source` names: a directory, or an hf://org/name[@revision] repo's
+    snapshot in the hub's cache (fetched first when not there); ModelLoadError for neither."""
+    if source.startswith(HF_SCHEME):
+        return fetch_hf_adapter(name, source)
     directory = Path(source).expanduser()
     if not directory.is_dir():
         raise ModelLoadError(f"LoRA adapter {name!r}: {source} is not a directory")

@@ -5,7 +5,9 @@ LoRAModelManager and PunicaWrapper, in one small class).
 The scheduler decides which adapter sits in which slot (engine/lora/slots.py); a step's requests
 carry their slot and adapter, and `activate` loads an adapter into a slot whose content differs.
 On the CPU a load is a reference to the host tensors; on a GPU it is one copy to the device, so
-device memory holds at most max_loras adapters.
+device memory holds at most max_loras adapters. Adapters loaded at run time join the host set
+(`add_adapter`); an unloaded one leaves it, and its slot, after its last request
+(`remove_adapter`, engine/runtime/lora_adapters.py).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class LoRAManager:
         device: torch.device,
     ) -> None:
         self.adapters = dict(adapters)
+        self.placement = placement
         self._host = {name: pack_adapter(a, placement) for name, a in self.adapters.items()}
         self.device = device
         self.slot_names: list[str | None] = [None] * max_loras
@@ -99,6 +102,23 @@ class LoRAManager:
         self.slot_weights[slot] = {key: packed.to(self.device) for key, packed in host.items()}
         self.slot_names[slot] = name
         self.num_slot_loads += 1
+
+    def add_adapter(self, adapter: LoRAAdapter) -> None:
+        """Hold a newly loaded adapter's weights on the host (loaded into a slot on first use)."""
+        if adapter.name in self.adapters:
+            raise ValueError(f"LoRA adapter {adapter.name!r} is already loaded in this engine")
+        self._host[adapter.name] = pack_adapter(adapter, self.placement)
+        self.adapters[adapter.name] = adapter
+
+    def remove_adapter(self, name: str) -> None:
+        """Release an unloaded adapter's weights: on the host, and in any slot that holds them
+        (its last request has finished, so no step reads them)."""
+        self.adapters.pop(name, None)
+        self._host.pop(name, None)
+        for slot, held in enumerate(self.slot_names):
+            if held == name:
+                self.slot_names[slot] = None
+                self.slot_weights[slot] = {}
 
     @contextmanager
     def step(self, mapping: LoRAMapping) -> Iterator[None]:

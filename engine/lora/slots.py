@@ -57,6 +57,18 @@ class LoRASlots:
         if self.pins[slot] == 0:
             self._idle[slot] = None  # the most recently used idle slot
 
+    def forget(self, name: str) -> None:
+        """`name` was unloaded and has no running request: its slot, if it has one, is empty
+        again (a later load of the same name is placed, and its weights loaded, afresh)."""
+        slot = self._by_name.get(name)
+        if slot is None:
+            return
+        if self.pins[slot]:
+            raise ValueError(f"LoRA adapter {name!r} still has running requests in slot {slot}")
+        del self._by_name[name]
+        self._idle.pop(slot, None)
+        self.names[slot] = None
+
     @property
     def running_adapters(self) -> list[str]:
         """The adapters with running requests."""

@@ -20,15 +20,17 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine.core.kv_events import KVEventBatch, KVSnapshot
 from engine.core.scheduler_stats import SchedulerStats
 from engine.inputs.engine_request import AdapterRef, EngineRequest
 from engine.inputs.sampling_params import SamplingParams
+from engine.lora.adapter_registry import ServedAdapter
 from engine.runtime.engine_loop import Command, EngineLoop, LoopCallbacks, OutputBatch, StepReport
-from engine.runtime.outputs import IterationStats, RequestOutput
+from engine.runtime.outputs import IterationStats
+from engine.runtime.request_stream import RequestStream
 from pagedock.errors import EngineDeadError, PagedockError, UnknownRequestError
 
 if TYPE_CHECKING:
@@ -46,44 +48,6 @@ OutputListener = Callable[[IterationStats], None]
 
 class QueueFullError(PagedockError):
     """More requests wait than --max-waiting allows: HTTP 429, try again later."""
-
-
-class RequestStream:
-    """One request's outputs, from the output worker (via the event loop) to whoever awaits them.
-
-    A batch holds every output that arrived since the consumer last looked, in order, so a
-    consumer that falls behind catches up in one go instead of one chunk per step.
-    """
-
-    def __init__(self, request_id: str) -> None:
-        self.request_id = request_id
-        self.finished = False
-        self._pending: list[RequestOutput] = []
-        self._error: BaseException | None = None
-        self._ready = asyncio.Event()
-
-    def put(self, output: RequestOutput) -> None:
-        self._pending.append(output)
-        self.finished = self.finished or output.finished
-        self._ready.set()
-
-    def fail(self, error: BaseException) -> None:
-        self._error = error
-        self.finished = True
-        self._ready.set()
-
-    async def batches(self) -> AsyncIterator[list[RequestOutput]]:
-        """Every output until the request finishes, in batches; raises if the engine died."""
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
-            batch, self._pending = self._pending, []
-            if batch:
-                yield batch
-            if self._error is not None:
-                raise self._error
-            if self.finished and not self._pending:
-                return
 
 
 class AsyncEngine:
@@ -105,6 +69,9 @@ class AsyncEngine:
         self._running = False
         self._loop_ready = threading.Event()
         self._dead: BaseException | None = None
+        # Set (and replaced) after every report from the engine thread: what waits for the engine
+        # to change (a LoRA adapter's unloading to end) waits on it.
+        self._stepped = asyncio.Event()
 
     # ---- lifecycle (event loop) ---------------------------------------------------------------
 
@@ -264,6 +231,33 @@ class AsyncEngine:
         result: T = await self._submit(Command("call", fn))
         return result
 
+    # ---- LoRA adapters at run time (engine/runtime/lora_adapters.py) ---------------------------
+
+    async def add_lora(self, lora_request: AdapterRef) -> bool:
+        """Load and serve an adapter (LLMEngine.add_lora): its files are read and checked on a
+        worker thread, never on the event loop or the engine thread, then the engine thread
+        serves it between steps. False when it was already served from that path. A name still
+        unloading (its requests in flight) is loaded once they have finished: unloading and
+        loading again is how an adapter's weights are replaced."""
+        loras = self.engine.loras
+        while lora_request.name in loras.registry.unloading:
+            if not self.is_alive:
+                raise EngineDeadError("the engine loop is not running")
+            await self._stepped.wait()  # each report may be the one after the last request
+        if not loras.check_new(lora_request):  # (reads the registry only: any thread may)
+            return False
+        adapter = await asyncio.to_thread(loras.read, lora_request)
+        return await self.call(lambda engine: engine.loras.serve(adapter, lora_request.path))
+
+    async def remove_lora(self, name: str | int) -> bool:
+        """Stop serving an adapter (LLMEngine.remove_lora): at once for new requests, after their
+        last step for those in flight. UnknownAdapterError when it is not served."""
+        return await self.call(lambda engine: engine.remove_lora(name))
+
+    async def list_loras(self) -> list[ServedAdapter]:
+        """The served adapters, in load order (the registry is readable from any thread)."""
+        return self.engine.list_loras()
+
     async def kv_snapshot(self) -> KVSnapshot:
         """The cached-hash set and the seq it is current at, taken on the engine thread so that
         every batch after `seq` is a change to exactly this set."""
@@ -296,6 +290,8 @@ class AsyncEngine:
     # ---- results, back on the event loop ------------------------------------------------------
 
     def _on_step(self, report: StepReport) -> None:
+        self._stepped.set()
+        self._stepped = asyncio.Event()
         self._pending_adds -= report.num_adds
         self.stats = report.stats
         for listener in self._stats_listeners:
@@ -317,6 +313,7 @@ class AsyncEngine:
 
     def _on_dead(self, error: BaseException) -> None:
         self._dead = error
+        self._stepped.set()
         dead = EngineDeadError(f"the engine loop died: {type(error).__name__}: {error}")
         for stream in self._streams.values():
             stream.fail(dead)

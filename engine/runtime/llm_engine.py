@@ -23,14 +23,16 @@ from engine.inputs.input_processor import InputProcessor
 from engine.inputs.sampling_params import SamplingParams
 from engine.loader.model_loader import read_model_config
 from engine.lora.adapter_config import check_adapter_names
+from engine.lora.adapter_registry import ServedAdapter
 from engine.models.tp_layout import check_tp_layout
+from engine.runtime.lora_adapters import LoRAAdapters
 from engine.runtime.output_processor import NewRequest, OutputProcessor
 from engine.runtime.outputs import RequestOutput
 from engine.sampling.parallel_sampling import ParallelSampling, child_requests
 from engine.structured_outputs.guided_decoding import GuidedDecoding
 from engine.worker.host_memory import keep_freed_memory
 from engine.worker.rank_builder import build_runner
-from pagedock.errors import ConfigError, InvalidRequestError
+from pagedock.errors import InvalidRequestError
 from pagedock.kv.block_hash import root_hash
 from pagedock.models.registry import resolve_model
 from pagedock.text.chat_template import chat_template_source
@@ -57,8 +59,7 @@ class LLMEngine:
         self.model_path, self.served_model_name, chat_template = _resolve_model(config)
         check_adapter_names(list(config.lora_paths()), self.served_model_name)
         self.model_config = read_model_config(self.model_path)
-        self.max_model_len = self._pick_max_model_len()
-        self._check_batching_limits()
+        self.max_model_len = config.resolve_max_model_len(self.model_config.max_position_embeddings)
         check_tp_layout(self.model_config, config.tensor_parallel_size)
         self.tp_executor: TPExecutor | None = None
         if config.tensor_parallel_size > 1:
@@ -72,14 +73,22 @@ class LLMEngine:
             raise
         self.tokenizer = load_tokenizer(self.model_path, chat_template)
         self.eos_token_ids = self._eos_token_ids()
+        self.root_hash = root_hash(self._hash_root_name())
+        self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
+        self.loras = LoRAAdapters(
+            config,
+            self.served_model_name,
+            self.model_config,
+            self.dtype,
+            self.runner.lora,
+            self.scheduler,
+        )
         self.input_processor = InputProcessor(
             self.tokenizer,
             self.model_config.vocab_size,
             self.max_model_len,
-            config.lora_paths() if config.enable_lora else None,
+            self.loras.registry if config.enable_lora else None,
         )
-        self.root_hash = root_hash(self._hash_root_name())
-        self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
         self.guided = GuidedDecoding(
             self.tokenizer, self.model_config.vocab_size, self.eos_token_ids
         )
@@ -114,29 +123,6 @@ class LLMEngine:
         name = f"{self.model_config.name}:{self.dtype}"
         kv_dtype = self.runner.kv_cache_dtype
         return name if kv_dtype == self.dtype else f"{name}:kv={kv_dtype}"
-
-    def _pick_max_model_len(self) -> int:
-        model_len = self.model_config.max_position_embeddings
-        wanted = self.config.max_model_len
-        if wanted is None:
-            return model_len
-        if wanted > model_len:
-            raise ConfigError(
-                f"max_model_len {wanted} exceeds the model's context length {model_len}"
-            )
-        return wanted
-
-    def _check_batching_limits(self) -> None:
-        if (
-            not self.config.enable_chunked_prefill
-            and self.config.max_num_batched_tokens < self.max_model_len
-        ):
-            raise ConfigError(
-                "with chunked prefill off, max_num_batched_tokens "
-                f"({self.config.max_num_batched_tokens}) must be at least max_model_len "
-                f"({self.max_model_len}), or a long prompt could never be scheduled; raise it, "
-                "lower max_model_len, or enable chunked prefill"
-            )
 
     def _eos_token_ids(self) -> list[int]:
         ids = set(self.model_config.eos_token_ids)
@@ -175,6 +161,7 @@ class LLMEngine:
         request_id = request.request_id
         if self.scheduler.has_request(request_id) or self.parallel.is_parent(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        self.input_processor.check_adapter(request.lora_request)  # unloaded since it was made?
         params = request.sampling_params
         compiled = self.guided.compiled(params.structured_outputs, request.grammar)
         timing = RequestTiming(request.arrival_time)
@@ -192,7 +179,10 @@ class LLMEngine:
         return _new_request(request, timing, child_ids)
 
     def _core_request(self, request: EngineRequest, timing: RequestTiming) -> Request:
-        return Request.from_engine_request(request, self.eos_token_ids, timing)
+        core = Request.from_engine_request(request, self.eos_token_ids, timing)
+        if core.lora_name is not None:
+            core.lora_id = self.loras.registry.lora_id(core.lora_name)
+        return core
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stop a request (all n of it) and free its blocks; its final output. UnknownRequestError
@@ -205,12 +195,14 @@ class LLMEngine:
         if not self.parallel.is_parent(request_id):
             self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
             self.guided.release([request_id])
+            self.loras.reap()
             return [EngineCoreOutput(request_id, [], "abort")]
         child_ids, pending = self.parallel.abort(request_id)
         self.guided.release(child_ids)
         for child_id in child_ids:
             if child_id not in pending:
                 self.scheduler.finish_request(child_id, RequestStatus.FINISHED_ABORTED)
+        self.loras.reap()
         return [EngineCoreOutput(child_id, [], "abort") for child_id in child_ids]
 
     def finish_stopped(self, request_ids: list[str]) -> None:
@@ -221,9 +213,27 @@ class LLMEngine:
             self.parallel.child_finished(request_id)
             if self.scheduler.has_request(request_id):
                 self.scheduler.finish_request(request_id, RequestStatus.FINISHED_STOPPED)
+        self.loras.reap()
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
+
+    # ---- LoRA adapters at run time (engine/runtime/lora_adapters.py) ---------------------------
+
+    def add_lora(self, lora_request: AdapterRef) -> bool:
+        """Load and serve an adapter (vLLM's); False when it was already served from that path.
+        The start's errors (ModelLoadError, ConfigError), or InvalidRequestError."""
+        return self.loras.add(lora_request)
+
+    def remove_lora(self, name: str | int) -> bool:
+        """Stop serving an adapter, by name or id (vLLM's); its requests in flight finish first.
+        UnknownAdapterError when it is not served."""
+        self.loras.remove(name)
+        return True
+
+    def list_loras(self) -> list[ServedAdapter]:
+        """The served adapters (name, lora_id, path), in load order."""
+        return self.loras.served()
 
     # ---- one step ----------------------------------------------------------------------------
 
@@ -245,6 +255,7 @@ class LLMEngine:
             self.scheduler.add_request(child)
         self.guided.release(o.request_id for o in core_outputs if o.finish_reason is not None)
         self.guided.release_unless(self.scheduler.has_request, self.parallel.is_unfinished_child)
+        self.loras.reap()  # an unloaded adapter's last request may have finished
         return core_outputs
 
     def process_outputs(self, core_outputs: list[EngineCoreOutput]) -> list[RequestOutput]:
@@ -322,6 +333,7 @@ def _new_request(request: EngineRequest, timing: RequestTiming, child_ids: list[
         timing=timing,
         child_ids=child_ids,
         prior_output_token_ids=request.prior_output_token_ids,
+        lora_name=None if request.lora_request is None else request.lora_request.name,
     )
 
 

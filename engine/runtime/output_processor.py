@@ -44,6 +44,8 @@ class NewRequest:
     """The engine request id of each completion, by index ([request_id] when n == 1)."""
     prior_output_token_ids: list[int] = field(default_factory=list)
     """A continuation's tokens generated before (n == 1): its text state starts after them."""
+    lora_name: str | None = None
+    """The LoRA adapter it runs with (for the per-adapter metrics); None: the base model."""
 
 
 @dataclass
@@ -242,7 +244,12 @@ class OutputProcessor:
             new = state.new
             stats.finished.append(
                 FinishedRequestStats(
-                    new.request_id, new.prompt, len(new.prompt_token_ids), reasons, timing
+                    new.request_id,
+                    new.prompt,
+                    len(new.prompt_token_ids),
+                    reasons,
+                    timing,
+                    new.lora_name,
                 )
             )
 

@@ -68,6 +68,8 @@ class FinishedRequestStats:
     """One per completion, by index."""
     timing: RequestTiming
     """Complete: nothing writes it any more."""
+    lora_name: str | None = None
+    """The LoRA adapter it ran with; None: the base model."""
 
 
 @dataclass

@@ -1,11 +1,14 @@
 """`pagedock serve`: a flag per EngineConfig and ServerOptions field (same names, dashes for
 underscores), each also read from `PAGEDOCK_<NAME>` (a flag on the command line wins), as
-containers expect. Imports no torch until the server starts, so `--help` is quick."""
+containers expect (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING too, where its pagedock variable is
+unset). Imports no torch until the server starts, so `--help` is quick."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Mapping
 
 from engine.config import EngineConfig
 from engine.server.openai.context import ServerOptions
@@ -13,6 +16,7 @@ from pagedock.errors import PagedockError
 from pagedock.options import add_options, values_for
 
 ENV_PREFIX = "PAGEDOCK_"
+VLLM_LORA_UPDATING_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,9 +30,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "model_arg", nargs="?", metavar="MODEL", help="same as --model (a positional shorthand)"
     )
-    add_options(parser, EngineConfig, ENV_PREFIX, title="model and engine")
-    add_options(parser, ServerOptions, ENV_PREFIX, title="server")
+    environ = with_vllm_env(os.environ)
+    add_options(parser, EngineConfig, ENV_PREFIX, title="model and engine", environ=environ)
+    add_options(parser, ServerOptions, ENV_PREFIX, title="server", environ=environ)
     return parser
+
+
+def with_vllm_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment, with the vLLM variables pagedock honours read as their pagedock
+    equivalents where those are unset: VLLM_ALLOW_RUNTIME_LORA_UPDATING, which vLLM takes as on
+    for 1 or true (any case) and as off for anything else."""
+    env = dict(environ)
+    vllm = env.get(VLLM_LORA_UPDATING_ENV)
+    if vllm is not None:
+        on = vllm.strip().lower() in ("1", "true")
+        env.setdefault(f"{ENV_PREFIX}ALLOW_RUNTIME_LORA_UPDATING", "true" if on else "false")
+    return env
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,11 +4,16 @@ read pagedock unchanged.
 Everything here runs on the event loop: the async engine calls `observe_stats` with the
 scheduler's stats after each step and `observe_outputs` with what each step's outputs added (both
 installed as its listeners); the registry is per server so tests can run several in one process.
+
+With LoRA (`max_loras` > 0), `vllm:lora_requests_info` names the adapters with running and with
+waiting requests as vLLM does, and `pagedock:lora_requests_total` counts finished requests per
+adapter; with LoRA off the info gauge says `max_lora="0"` and no adapter, and the counter is absent.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -62,9 +67,12 @@ _REQUEST_BUCKETS = (
 
 
 class EngineMetrics:
-    def __init__(self, model_name: str) -> None:
+    """One server's metrics; `max_loras` is the engine's LoRA weight slots (0: LoRA off)."""
+
+    def __init__(self, model_name: str, max_loras: int = 0) -> None:
         self.registry = CollectorRegistry()
         self.model_name = model_name
+        self.max_lora = str(max_loras)
         gauge, counter, histogram = self._gauge, self._counter, self._histogram
         self._running = gauge("vllm:num_requests_running", "Requests in the running batch.")
         self._waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.")
@@ -108,6 +116,7 @@ class EngineMetrics:
             "vllm:request_queue_time_seconds", "Arrival to first scheduled.", _REQUEST_BUCKETS
         )
         self._cache_config, self._lora = self._picker_info_gauges()
+        self._lora_requests = None if max_loras == 0 else self._lora_request_counter()
         # Cumulative engine counters seen last; Prometheus counters only move by increments.
         self._last_stats: SchedulerStats | None = None
 
@@ -122,23 +131,38 @@ class EngineMetrics:
         )
         lora = Gauge(
             "vllm:lora_requests_info",
-            "LoRA adapters running and waiting (none: pagedock serves no LoRA); the value is the "
-            "time of the last update, so a picker takes the newest.",
+            "LoRA adapters with running and with waiting requests (comma-separated) and max_lora "
+            "(0: LoRA off); the value is the time the labels were last current, so a picker takes "
+            "the newest.",
             ["max_lora", "running_lora_adapters", "waiting_lora_adapters"],
             registry=self.registry,
         )
         return cache_config, lora
+
+    def _lora_request_counter(self) -> Counter:
+        return Counter(
+            "pagedock:lora_requests",
+            "Requests finished per LoRA adapter, by finish reason (base-model requests: none).",
+            ["model_name", "lora_name", "finished_reason"],
+            registry=self.registry,
+        )
 
     def set_cache_config(self, block_size: int, num_gpu_blocks: int, prefix_caching: bool) -> None:
         """Once at start-up: the KV pool's block size and block count (vLLM's num_gpu_blocks
         names the pool whatever the device)."""
         labels = (str(block_size), str(num_gpu_blocks), str(prefix_caching), "0")
         self._cache_config.labels(*labels).set(1)
-        self._lora.labels("0", "", "").set(time.time())
+        self._set_lora_info((), ())
+
+    def _set_lora_info(self, running: Iterable[str], waiting: Iterable[str]) -> None:
+        """vLLM's way: one series per (running, waiting) pair ever seen, each set to the time it
+        was last current; a series is never removed, so the newest one is the state now."""
+        labels = (self.max_lora, ",".join(running), ",".join(waiting))
+        self._lora.labels(*labels).set(time.time())
 
     def observe_stats(self, stats: SchedulerStats) -> None:
         m = self.model_name
-        self._lora.labels("0", "", "").set(time.time())
+        self._set_lora_info(stats.running_lora_adapters, stats.waiting_lora_adapters)
         self._running.labels(m).set(stats.num_running)
         self._waiting.labels(m).set(stats.num_waiting)
         self._kv_usage.labels(m).set(stats.kv_cache_usage)
@@ -166,6 +190,8 @@ class EngineMetrics:
         for finished in stats.finished:
             timing = finished.timing
             self._success.labels(m, finished.finish_reasons[0]).inc()
+            if finished.lora_name is not None and self._lora_requests is not None:
+                self._lora_requests.labels(m, finished.lora_name, finished.finish_reasons[0]).inc()
             end = timing.finished_time or timing.arrival_time
             self._e2e.labels(m).observe(end - timing.arrival_time)
             if timing.first_scheduled_time is not None:

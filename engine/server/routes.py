@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine.kernels.cpu_kernels import cpu_kernel_path
@@ -14,6 +14,7 @@ from engine.server.openai.chat import create_chat_completion
 from engine.server.openai.completions import create_completion
 from engine.server.openai.context import ServerContext
 from engine.server.openai.guards import admitting_guard
+from engine.server.openai.lora_adapters import load_lora_adapter, unload_lora_adapter
 from engine.server.openai.prompt_work import in_prompt_pool
 from engine.server.openai.render import render_chat_request, render_completion_request
 from engine.server.openai.tokenize import detokenize, tokenize
@@ -26,10 +27,12 @@ from pagedock.protocol import (
     DetokenizeRequest,
     DetokenizeResponse,
     ErrorResponse,
+    LoadLoRAAdapterRequest,
     ModelCard,
     ModelList,
     TokenizeRequest,
     TokenizeResponse,
+    UnloadLoRAAdapterRequest,
     VersionResponse,
 )
 from pagedock.protocol.render import RenderedRequest
@@ -67,10 +70,7 @@ def api_routes(ctx: ServerContext) -> APIRouter:
 
     @router.get("/v1/models", response_model=ModelList, responses=_ERRORS)
     async def models() -> ModelList:
-        card = ModelCard(
-            id=ctx.served_model_name, root=ctx.model_root, max_model_len=ctx.max_model_len
-        )
-        return ModelList(data=[card])
+        return model_list(ctx)
 
     @router.post("/tokenize", response_model=TokenizeResponse, responses=_ERRORS)
     async def tokenize_route(body: TokenizeRequest) -> TokenizeResponse:
@@ -105,6 +105,37 @@ def _add_render_routes(router: APIRouter, ctx: ServerContext) -> None:
     @router.post("/v1/completions/render", response_model=list[RenderedRequest], responses=_ERRORS)
     async def render_completion(body: CompletionRequest) -> list[RenderedRequest]:
         return await in_prompt_pool(ctx, render_completion_request, ctx, body)
+
+
+def model_list(ctx: ServerContext) -> ModelList:
+    """The base model, then each LoRA adapter as a model of its own (vLLM's cards: `parent` the
+    base model's id, `root` the path it was loaded from)."""
+    base = ModelCard(id=ctx.served_model_name, root=ctx.model_root, max_model_len=ctx.max_model_len)
+    adapters = [
+        ModelCard(
+            id=a.name, root=a.path, parent=ctx.served_model_name, max_model_len=ctx.max_model_len
+        )
+        for a in ctx.loras.adapters()
+    ]
+    return ModelList(data=[base, *adapters])
+
+
+def lora_routes(ctx: ServerContext) -> APIRouter:
+    """vLLM's runtime adapter updates, behind the API key; only with
+    --allow-runtime-lora-updating (build_app decides)."""
+    guards = [Depends(api_key_guard(ctx.options.api_key)), Depends(admitting_guard(ctx))]
+    router = APIRouter(dependencies=guards)
+    text = {200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **_ERRORS}
+
+    @router.post("/v1/load_lora_adapter", response_class=PlainTextResponse, responses=text)
+    async def load_lora(body: LoadLoRAAdapterRequest) -> PlainTextResponse:
+        return await load_lora_adapter(ctx, body)
+
+    @router.post("/v1/unload_lora_adapter", response_class=PlainTextResponse, responses=text)
+    async def unload_lora(body: UnloadLoRAAdapterRequest) -> PlainTextResponse:
+        return await unload_lora_adapter(ctx, body)
+
+    return router
 
 
 def open_routes(ctx: ServerContext) -> APIRouter:

@@ -40,7 +40,8 @@ _GRACEFUL_SHUTDOWN_S = 5
 def build_context(
     engine: LLMEngine, options: ServerOptions, own_thread: bool = True
 ) -> ServerContext:
-    metrics = EngineMetrics(engine.served_model_name)
+    max_loras = engine.config.max_loras if engine.config.enable_lora else 0
+    metrics = EngineMetrics(engine.served_model_name, max_loras)
     metrics.set_cache_config(
         engine.config.block_size, engine.num_kv_blocks, engine.config.enable_prefix_caching
     )
@@ -65,6 +66,8 @@ def build_context(
         model_root=str(engine.model_path),
         max_model_len=engine.max_model_len,
         options=options,
+        allow_runtime_lora_updating=engine.config.allow_runtime_lora_updating,
+        loras=engine.loras.registry,
     )
 
 

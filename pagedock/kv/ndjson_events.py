@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from pagedock.protocol.openai import OpenAIModel
 
@@ -13,6 +13,17 @@ class KVEventWire(OpenAIModel):
     type: Literal["stored", "removed", "cleared"]
     block_hashes: list[str] = Field(default_factory=list)
     parent_block_hash: str | None = None
+    lora_name: str | None = None
+    """On a "stored" event whose blocks were computed with a LoRA adapter: the adapter (its
+    hashes chain from the adapter's own root, pagedock/kv/block_hash.py). Absent otherwise."""
+
+    @model_serializer(mode="wrap")
+    def _without_absent_adapter(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # NOTE: left out rather than null, so base-model events read exactly as before adapters.
+        values: dict[str, Any] = handler(self)
+        if values.get("lora_name") is None:
+            values.pop("lora_name", None)
+        return values
 
 
 class KVSnapshotMessage(OpenAIModel):

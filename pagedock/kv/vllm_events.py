@@ -3,8 +3,8 @@
     ZMQ PUB frames:    [topic, seq (8 bytes, big-endian, from 0), payload]
     payload (msgpack): [ts, [event, ...], dp_rank]        (dp_rank omitted when None)
     event, map form:   {"type": "BlockStored", "block_hashes": [u64], "parent_block_hash": u64|nil,
-                        "token_ids": [int], "block_size": int, "lora_id": nil, "medium": "GPU",
-                        "lora_name": nil}
+                        "token_ids": [int], "block_size": int, "lora_id": int|nil, "medium": "GPU",
+                        "lora_name": str|nil}
                        {"type": "BlockRemoved", "block_hashes": [u64], "medium": "GPU"}
                        {"type": "AllBlocksCleared"}
     event, array form: ["BlockStored", hashes, parent, token_ids, block_size, lora_id, medium,
@@ -13,6 +13,9 @@
                        batch with seq >= start, then [b"", seq -1, b""]
 
 vLLM's own struct has no defaults for `lora_id`, `medium` and `lora_name`, so every field is sent.
+Blocks computed with a LoRA adapter carry its id (the adapter's load, 1-based, vLLM's lora_int_id)
+and its name; a consumer that re-hashes `token_ids` starts such a chain from a root of the
+adapter's own, so an adapter's blocks never match the base model's or another adapter's.
 The engine publishes its block hashes as uint64 (the low 64 bits of pagedock's sha256); a
 consumer treats them as opaque ids and re-hashes `token_ids` itself. The decoder here (the
 router's) is lenient the way llm-d's and Dynamo's are: both event forms, bytes or int hashes,
@@ -133,15 +136,19 @@ def block_stored(
     token_ids: list[int],
     block_size: int,
     encoding: str = "map",
+    *,
+    lora_id: int | None = None,
+    lora_name: str | None = None,
 ) -> dict[str, Any] | list[Any]:
+    """Blocks computed with a LoRA adapter name it (`lora_id`, `lora_name`); None: the base."""
     values = {
         "block_hashes": block_hashes,
         "parent_block_hash": parent_block_hash,
         "token_ids": token_ids,
         "block_size": block_size,
-        "lora_id": None,
+        "lora_id": lora_id,
         "medium": MEDIUM_GPU,
-        "lora_name": None,
+        "lora_name": lora_name,
     }
     return _tagged("BlockStored", values, encoding)
 
@@ -178,6 +185,7 @@ class StoredEvent:
     block_size: int
     lora_name: str | None = None
     medium: str | None = None
+    lora_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -247,6 +255,7 @@ def decode_event(raw: Any) -> WireEvent | None:
             block_size=int(values["block_size"]),
             lora_name=values.get("lora_name"),
             medium=values.get("medium"),
+            lora_id=values.get("lora_id"),
         )
     if kind == "BlockRemoved":
         return RemovedEvent(list(values["block_hashes"]), values.get("medium"))

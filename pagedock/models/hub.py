@@ -1,11 +1,14 @@
-"""`hf://org/name[@revision]` model sources: fetch from the Hugging Face Hub what the engine reads.
+"""`hf://org/name[@revision]` sources: fetch from the Hugging Face Hub what the engine reads, for a
+model or for a LoRA adapter.
 
 Only the files pagedock loads are downloaded (config, safetensors weights and their index,
 tokenizer.json and the files beside it that carry special tokens and the chat template), into the
 hub's own cache layout, so a restart or a second engine on the same cache volume downloads nothing.
 
-The revision comes from the URI (`hf://org/name@v1.0`), else from `$HF_REVISION` (the operator sets
-it from `spec.model.revision`), else the repo's default branch. The token is huggingface_hub's own:
+A model's revision comes from the URI (`hf://org/name@v1.0`), else from `$HF_REVISION` (the operator
+sets it from `spec.model.revision`), else the repo's default branch; an adapter's from its URI, else
+the default branch ($HF_REVISION is the base model's). An adapter is PEFT's two files,
+adapter_config.json and adapter_model.safetensors. The token is huggingface_hub's own:
 `$HF_TOKEN`, or a `huggingface-cli login`. Torch-free; huggingface_hub is imported only when used.
 """
 
@@ -28,6 +31,7 @@ TOKENIZER_PATTERNS = (
     "chat_template.*",
 )
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
 @dataclass(frozen=True)
@@ -47,15 +51,17 @@ class HfSource:
         return f"{HF_SCHEME}{self.repo_id}{at_revision}"
 
 
-def parse_hf_uri(uri: str) -> HfSource:
-    """`hf://org/name[@revision]`; without `@revision`, `$HF_REVISION` when it is set."""
+def parse_hf_uri(uri: str, *, revision_from_env: bool = True) -> HfSource:
+    """`hf://org/name[@revision]`; without `@revision`, `$HF_REVISION` when it is set (and
+    `revision_from_env`)."""
     repo_id, at, revision = uri.removeprefix(HF_SCHEME).partition("@")
     parts = repo_id.split("/")
     if not uri.startswith(HF_SCHEME) or len(parts) > 2 or not all(parts) or (at and not revision):
         raise ModelLoadError(
             f"{uri}: not a Hugging Face model URI; expected hf://org/name or hf://org/name@revision"
         )
-    return HfSource(repo_id, revision or os.environ.get("HF_REVISION") or None)
+    env_revision = os.environ.get("HF_REVISION") if revision_from_env else None
+    return HfSource(repo_id, revision or env_revision or None)
 
 
 def hf_cache_dir() -> Path:
@@ -100,6 +106,31 @@ def fetch_hf_model(source: HfSource, *, weights: bool = True) -> Path:
             "from a pvc:// or local directory"
         )
     print(f"pagedock: {source} is in {path}", file=sys.stderr, flush=True)
+    return path
+
+
+def fetch_hf_adapter(name: str, uri: str) -> Path:
+    """The snapshot directory of the LoRA adapter `name` at `uri` (hf://org/name[@revision]),
+    its PEFT files downloaded into the hub's cache (or found there: offline, nothing is fetched).
+    ModelLoadError names the adapter, the source and the cause."""
+    adapter = f"LoRA adapter {name!r}"
+    try:
+        source = parse_hf_uri(uri, revision_from_env=False)
+        print(
+            f"pagedock: fetching {adapter} from {source} into {hf_cache_dir()} "
+            "(files already there are reused)",
+            file=sys.stderr,
+            flush=True,
+        )
+        path = Path(_snapshot_download(source, list(ADAPTER_FILES)))
+    except ModelLoadError as e:
+        raise ModelLoadError(f"{adapter}: {e}") from e
+    missing = [file for file in ADAPTER_FILES if not (path / file).is_file()]
+    if missing:
+        raise ModelLoadError(
+            f"{adapter}: {source} has no {' and no '.join(missing)}; a PEFT LoRA adapter's repo "
+            f"holds {' and '.join(ADAPTER_FILES)} (safetensors only: adapter_model.bin is not read)"
+        )
     return path
 
 

@@ -9,6 +9,7 @@ names, defaults and response shapes follow OpenAI's API; the extra request field
     completions.py  /v1/completions          chat.py      /v1/chat/completions
     tokenize.py     /tokenize, /detokenize   models.py    /v1/models, /version
     render.py       /v1/.../render           tools.py     tools, tool_choice, tool calls
+    lora.py         /v1/load_lora_adapter, /v1/unload_lora_adapter
 
 The models are re-exported here. The KV event streams' wire formats are in pagedock/kv/, and the
 HTTP pieces that need FastAPI (errors in OpenAI's shape, the API-key guard, limits) in
@@ -38,6 +39,7 @@ from pagedock.protocol.completions import (
     CompletionResponse,
     PromptInput,
 )
+from pagedock.protocol.lora import LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest
 from pagedock.protocol.models import ModelCard, ModelList, VersionResponse
 from pagedock.protocol.openai import (
     CONTINUATION_HEADER,
@@ -108,6 +110,7 @@ __all__ = [
     "ErrorResponse",
     "FunctionCall",
     "JsonSchemaFormat",
+    "LoadLoRAAdapterRequest",
     "ModelCard",
     "ModelList",
     "OpenAIModel",
@@ -124,6 +127,7 @@ __all__ = [
     "ToolCall",
     "ToolRequest",
     "TopLogprob",
+    "UnloadLoRAAdapterRequest",
     "UsageInfo",
     "VersionResponse",
     "now_s",

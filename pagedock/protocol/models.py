@@ -15,6 +15,9 @@ class ModelCard(OpenAIModel):
     created: int = Field(default_factory=now_s)
     owned_by: str = "pagedock"
     root: str | None = None
+    """The model's path; a LoRA adapter's: the path it was loaded from."""
+    parent: str | None = None
+    """A LoRA adapter's base model (its id); None for the base model itself (vLLM's)."""
     max_model_len: int | None = None
 
 

@@ -126,11 +126,10 @@ def test_missing_safetensors_weights_are_refused_naming_a_bin_file(tmp_path: Pat
         load(path)
 
 
-def test_an_hf_source_is_refused_as_not_supported_yet() -> None:
-    with pytest.raises(
-        ModelLoadError, match=r"hf:// sources .* are not supported for adapters yet"
-    ):
-        load("hf://org/sql-lora")
+def test_a_malformed_hf_source_is_refused_naming_the_adapter() -> None:
+    # Fetching a well-formed one: tests/engine/test_lora_hf_source.py (the Hub's stand-in).
+    with pytest.raises(ModelLoadError, match=r"LoRA adapter 'sql': hf://org/a/b: not a Hugging"):
+        load("hf://org/a/b")
 
 
 def test_an_adapter_named_like_the_base_model_is_a_config_error() -> None:

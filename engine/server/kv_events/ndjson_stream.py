@@ -4,7 +4,7 @@
      "root_hash"}
     {"type": "batch", "instance_id", "seq",
      "events": [{"type": "stored" | "removed" | "cleared", "block_hashes": [hex],
-                 "parent_block_hash"}]}
+                 "parent_block_hash", "lora_name" (stored, for an adapter's blocks only)}]}
     {"type": "heartbeat", "instance_id", "seq"}          (after a quiet spell)
 
 A consumer applies batches in seq order to the snapshot's set. The engine never waits for a
@@ -166,6 +166,7 @@ def _wire_event(event: KVEvent) -> KVEventWire:
             type="stored",
             block_hashes=[h.hex() for h in event.block_hashes],
             parent_block_hash=None if parent is None else parent.hex(),
+            lora_name=event.lora_name,
         )
     if isinstance(event, BlockRemoved):
         return KVEventWire(type="removed", block_hashes=[h.hex() for h in event.block_hashes])

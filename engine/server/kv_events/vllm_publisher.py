@@ -111,7 +111,15 @@ class VllmKVPublisher:
             parent = event.parent_block_hash
             hashes = [to_uint64(h) for h in event.block_hashes]
             parent_id = None if parent is None else to_uint64(parent)
-            return block_stored(hashes, parent_id, event.token_ids, event.block_size, encoding)
+            return block_stored(
+                hashes,
+                parent_id,
+                event.token_ids,
+                event.block_size,
+                encoding,
+                lora_id=event.lora_id,
+                lora_name=event.lora_name,
+            )
         if isinstance(event, BlockRemoved):
             return block_removed([to_uint64(h) for h in event.block_hashes], encoding)
         assert isinstance(event, AllBlocksCleared)

@@ -10,7 +10,7 @@ from fastapi import Request, Response
 from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import to_api_error
 from engine.server.openai.generation import ChoiceDelta, ChoiceState, Generation
-from engine.server.openai.guards import check_model
+from engine.server.openai.guards import resolve_model
 from engine.server.openai.logprobs import chat_logprobs
 from engine.server.openai.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
 from engine.server.openai.sampling import (
@@ -39,13 +39,13 @@ async def create_chat_completion(
     ctx: ServerContext, body: ChatCompletionRequest, raw_request: Request
 ) -> Response:
     arrival_time = time.monotonic()
-    check_model(ctx, body.model)
+    adapter = resolve_model(ctx, body.model)
     params, tools = chat_sampling_params(ctx.options, body)
     prior = continuation_token_ids(body, 1)
     check_prompt_chars(ctx, chat_chars(body), "messages")
     prompt = await in_prompt_pool(ctx, render_chat, ctx.tokenizer, body)
     gen = await Generation.start(
-        ctx, raw_request, [prompt], params, body.priority, arrival_time, prior
+        ctx, raw_request, [prompt], params, body.priority, arrival_time, prior, adapter
     )
     if body.stream:
         return sse_response(_stream(ctx, body, gen, tools, prior), continuation_headers(prior))
@@ -55,7 +55,7 @@ async def create_chat_completion(
         gen.close()
     response = ChatCompletionResponse(
         id=f"chatcmpl-{gen.id}",
-        model=ctx.served_model_name,
+        model=gen.model,
         choices=[_choice(ctx, body, c, tools) for c in choices],
         usage=gen.usage(),
         prompt_token_ids=prompt.token_ids,
@@ -99,7 +99,7 @@ async def _stream(
         message = ChatCompletionChunk(
             id=f"chatcmpl-{gen.id}",
             created=created,
-            model=ctx.served_model_name,
+            model=gen.model,
             choices=choices,
             usage=usage,
             prompt_token_ids=prompt_token_ids,

@@ -11,7 +11,7 @@ from engine.core.scheduler_output import SampledToken
 from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import to_api_error
 from engine.server.openai.generation import ChoiceDelta, Generation
-from engine.server.openai.guards import check_model
+from engine.server.openai.guards import resolve_model
 from engine.server.openai.logprobs import completion_logprobs
 from engine.server.openai.prompt_work import check_prompt_chars, in_prompt_pool, prompt_chars
 from engine.server.openai.sampling import (
@@ -37,13 +37,13 @@ async def create_completion(
     ctx: ServerContext, body: CompletionRequest, raw_request: Request
 ) -> Response:
     arrival_time = time.monotonic()
-    check_model(ctx, body.model)
+    adapter = resolve_model(ctx, body.model)
     params = to_sampling_params(body, body.max_tokens, body.logprobs)
     check_prompt_chars(ctx, prompt_chars(body.prompt), "prompt")
     prompts = await in_prompt_pool(ctx, completion_prompts, ctx.tokenizer, body.prompt)
     prior = continuation_token_ids(body, len(prompts))
     gen = await Generation.start(
-        ctx, raw_request, prompts, params, body.priority, arrival_time, prior
+        ctx, raw_request, prompts, params, body.priority, arrival_time, prior, adapter
     )
     if body.stream:
         return sse_response(_stream(ctx, body, gen), continuation_headers(prior))
@@ -53,7 +53,7 @@ async def create_completion(
         gen.close()
     response = CompletionResponse(
         id=f"cmpl-{gen.id}",
-        model=ctx.served_model_name,
+        model=gen.model,
         choices=[
             CompletionChoice(
                 index=c.index,
@@ -87,7 +87,7 @@ async def _stream(
         message = CompletionResponse(
             id=f"cmpl-{gen.id}",
             created=created,
-            model=ctx.served_model_name,
+            model=gen.model,
             choices=choices,
             usage=usage,
             prompt_token_ids=prompt_token_ids,  # in the first chunk only

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from engine.lora.adapter_registry import LoRARegistry
 from engine.tool_calls import get_tool_call_parser
 from pagedock.errors import ConfigError
 from pagedock.kv.vllm_events import KVEventsConfig
@@ -94,6 +95,11 @@ class ServerContext:
     draining: bool = False
     kv_publisher: VllmKVPublisher | None = None
     """vLLM-format KV events on ZMQ (--kv-events-config); None when off."""
+    allow_runtime_lora_updating: bool = False
+    """Serve vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter (EngineConfig's field)."""
+    loras: LoRARegistry = field(default_factory=LoRARegistry)
+    """The LoRA adapters the engine serves (the engine's registry, readable from any thread):
+    what a request's `model` may name besides the base model."""
     prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
 
 

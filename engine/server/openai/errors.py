@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from engine.inputs.engine_request import UnknownAdapterError
 from pagedock.errors import EngineDeadError, InvalidRequestError, PagedockError, PromptTooLongError
 from pagedock.http.errors import APIError, error_response, install_api_error_handlers
 
@@ -31,6 +32,9 @@ def to_api_error(error: Exception) -> APIError:
 
     if isinstance(error, APIError):
         return error
+    if isinstance(error, UnknownAdapterError):  # a LoRA adapter is a model to the API
+        param = "model" if error.param == "lora_request" else error.param
+        return APIError(404, str(error), param, "model_not_found")
     if isinstance(error, PromptTooLongError):
         return APIError(400, str(error), error.param, "context_length_exceeded")
     if isinstance(error, InvalidRequestError):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from fastapi import Request
 
 from engine.core.scheduler_output import SampledToken
+from engine.inputs.engine_request import AdapterRef
 from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
 from engine.runtime.async_engine import RequestStream
 from engine.runtime.outputs import CompletionOutput, RequestOutput
@@ -71,10 +72,19 @@ class ChoiceDelta:
 
 
 class Generation:
-    def __init__(self, ctx: ServerContext, prompts: list[Prompt], n: int) -> None:
+    def __init__(
+        self,
+        ctx: ServerContext,
+        prompts: list[Prompt],
+        n: int,
+        lora_request: AdapterRef | None = None,
+    ) -> None:
         self.ctx = ctx
         self.prompts = prompts
         self.n = n
+        self.lora_request = lora_request
+        # What the responses' `model` says: the adapter's name, as vLLM's, or the base model's.
+        self.model = ctx.served_model_name if lora_request is None else lora_request.name
         self.id = uuid.uuid4().hex
         self.choices = {i: ChoiceState(i) for i in range(len(prompts) * n)}
         self.streams: list[RequestStream] = []
@@ -91,10 +101,12 @@ class Generation:
         priority: int,
         arrival_time: float,
         prior_output_token_ids: list[int] | None = None,
+        lora_request: AdapterRef | None = None,
     ) -> Generation:
         """Queue every prompt; on any failure, abort those already queued and re-raise.
-        `prior_output_token_ids`: a continuation of the one choice (they count in its usage)."""
-        gen = cls(ctx, prompts, params.n)
+        `prior_output_token_ids`: a continuation of the one choice (they count in its usage);
+        `lora_request`: the adapter the request's model names (None: the base model)."""
+        gen = cls(ctx, prompts, params.n, lora_request)
         params = replace(params, output_kind=RequestOutputKind.DELTA)
         if prior_output_token_ids:
             gen.choices[0].token_ids.extend(prior_output_token_ids)
@@ -108,6 +120,7 @@ class Generation:
                     arrival_time=arrival_time,
                     prompt_text=prompt.text,
                     prior_output_token_ids=prior_output_token_ids,
+                    lora_request=lora_request,
                 )
                 gen.streams.append(stream)
         except BaseException:

@@ -1,10 +1,11 @@
-"""Checks that run before a route's handler: draining, model name. The API key's guard is
-pagedock/http/auth.py's, shared with the router."""
+"""Checks that run before a route's handler: draining, model name (the base model's or a LoRA
+adapter's). The API key's guard is pagedock/http/auth.py's, shared with the router."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from engine.inputs.engine_request import AdapterRef
 from engine.server.openai.context import ServerContext
 from pagedock.http.errors import APIError
 
@@ -24,12 +25,19 @@ def admitting_guard(ctx: ServerContext) -> Callable[[], Awaitable[None]]:
     return require_admitting
 
 
-def check_model(ctx: ServerContext, model: str | None) -> None:
-    """A request may name the served model or none; any other name is a 404, as OpenAI answers."""
-    if model is not None and model != ctx.served_model_name:
-        raise APIError(
-            404,
-            f"the model {model!r} does not exist; this server serves {ctx.served_model_name!r}",
-            param="model",
-            code="model_not_found",
-        )
+def resolve_model(ctx: ServerContext, model: str | None) -> AdapterRef | None:
+    """The LoRA adapter a request's `model` names; None for the served model (or no name). Any
+    other name is a 404, as OpenAI answers (an adapter unloaded meanwhile is the engine's
+    UnknownAdapterError, the same 404)."""
+    if model is None or model == ctx.served_model_name:
+        return None
+    registry = ctx.loras
+    if model in registry:
+        return AdapterRef(model)
+    served = ", ".join(repr(name) for name in [ctx.served_model_name, *registry])
+    raise APIError(
+        404,
+        f"the model {model!r} does not exist; this server serves {served}",
+        param="model",
+        code="model_not_found",
+    )

@@ -10,9 +10,10 @@ import dataclasses
 import uuid
 from typing import Any
 
+from engine.inputs.engine_request import AdapterRef
 from engine.inputs.sampling_params import SamplingParams
 from engine.server.openai.context import ServerContext
-from engine.server.openai.guards import check_model
+from engine.server.openai.guards import resolve_model
 from engine.server.openai.prompt_work import chat_chars, check_prompt_chars, prompt_chars
 from engine.server.openai.sampling import (
     chat_sampling_params,
@@ -25,21 +26,21 @@ from pagedock.text.prompt_renderer import completion_prompts, render_chat
 
 
 def render_chat_request(ctx: ServerContext, body: ChatCompletionRequest) -> RenderedRequest:
-    check_model(ctx, body.model)
+    adapter = resolve_model(ctx, body.model)
     params, _ = chat_sampling_params(ctx.options, body)
     prior = continuation_token_ids(body, 1)
     check_prompt_chars(ctx, chat_chars(body), "messages")
     prompt = render_chat(ctx.tokenizer, body)
-    return _rendered(ctx, prompt.token_ids, params, body.stream, prior)
+    return _rendered(ctx, prompt.token_ids, params, body.stream, prior, adapter)
 
 
 def render_completion_request(ctx: ServerContext, body: CompletionRequest) -> list[RenderedRequest]:
-    check_model(ctx, body.model)
+    adapter = resolve_model(ctx, body.model)
     params = to_sampling_params(body, body.max_tokens, body.logprobs)
     check_prompt_chars(ctx, prompt_chars(body.prompt), "prompt")
     prompts = completion_prompts(ctx.tokenizer, body.prompt)
     prior = continuation_token_ids(body, len(prompts))
-    return [_rendered(ctx, p.token_ids, params, body.stream, prior) for p in prompts]
+    return [_rendered(ctx, p.token_ids, params, body.stream, prior, adapter) for p in prompts]
 
 
 def _rendered(
@@ -48,17 +49,22 @@ def _rendered(
     params: SamplingParams,
     stream: bool | None,
     prior: list[int] | None,
+    adapter: AdapterRef | None,
 ) -> RenderedRequest:
     """The engine request generation would queue (max_tokens resolved), as the contract's
-    RenderedRequest."""
+    RenderedRequest; its `model` is the adapter's name when the request names one."""
     request = ctx.engine.input_processor.process(
-        uuid.uuid4().hex, token_ids, params, prior_output_token_ids=prior or ()
+        uuid.uuid4().hex,
+        token_ids,
+        params,
+        prior_output_token_ids=prior or (),
+        lora_request=adapter,
     )
     return RenderedRequest(
         request_id=request.request_id,
         token_ids=request.prompt_token_ids,
         sampling_params=_params_dict(request.sampling_params),
-        model=ctx.served_model_name,
+        model=ctx.served_model_name if adapter is None else adapter.name,
         stream=stream,
     )
 

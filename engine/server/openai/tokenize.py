@@ -5,7 +5,7 @@ pagedock/text/prompt_renderer.py, as generation's and the router's do."""
 from __future__ import annotations
 
 from engine.server.openai.context import ServerContext
-from engine.server.openai.guards import check_model
+from engine.server.openai.guards import resolve_model
 from engine.server.openai.prompt_work import chat_chars, check_prompt_chars
 from pagedock.errors import InvalidRequestError
 from pagedock.protocol import (
@@ -18,7 +18,7 @@ from pagedock.text.prompt_renderer import encode_text, render_chat, require_toke
 
 
 def tokenize(ctx: ServerContext, body: TokenizeRequest) -> TokenizeResponse:
-    check_model(ctx, body.model)
+    resolve_model(ctx, body.model)  # an adapter shares the base model's tokenizer
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequestError("send exactly one of `prompt` and `messages`", "prompt")
     if body.messages is not None:
@@ -34,7 +34,7 @@ def tokenize(ctx: ServerContext, body: TokenizeRequest) -> TokenizeResponse:
 
 
 def detokenize(ctx: ServerContext, body: DetokenizeRequest) -> DetokenizeResponse:
-    check_model(ctx, body.model)
+    resolve_model(ctx, body.model)  # an adapter shares the base model's tokenizer
     tokenizer = require_tokenizer(ctx.tokenizer, "tokens")
     vocab_size = tokenizer.vocab_size
     bad = [t for t in body.tokens if t >= vocab_size]
