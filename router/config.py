@@ -115,6 +115,10 @@ class RouterConfig:
     """... and by more than this factor."""
     kv_usage_threshold: float = 0.95
     """Replicas whose KV cache is fuller than this are chosen only when every replica is."""
+    lora_load_ms: float = 20.0
+    """Cost model: milliseconds added for a request for a LoRA adapter on a replica that serves it
+    but has it neither running nor waiting (vllm:lora_requests_info), so may have to load it into
+    a weight slot first (or wait for one); 0 = adapter residency is ignored."""
     replica_kind: str = "pagedock"
     """pagedock (KV events from GET /v1/kv/events, with snapshots) or vllm (vLLM's ZMQ KV events,
     --kv-events-port / --kv-replay-port on each replica's host) for every replica."""
@@ -236,6 +240,7 @@ class RouterConfig:
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold must be at least 1")
         _check(0.0 < self.kv_usage_threshold <= 1.0, "kv_usage_threshold must be in (0, 1]")
+        _check(self.lora_load_ms >= 0, f"lora_load_ms must be 0 or more, got {self.lora_load_ms}")
 
     def _check_hold_and_warm(self) -> None:
         """Requests held while no replica is ready; replicas warmed before they take a share."""
@@ -277,6 +282,12 @@ class RouterConfig:
             "--replica-api-key needs --api-key: without it, clients without a key would reach "
             "key-protected replicas",
         )
+
+    def replica_auth_headers(self) -> dict[str, str]:
+        """The router's own requests to a replica (KV events, its model list): with
+        --replica-api-key, else the router's own --api-key (one key for both), else none."""
+        key = self.replica_api_key or self.api_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     def is_vllm(self, url: str) -> bool:
         """Does this replica publish vLLM's KV events (rather than pagedock's stream)?"""

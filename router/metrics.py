@@ -1,5 +1,6 @@
-"""The router's Prometheus metrics: requests per replica and decision, predicted cached tokens,
-retries, replica health, KV event-stream lag, and the router's own added latency."""
+"""The router's Prometheus metrics: requests per replica and decision (and per LoRA adapter),
+predicted cached tokens, retries, replica health, KV event-stream lag, and the router's own added
+latency."""
 
 from __future__ import annotations
 
@@ -27,6 +28,12 @@ class RouterMetrics:
             "pagedock_router_requests",
             "Requests sent to a replica, by policy decision.",
             ["replica", "policy", "reason"],
+            registry=r,
+        )
+        self._lora_requests = Counter(
+            "pagedock_router_lora_requests",
+            "Requests for a LoRA adapter sent to a replica.",
+            ["replica", "lora_name"],
             registry=r,
         )
         self._cached = Histogram(
@@ -98,9 +105,13 @@ class RouterMetrics:
             registry=r,
         )
 
-    def observe_decision(self, replica: str, reason: str, cached_tokens: int) -> None:
+    def observe_decision(
+        self, replica: str, reason: str, cached_tokens: int, lora_name: str | None = None
+    ) -> None:
         self._requests.labels(replica, self.policy, reason).inc()
         self._cached.labels(self.policy).observe(cached_tokens)
+        if lora_name is not None:  # a name some replica lists: the label set stays bounded
+            self._lora_requests.labels(replica, lora_name).inc()
 
     def observe_retry(self, replica: str, cause: str) -> None:
         self._retries.labels(replica, cause).inc()

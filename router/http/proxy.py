@@ -3,6 +3,8 @@
     connect error, a replica failure       -> replica marked unhealthy, next replica tried
     before the first byte                     (max_attempts)
     429 from a replica                     -> next replica tried, none marked
+    404 to a request naming a model        -> the replica does not serve it (any more): it
+                                              leaves the model's candidates, next replica tried
     4xx or a request's 500 from a replica  -> passed through, never retried
                                               (router/http/upstream_errors.py decides)
     2xx, non-streaming                     -> the whole body, then the client's 200
@@ -35,7 +37,7 @@ from router.demand import DemandTracker
 from router.http.stream_failover import StreamFailover, sse_error_event
 from router.http.stream_resume import Resumable, ResumePlan, Segment
 from router.http.upstream import UPSTREAM_ERRORS, AttemptFailed, make_session
-from router.http.upstream_errors import Verdict, classify_upstream
+from router.http.upstream_errors import Verdict, classify_upstream, refuses_model
 from router.metrics import RouterMetrics
 from router.policies.dispatcher import Decision, Dispatcher
 from router.replicas.replica import Replica
@@ -131,7 +133,9 @@ class Proxy:
     ) -> Response:
         request_id = uuid.uuid4().hex
         cached_tokens = self.dispatcher.commit(decision, replica, request_id)
-        self.metrics.observe_decision(replica.url, decision.reason, cached_tokens)
+        self.metrics.observe_decision(
+            replica.url, decision.reason, cached_tokens, decision.lora_name
+        )
         seq = str(self.demand.dispatched(replica.url, cached_tokens))
         grace_s = self.dispatcher.config.stall_eject_s
         try:
@@ -151,7 +155,7 @@ class Proxy:
             response = await self._streamed(upstream, replica, request_id, resumable)
         else:
             replica.end(request_id)
-            response = _buffered(upstream, content, replica)
+            response = _buffered(upstream, content, replica, decision.model)
         response.headers[PREDICTED_CACHED_HEADER] = str(cached_tokens)
         response.headers[DISPATCH_HEADER] = seq
         return response
@@ -248,12 +252,18 @@ class Proxy:
         return headers
 
 
-def _buffered(upstream: aiohttp.ClientResponse, content: bytes, replica: Replica) -> Response:
+def _buffered(
+    upstream: aiohttp.ClientResponse, content: bytes, replica: Replica, model: str | None
+) -> Response:
     """The replica's whole answer for the client; one that says another replica may serve the
-    request (a 429, a replica failure) fails the attempt, carrying it."""
+    request (a 429, a replica failure, a model it does not serve) fails the attempt, carrying
+    it."""
     status = upstream.status
     headers = {**_response_headers(upstream), REPLICA_HEADER: replica.url}
     response = Response(content, status, headers, upstream.headers.get("content-type"))
+    if model is not None and refuses_model(status, content):
+        replica.forget_model(model)
+        raise AttemptFailed("model_not_found", False, response)
     verdict = classify_upstream(status, content)
     if verdict is not Verdict.FORWARD:
         raise AttemptFailed(f"http_{status}", verdict is Verdict.REPLICA_FAILED, response)

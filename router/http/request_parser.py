@@ -1,6 +1,8 @@
 """RequestParser: a generation request's body as the router needs it, for the HTTP API
 (router/server/app.py) and the endpoint picker (router/picker/endpoint_picker.py) alike: the
-request as the engine will read it, its prompt's blocks, and the plan to resume its stream.
+request as the engine will read it, the model it names (the base model or a LoRA adapter, which
+decides the replicas it may go to and the chain its blocks are hashed on: the dispatcher's part),
+its prompt's blocks, and the plan to resume its stream.
 
 The router never judges a request's content: a body it can't parse is None here, and is still
 forwarded (the engine answers it).
@@ -10,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from concurrent.futures import Executor
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 
@@ -24,8 +28,18 @@ from router.kv.prompt_hasher import PromptBlocks, PromptHasher
 INLINE_PARSE_BYTES = 16_384
 
 GenerationRequest = ChatCompletionRequest | CompletionRequest
-Parsed = tuple[GenerationRequest | None, PromptBlocks | None, ResumePlan | None]
-"""The parsed request (None: the engine says why), its prompt's blocks, its stream's plan."""
+
+
+@dataclass
+class Parsed:
+    request: GenerationRequest | None
+    """The request as the engine reads it; None: the engine says why."""
+    blocks: PromptBlocks | None
+    """Its prompt's token ids, hashed under whichever root a replica needs."""
+    plan: ResumePlan | None
+    """How to resume its stream on another replica; None: not resumable."""
+    model: str | None
+    """Its `model` field (of a body that does not validate too); None: not named."""
 
 
 class RequestParser:
@@ -50,9 +64,10 @@ class RequestParser:
         long)."""
         parsed = _parse(body, model)
         plan = resume_plan(parsed, body) if self.config.max_stream_resumes else None
+        named = parsed.model if parsed is not None else _model_field(body)
         if len(body) > self.config.max_hash_bytes:
-            return parsed, None, plan
-        return parsed, self._prompt_blocks(parsed), plan
+            return Parsed(parsed, None, plan, named)
+        return Parsed(parsed, self._prompt_blocks(parsed), plan, named)
 
     def _prompt_blocks(self, parsed: GenerationRequest | None) -> PromptBlocks | None:
         if isinstance(parsed, ChatCompletionRequest):
@@ -68,3 +83,14 @@ def _parse(body: bytes, model: type[GenerationRequest]) -> GenerationRequest | N
         return model.model_validate_json(body)
     except (ValidationError, ValueError):
         return None
+
+
+def _model_field(body: bytes) -> str | None:
+    """The `model` of a body that does not validate, so the engine that answers it is one that
+    serves its model (whose error is then about the body, not the model)."""
+    try:
+        fields = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    model = fields.get("model") if isinstance(fields, dict) else None
+    return model if isinstance(model, str) else None

@@ -5,7 +5,8 @@ goes on from another replica as a continuation, in the same client stream.
                 (router/http/stream_resume.py: what the client has, how to go on)
     a failure   a broken connection, an end without [DONE], a stall: the replica is marked
                 unhealthy (a stalled one already is) and the best healthy pagedock replica not
-                tried yet is asked for the continuation, at most --max-stream-resumes times
+                tried yet that serves the request's model (its LoRA adapter) is asked for the
+                continuation, at most --max-stream-resumes times
     the end     [DONE] when only the end was lost; an SSE error event when the stream can't be
                 resumed (sse_error_event, the proxy's too for a stream it can't resume)
 """
@@ -23,7 +24,7 @@ from pagedock.http.errors import error_json
 from pagedock.protocol import CONTINUATION_HEADER
 from router.http.stream_resume import Resumable, Segment, StreamTranscript
 from router.http.upstream import UPSTREAM_ERRORS, AttemptFailed
-from router.http.upstream_errors import Verdict, classify_upstream
+from router.http.upstream_errors import Verdict, classify_upstream, refuses_model
 from router.metrics import RouterMetrics
 from router.policies.dispatcher import Decision, Dispatcher, NoReplicaError
 from router.replicas.replica import Replica
@@ -141,10 +142,7 @@ class StreamFailover:
                 # An error answer, or an engine that would restart the answer: not here.
                 replica.end(request_id)
                 upstream.close()
-                if (
-                    content is not None
-                    and classify_upstream(upstream.status, content) is Verdict.FORWARD
-                ):
+                if content is not None and _refused(resumable, replica, upstream.status, content):
                     return None  # the continuation itself was refused: no replica will take it
                 continue
             segment = await self._first_chunk(upstream, replica, request_id)
@@ -157,10 +155,13 @@ class StreamFailover:
     ) -> tuple[Decision, Replica] | None:
         """The best replica not tried yet that can resume the stream, with its decision."""
         try:
-            decision = self.dispatcher.decide(resumable.decision.blocks)
+            decision = self.dispatcher.decide(
+                resumable.decision.blocks, model=resumable.decision.model
+            )
         except NoReplicaError:
             return None
-        # Only a pagedock engine resumes a continuation (another restarts the answer).
+        # Only a pagedock engine resumes a continuation (another restarts the answer); only
+        # replicas serving the request's model (its LoRA adapter) are candidates.
         replica = next(
             (r for r in decision.replicas if r.url not in tried and r.kind == "pagedock"), None
         )
@@ -182,6 +183,17 @@ class StreamFailover:
             return None
         replica.first_byte(request_id)
         return Segment(first, chunks, upstream, replica, request_id)
+
+
+def _refused(resumable: Resumable, replica: Replica, status: int, content: bytes) -> bool:
+    """Is a replica's error answer to the continuation the request's own (so every replica would
+    refuse it)? A 404 for the request's model is that replica's: it leaves the model's
+    candidates, and the next replica is asked."""
+    model = resumable.decision.model
+    if model is not None and refuses_model(status, content):
+        replica.forget_model(model)
+        return False
+    return classify_upstream(status, content) is Verdict.FORWARD
 
 
 def sse_error_event(message: str, last_chunk: bytes) -> bytes:

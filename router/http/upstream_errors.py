@@ -11,6 +11,10 @@ and the stream failover.
     other 5xx, a 500 without a readable error    -> the replica failed: marked unhealthy, the
     body                                            request tried elsewhere
 
+A 404 in the error shape to a request that names a model means that replica does not serve the
+model (an adapter unloaded since its list was read): `refuses_model`, and the proxy tries the
+next replica that lists it.
+
 NOTE: a 500 with an error body means the engine was alive enough to answer this request in its
 API's shape, so the failure is the request's; retrying a poison request on every replica and
 ejecting each one would let one bad client empty the healthy set. A replica that really is broken
@@ -45,16 +49,28 @@ def classify_upstream(status: int, body: bytes) -> Verdict:
     return Verdict.REPLICA_FAILED
 
 
+def refuses_model(status: int, body: bytes) -> bool:
+    """Is this a generation endpoint's 404 (the only one it has: the model the request names is
+    not served there; pagedock's `model_not_found`, vLLM's NotFoundError)?"""
+    return status == 404 and _error_object(body) is not None
+
+
 def _is_request_error(body: bytes) -> bool:
-    """True for OpenAI's error shape {"error": {"message": ...}} (pagedock, newer vLLM) or vLLM's
-    older {"object": "error", "message": ...}, unless its code says the engine itself is dead."""
+    """True for an error body (_error_object), unless its code says the engine itself is dead."""
+    error = _error_object(body)
+    return error is not None and error.get("code") != "engine_dead"
+
+
+def _error_object(body: bytes) -> dict[str, object] | None:
+    """The error of OpenAI's shape {"error": {"message": ...}} (pagedock, newer vLLM) or vLLM's
+    older {"object": "error", "message": ...}; None for any other body."""
     try:
         parsed = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return False
+        return None
     if not isinstance(parsed, dict):
-        return False
+        return None
     error = parsed.get("error", parsed if parsed.get("object") == "error" else None)
     if not isinstance(error, dict) or not isinstance(error.get("message"), str):
-        return False
-    return error.get("code") != "engine_dead"
+        return None
+    return error

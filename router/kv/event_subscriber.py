@@ -107,7 +107,7 @@ class EventSubscriber(KVEventSubscriber):
         timeout = httpx.Timeout(STREAM_READ_TIMEOUT_S, connect=self.config.connect_timeout_s)
         max_line = self.config.max_snapshot_blocks * BYTES_PER_SNAPSHOT_BLOCK + 4096
         async with self.client.stream(
-            "GET", url, timeout=timeout, headers=self._headers()
+            "GET", url, timeout=timeout, headers=self.config.replica_auth_headers()
         ) as response:
             response.raise_for_status()
             async for line in bounded_lines(response.aiter_bytes(), max_line):
@@ -134,10 +134,6 @@ class EventSubscriber(KVEventSubscriber):
         """In slices: the event loop routes requests between them."""
         while not self.index.drop_some(self.replica.url, SLICE_BLOCKS):
             await asyncio.sleep(0)
-
-    def _headers(self) -> dict[str, str]:
-        key = self.config.replica_api_key or self.config.api_key
-        return {"Authorization": f"Bearer {key}"} if key else {}
 
     def apply(self, message: dict[str, Any]) -> None:
         """One line of the stream."""

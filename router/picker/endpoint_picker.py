@@ -16,8 +16,9 @@ plane where to send the request; it never proxies the request itself.
     response headers: the endpoint that served (`envoy.lb` metadata) takes the request's
       in-flight accounting; response body frames pass through; the stream's end releases it.
 
-No eligible endpoint (none healthy, or none in the subset hint) is an immediate 503; a request
-whose best estimated time to first token exceeds --picker-shed-ttft-ms an immediate 429.
+No eligible endpoint (none healthy, or none in the subset hint) is an immediate 503, a model
+(a LoRA adapter) that no replica serves an immediate 404 `model_not_found`; a request whose best
+estimated time to first token exceeds --picker-shed-ttft-ms an immediate 429.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from pagedock.protocol import ChatCompletionRequest, CompletionRequest
 from router.http.request_parser import GenerationRequest
 from router.picker import ext_proc
 from router.policies import RouteRequest
-from router.policies.dispatcher import Decision, NoReplicaError
+from router.policies.dispatcher import Decision, ModelNotServed, NoReplicaError
 from router.policies.prefix_aware import estimated_ttft_ms
 from router.replicas.replica import Replica
 
@@ -207,7 +208,9 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
         if config.picker_shed_ttft_ms > 0:
             self._shed_if_saturated(decision)
         cached_tokens = self.ctx.dispatcher.commit(decision, primary, stream.request_id)
-        self.ctx.metrics.observe_decision(primary.url, decision.reason, cached_tokens)
+        self.ctx.metrics.observe_decision(
+            primary.url, decision.reason, cached_tokens, decision.lora_name
+        )
         stream.pick = Pick(decision, primary)
         endpoints = [endpoint_of(r.url) for r in decision.replicas[: config.max_attempts]]
         return ext_proc.destination(endpoints)
@@ -232,17 +235,21 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
         # NOTE: by suffix: the picker sees the path before the route's rewrite (/llm/v1/...).
         path = stream.headers.get(":path", "").split("?", 1)[0].rstrip("/")
         model = next((m for suffix, m in BODY_MODELS.items() if path.endswith(suffix)), None)
-        parsed, blocks, _ = (
-            await self.ctx.parser.parse_and_hash(body, model)
-            if model and body
-            else (None, None, None)
-        )
+        parsed = await self.ctx.parser.parse_and_hash(body, model) if model and body else None
+        request = parsed.request if parsed else None
         session_key = stream.headers.get(self.ctx.config.session_header) or (
-            parsed.user if parsed else None
+            request.user if request else None
         )
         among = subset_filter(stream.subset) if stream.subset is not None else None
         try:
-            return self.ctx.dispatcher.decide(blocks, session_key, among)
+            return self.ctx.dispatcher.decide(
+                parsed.blocks if parsed else None,
+                session_key,
+                among,
+                parsed.model if parsed else None,
+            )
+        except ModelNotServed as e:
+            raise Refusal(404, str(e), "model_not_found") from e
         except NoReplicaError as e:
             raise Refusal(503, str(e), "no_eligible_endpoint") from e
 

@@ -36,6 +36,8 @@ class Candidate:
     """Blocks this replica holds in all (how full its cache is)."""
     kv_cache_usage: float = 0.0
     """Fraction of the replica's KV blocks in use by running requests."""
+    lora_load_ms: float = 0.0
+    """The request's LoRA adapter is served here but not in a weight slot: --lora-load-ms."""
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,18 @@
-"""Dispatcher: from a request's prompt blocks to a ranking of healthy replicas.
+"""Dispatcher: from a request's model and prompt blocks to a ranking of healthy replicas.
 
-It builds each candidate's snapshot (longest cached run of the request's leading blocks, from the
-index; queued work, from the replica's report and the router's own in-flight accounting) and asks
-the policy. The side effects of a decision — in-flight accounting and pending blocks — are applied
-by `commit` when the proxy actually sends the request to a replica.
+Candidates are the healthy replicas that serve the request's model (its `model` field: the base
+model or a LoRA adapter, as their GET /v1/models lists it; router/replicas/served_models.py). It
+builds each candidate's snapshot (longest cached run of the request's leading blocks, from the
+index, on the adapter's own chain for an adapter; queued work, from the replica's report and the
+router's own in-flight accounting; the adapter's load cost where it is not resident) and asks the
+policy. The side effects of a decision — in-flight accounting and pending blocks — are applied by
+`commit` when the proxy actually sends the request to a replica.
+
+    model None (not named)            every healthy replica
+    listed by healthy replicas        those
+    listed by none, some lists unknown the replicas whose list is unknown (they may serve it)
+    listed by a replica not ready     NoReplicaError (503: try again)
+    listed by no replica              ModelNotServed (404 model_not_found)
 """
 
 from __future__ import annotations
@@ -19,9 +28,22 @@ from router.policies import Candidate, Policy, RouteRequest
 from router.replicas.replica import Replica
 from router.replicas.replica_set import ReplicaSet
 
+MAX_NAMES_SHOWN = 20
+"""Models a 404 names (the replicas may serve hundreds of adapters)."""
+
 
 class NoReplicaError(Exception):
     """No healthy replica to send the request to."""
+
+
+class ModelNotServed(NoReplicaError):
+    """Healthy replicas are up, and no replica serves the model the request names."""
+
+    def __init__(self, model: str, served: list[str]) -> None:
+        shown = ", ".join(repr(m) for m in served[:MAX_NAMES_SHOWN])
+        more = f" and {len(served) - MAX_NAMES_SHOWN} more" if len(served) > MAX_NAMES_SHOWN else ""
+        super().__init__(f"the model {model!r} does not exist; the replicas serve {shown}{more}")
+        self.model = model
 
 
 @dataclass
@@ -31,6 +53,10 @@ class Decision:
     candidates: dict[str, Candidate]
     reason: str
     blocks: PromptBlocks | None
+    model: str | None = None
+    """The model the request names (None: not named), for failover to choose among."""
+    lora_name: str | None = None
+    """The LoRA adapter it runs on (its model, when a replica lists that as an adapter)."""
 
 
 class Dispatcher:
@@ -47,22 +73,37 @@ class Dispatcher:
         blocks: PromptBlocks | None,
         session_key: str | None = None,
         among: Callable[[Replica], bool] | None = None,
+        model: str | None = None,
     ) -> Decision:
-        """Rank the healthy replicas (those `among` admits, when given: the endpoint picker's
-        subset hint) for a request."""
+        """Rank the healthy replicas that serve `model` (of those `among` admits, when given:
+        the endpoint picker's subset hint) for a request."""
         healthy = [r for r in self.replica_set.healthy() if among is None or among(r)]
         if not healthy:
             raise NoReplicaError("no healthy replica" if among is None else "no eligible replica")
-        cached = self._cached_tokens(blocks, healthy)
-        candidates = {r.url: self._candidate(r, cached[r.url]) for r in healthy}
+        serving = self._serving(healthy, model)
+        lora_name = self.lora_name(model)
+        cached = self._cached_tokens(blocks, serving, lora_name)
+        candidates = {r.url: self._candidate(r, cached[r.url], lora_name) for r in serving}
         num_prompt_tokens = blocks.num_prompt_tokens if blocks else 0
         ranking = self.policy.rank(
             RouteRequest(num_prompt_tokens, session_key), list(candidates.values())
         )
         replicas = self.replica_set.replicas
         return Decision(
-            [replicas[c.url] for c in ranking.order], candidates, ranking.reason, blocks
+            [replicas[c.url] for c in ranking.order],
+            candidates,
+            ranking.reason,
+            blocks,
+            model,
+            lora_name,
         )
+
+    def lora_name(self, model: str | None) -> str | None:
+        """`model` when a replica lists it as a LoRA adapter, else None (the base model)."""
+        if model is None:
+            return None
+        listed = (r.served_models for r in self.replica_set.replicas.values())
+        return model if any(s is not None and s.is_adapter(model) for s in listed) else None
 
     def commit(self, decision: Decision, replica: Replica, request_id: str) -> int:
         """The request goes to `replica`: count its work there and its blocks as pending.
@@ -70,32 +111,54 @@ class Dispatcher:
         candidate = decision.candidates[replica.url]
         blocks = decision.blocks
         num_prompt_tokens = blocks.num_prompt_tokens if blocks else 0
-        replica.begin(request_id, max(0, num_prompt_tokens - candidate.cached_tokens))
-        if blocks is not None and replica.root_hash is not None:
-            hashes = blocks.hashes(replica.root_hash, self._block_size(replica))
+        uncached_tokens = max(0, num_prompt_tokens - candidate.cached_tokens)
+        replica.begin(request_id, uncached_tokens, decision.lora_name)
+        root = replica.chain_root(decision.lora_name)
+        if blocks is not None and root is not None:
+            hashes = blocks.hashes(root, self._block_size(replica))
             self.index.add_pending(replica.url, hashes, self.config.pending_prefix_ttl_s)
         return candidate.cached_tokens
 
-    def _candidate(self, replica: Replica, cached_tokens: int) -> Candidate:
+    def _serving(self, healthy: list[Replica], model: str | None) -> list[Replica]:
+        """The healthy replicas that serve `model` (see the table above)."""
+        if model is None:
+            return healthy
+        listed = [
+            r for r in healthy if r.served_models is not None and r.served_models.serves(model)
+        ]
+        unknown = [r for r in healthy if r.served_models is None]
+        if listed or unknown:
+            return listed or unknown
+        everyone = self.replica_set.replicas.values()
+        if any(r.served_models is not None and r.served_models.serves(model) for r in everyone):
+            raise NoReplicaError(f"no healthy replica serves the model {model!r} yet")
+        served = {m for r in healthy if r.served_models for m in r.served_models.cards}
+        raise ModelNotServed(model, sorted(served))
+
+    def _candidate(self, replica: Replica, cached_tokens: int, lora_name: str | None) -> Candidate:
+        needs_load = lora_name is not None and not replica.holds_adapter(lora_name)
         return Candidate(
             url=replica.url,
             cached_tokens=cached_tokens,
             queued_tokens=replica.queued_tokens(self.config),
             num_cached_blocks=self.index.num_blocks(replica.url),
             kv_cache_usage=replica.load.kv_cache_usage,
+            lora_load_ms=self.config.lora_load_ms if needs_load else 0.0,
         )
 
     def _cached_tokens(
-        self, blocks: PromptBlocks | None, replicas: list[Replica]
+        self, blocks: PromptBlocks | None, replicas: list[Replica], lora_name: str | None
     ) -> dict[str, int]:
-        """Cached prefix tokens per replica; one index walk per (root hash, block size) group."""
+        """Cached prefix tokens per replica, on the chain of the request's adapter (the base
+        model's when None); one index walk per (root hash, block size) group."""
         cached = {r.url: 0 for r in replicas}
         if blocks is None:
             return cached
         groups: dict[tuple[bytes, int], list[str]] = defaultdict(list)
         for r in replicas:
-            if r.root_hash is not None:  # no snapshot yet: no affinity to claim
-                groups[(r.root_hash, self._block_size(r))].append(r.url)
+            root = r.chain_root(lora_name)
+            if root is not None:  # no snapshot yet: no affinity to claim
+                groups[(root, self._block_size(r))].append(r.url)
         for (root, block_size), urls in groups.items():
             matched = self.index.match(blocks.hashes(root, block_size), urls)
             cached.update({url: n * block_size for url, n in matched.items()})

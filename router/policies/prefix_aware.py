@@ -1,7 +1,11 @@
 """The prefix-aware policy: the lowest estimated time to first token wins.
 
-    estimated_ttft_ms = prefill_ms_per_token * (queued_tokens + uncached_tokens)
+    estimated_ttft_ms = prefill_ms_per_token * (queued_tokens + uncached_tokens) + lora_load_ms
     uncached_tokens   = num_prompt_tokens - cached_tokens
+    lora_load_ms      = the config's, where the request's adapter is served but not resident
+
+A LoRA adapter's request counts its cached blocks on its adapter's own chain (the dispatcher's
+doing), so a replica that has the adapter loaded and holds its prefix wins.
 
 Cache affinity lowers the second term, queued work raises the first, so an affine replica wins
 until its queue costs more than the prefill it saves, and an overloaded affine replica loses to an
@@ -24,7 +28,8 @@ from router.policies.base import Candidate, Ranking, RouteRequest, power_of_two_
 
 def estimated_ttft_ms(candidate: Candidate, request: RouteRequest, config: RouterConfig) -> float:
     uncached_tokens = max(0, request.num_prompt_tokens - candidate.cached_tokens)
-    return config.prefill_ms_per_token * (candidate.queued_tokens + uncached_tokens)
+    prefill_ms = config.prefill_ms_per_token * (candidate.queued_tokens + uncached_tokens)
+    return prefill_ms + candidate.lora_load_ms
 
 
 def is_imbalanced(chosen: Candidate, least: Candidate, config: RouterConfig) -> bool:

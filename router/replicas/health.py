@@ -1,9 +1,13 @@
-"""HealthChecker: every health interval, GET /health and /metrics of one replica.
+"""HealthChecker: every health interval, GET /health, /metrics and /v1/models of one replica.
 
 A replica that answers 200 is a candidate and its reported load is updated; one that fails (error,
 timeout, non-200 such as a draining engine's 503) leaves the candidate set at once, and its cache
 entries with it, until a later check passes. Requests that fail on a replica mark it the same way
 between checks (router/http/proxy.py).
+
+The model list (base model and LoRA adapters, router/replicas/served_models.py) is read in the
+same round, since adapters are loaded and unloaded at run time; a list that can't be read leaves
+the last one in place (health is /health's answer alone).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import httpx
 from router.config import RouterConfig
 from router.replicas.replica import Replica
 from router.replicas.replica_metrics import parse_replica_load
+from router.replicas.served_models import ServedModels, parse_model_list
 
 logger = logging.getLogger("pagedock.router")
 
@@ -36,6 +41,7 @@ class HealthChecker:
         self.on_unhealthy = on_unhealthy
         self.on_healthy = on_healthy
         self._warned_bad_load = False
+        self._warned_models_refused = False
 
     async def run(self) -> None:
         while True:
@@ -47,9 +53,10 @@ class HealthChecker:
         timeout = httpx.Timeout(self.config.health_timeout_s)
         base = self.replica.url
         try:
-            health, metrics = await asyncio.gather(
+            health, metrics, models = await asyncio.gather(
                 self.client.get(base + "/health", timeout=timeout),
                 self.client.get(base + "/metrics", timeout=timeout),
+                self._served_models(timeout),
             )
         except httpx.HTTPError as e:
             return self._failed(f"health check failed: {type(e).__name__}")
@@ -57,6 +64,8 @@ class HealthChecker:
             return self._failed(f"health check answered {health.status_code}")
         if metrics.status_code == 200:
             self._read_load(metrics.text)
+        if models is not None:
+            self._take_models(models)
         was_healthy = self.replica.healthy
         if not was_healthy:
             logger.info("replica %s is healthy again", base)
@@ -77,6 +86,38 @@ class HealthChecker:
                 ", ".join(rejected),
             )
             self._warned_bad_load = True
+
+    async def _served_models(self, timeout: httpx.Timeout) -> ServedModels | None:
+        """The replica's model list; None when it can't be had (the last one known stays)."""
+        try:
+            response = await self.client.get(
+                self.replica.url + "/v1/models",
+                timeout=timeout,
+                headers=self.config.replica_auth_headers(),
+            )
+            if response.status_code == 200:
+                return parse_model_list(response.json())
+        except (httpx.HTTPError, ValueError):
+            return None
+        if response.status_code in (401, 403) and not self._warned_models_refused:
+            logger.warning(
+                "replica %s refused GET /v1/models with HTTP %d: check --replica-api-key "
+                "(the router can't tell which LoRA adapters it serves)",
+                self.replica.url,
+                response.status_code,
+            )
+            self._warned_models_refused = True
+        return None
+
+    def _take_models(self, models: ServedModels) -> None:
+        before = [] if self.replica.served_models is None else self.replica.served_models.adapters()
+        if before != models.adapters():
+            logger.info(
+                "replica %s serves LoRA adapters: %s",
+                self.replica.url,
+                ", ".join(models.adapters()) or "none",
+            )
+        self.replica.served_models = models
 
     def _failed(self, why: str) -> bool:
         self.replica.failures += 1

@@ -1,12 +1,16 @@
-"""Replica: what the router knows of one engine replica — health, reported load, the requests it
-routed there, and the identity of its KV cache (instance id, root hash, block size)."""
+"""Replica: what the router knows of one engine replica — health, reported load, the models and
+LoRA adapters it serves, the requests it routed there, and the identity of its KV cache (instance
+id, root hash, block size)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
+from pagedock.kv.block_hash import BlockHash, lora_root_hash
 from router.config import RouterConfig
+from router.kv.vllm_kv_view import chain_root
+from router.replicas.served_models import ServedModels
 
 
 @dataclass
@@ -18,6 +22,12 @@ class ReplicaLoad:
     kv_cache_usage: float = 0.0
     prefix_cache_hits: float = 0.0
     prefix_cache_queries: float = 0.0
+    max_lora: int = 0
+    """vllm:lora_requests_info's weight slots (its newest sample's labels, as the rest below)."""
+    running_lora_adapters: tuple[str, ...] | None = None
+    """Adapters with running requests; None while the replica does not report them."""
+    waiting_lora_adapters: tuple[str, ...] = ()
+    """Adapters with waiting requests (in a slot, or about to be loaded into one)."""
 
 
 @dataclass
@@ -26,6 +36,8 @@ class InflightRequest:
 
     uncached_tokens: int
     """Prompt tokens the replica must prefill (its cached prefix excluded)."""
+    lora_name: str | None = None
+    """The LoRA adapter it runs on; None: the base model."""
     started: bool = False
     """True once the first byte came back: the prefill is done, it is decoding."""
 
@@ -41,6 +53,10 @@ class Replica:
     unhealthy_since: float | None = None
     """time.monotonic() when it last left the healthy set; None while healthy."""
     load: ReplicaLoad = field(default_factory=ReplicaLoad)
+    served_models: ServedModels | None = None
+    """Its GET /v1/models (base model and LoRA adapters), read again every health check; None
+    until one answered, and again once it leaves the healthy set (a failed read keeps the last
+    list)."""
     inflight: dict[str, InflightRequest] = field(default_factory=dict)
     instance_id: str | None = None
     root_hash: bytes | None = None
@@ -63,8 +79,8 @@ class Replica:
     """vllm: stored blocks left out of the index (their parent was announced before the router
     could see it)."""
 
-    def begin(self, request_id: str, uncached_tokens: int) -> None:
-        self.inflight[request_id] = InflightRequest(uncached_tokens)
+    def begin(self, request_id: str, uncached_tokens: int, lora_name: str | None = None) -> None:
+        self.inflight[request_id] = InflightRequest(uncached_tokens, lora_name)
 
     def first_byte(self, request_id: str) -> None:
         request = self.inflight.get(request_id)
@@ -87,6 +103,36 @@ class Replica:
             + self.load.num_requests_waiting * config.waiting_request_tokens
         )
         return int(max(own, reported))
+
+    def chain_root(self, lora_name: str | None) -> BlockHash | None:
+        """The root a request's block hashes chain from here: the replica's own for the base
+        model; for a LoRA adapter, the adapter's root, derived as this replica's events derive it
+        (a pagedock engine's from its root hash, vLLM events' from their `lora_name`). None until
+        the replica's root is known (no affinity to claim)."""
+        if lora_name is None or self.root_hash is None:
+            return self.root_hash
+        if self.kind == "vllm":
+            return chain_root(lora_name)
+        return lora_root_hash(self.root_hash, lora_name)
+
+    def holds_adapter(self, lora_name: str) -> bool:
+        """Is the adapter in a weight slot: running or waiting there (vllm:lora_requests_info),
+        or about to be (a request this router sent for it is in flight)? True while the replica
+        does not report its adapters: no load is charged on a guess."""
+        load = self.load
+        if load.running_lora_adapters is None:
+            return True
+        return (
+            lora_name in load.running_lora_adapters
+            or lora_name in load.waiting_lora_adapters
+            or any(r.lora_name == lora_name for r in self.inflight.values())
+        )
+
+    def forget_model(self, model: str) -> None:
+        """The replica refused `model` (404): not a candidate for it until its list names it
+        again."""
+        if self.served_models is not None:
+            self.served_models = self.served_models.without(model)
 
     def kv_view(self) -> dict[str, object]:
         """How complete the router's view of this replica's cache is."""

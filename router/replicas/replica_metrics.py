@@ -1,8 +1,13 @@
-"""Reading a replica's load from its Prometheus /metrics text (vLLM's metric names)."""
+"""Reading a replica's load from its Prometheus /metrics text (vLLM's metric names), and its LoRA
+adapters in weight slots from vllm:lora_requests_info."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from router.replicas.replica import ReplicaLoad
 
@@ -13,17 +18,22 @@ _FIELDS = {
     "vllm:prefix_cache_hits_total": "prefix_cache_hits",
     "vllm:prefix_cache_queries_total": "prefix_cache_queries",
 }
+LORA_INFO = "vllm:lora_requests_info"
 
 
 def parse_replica_load(text: str) -> tuple[ReplicaLoad, list[str]]:
     """The load gauges and prefix-cache counters, summed over label sets (absent ones are 0), and
     the samples ignored because their value is NaN, infinite or negative."""
-    values = dict.fromkeys(_FIELDS.values(), 0.0)
+    values: dict[str, Any] = dict.fromkeys(_FIELDS.values(), 0.0)
     rejected: list[str] = []
+    lora_lines: list[str] = []
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         name, value = _sample(line)
+        if name == LORA_INFO:
+            lora_lines.append(line)
+            continue
         field = _FIELDS.get(name)
         if field is None:
             continue
@@ -33,7 +43,33 @@ def parse_replica_load(text: str) -> tuple[ReplicaLoad, list[str]]:
             values[field] += value
         else:
             rejected.append(f"{name}={value}")
-    return ReplicaLoad(**values), rejected
+    load = ReplicaLoad(**values)
+    return (_with_lora_info(load, lora_lines) if lora_lines else load), rejected
+
+
+def _with_lora_info(load: ReplicaLoad, lines: list[str]) -> ReplicaLoad:
+    """`load` with the labels of the newest vllm:lora_requests_info sample (its value is the time
+    of its update, vLLM's convention; an older label set may linger beside it)."""
+    try:
+        samples = [
+            s for f in text_string_to_metric_families("\n".join(lines) + "\n") for s in f.samples
+        ]
+    except ValueError:
+        return load
+    if not samples:
+        return load
+    labels = max(samples, key=lambda s: s.value).labels
+    max_lora = labels.get("max_lora", "0")
+    return dataclasses.replace(
+        load,
+        max_lora=int(max_lora) if max_lora.isdigit() else 0,
+        running_lora_adapters=_names(labels.get("running_lora_adapters", "")),
+        waiting_lora_adapters=_names(labels.get("waiting_lora_adapters", "")),
+    )
+
+
+def _names(label: str) -> tuple[str, ...]:
+    return tuple(name for name in label.split(",") if name)
 
 
 def _sample(line: str) -> tuple[str, float]:

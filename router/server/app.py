@@ -4,7 +4,8 @@ The router never judges a request's content: input it can't parse is still forwa
 gets exactly the engine's answer to bad input. Its own errors are about routing (a missing API
 key 401, no replica ready within the hold timeout or a full hold queue 503 with Retry-After,
 every attempt failed 502), in OpenAI's shape through the same pagedock/http/errors.py and API-key
-guard as the engine's server. Its own health does not depend on the replicas: with zero engines
+guard as the engine's server; a model (a LoRA adapter) that ready replicas list and none serves
+is its 404 `model_not_found`. Its own health does not depend on the replicas: with zero engines
 (scaled to zero) it stays live and ready, holding requests (router/http/hold_queue.py).
 """
 
@@ -30,7 +31,8 @@ from router.http.hold_queue import HoldRefused
 from router.http.proxy import until_disconnect
 from router.http.root_path import RootPathMiddleware
 from router.kv.prompt_hasher import PromptBlocks
-from router.policies.dispatcher import Decision, NoReplicaError
+from router.policies.dispatcher import Decision, ModelNotServed, NoReplicaError
+from router.replicas.served_models import merged_model_list
 from router.server.context import RouterContext
 
 
@@ -78,8 +80,13 @@ def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
 
     @app.get("/v1/models", dependencies=guard)
     async def models(request: Request) -> Response:
+        """The fleet's models: every base model and the union of the LoRA adapters the ready
+        replicas serve (forwarded to one replica until any has been read)."""
         ctx.demand.arrived()
         await _hold_until_ready(ctx, request)
+        known = [r.served_models for r in ctx.replica_set.healthy() if r.served_models]
+        if known:
+            return JSONResponse(merged_model_list(known))
         decision = _decide(ctx, None, None)
         return await ctx.proxy.forward(request, b"", decision, False, time.perf_counter())
 
@@ -122,21 +129,29 @@ async def _generate(
     arrival = time.perf_counter()
     ctx.demand.arrived()
     body = await _read_body(request)
-    parsed, blocks, plan = await ctx.parser.parse_and_hash(body, model)
+    parsed = await ctx.parser.parse_and_hash(body, model)
     session_key = request.headers.get(ctx.config.session_header) or (
-        parsed.user if parsed else None
+        parsed.request.user if parsed.request else None
     )
-    if blocks is not None:
-        ctx.hot.record(blocks.token_ids)
     await _hold_until_ready(ctx, request)
-    decision = _decide(ctx, blocks, session_key)
-    stream = bool(parsed and parsed.stream)
-    return await ctx.proxy.forward(request, body, decision, stream, arrival, plan)
+    decision = _decide(ctx, parsed.blocks, session_key, parsed.model)
+    if parsed.blocks is not None and decision.lora_name is None:
+        # NOTE: warm start sends the base model only: an adapter's prefixes are not recorded.
+        ctx.hot.record(parsed.blocks.token_ids)
+    stream = bool(parsed.request and parsed.request.stream)
+    return await ctx.proxy.forward(request, body, decision, stream, arrival, parsed.plan)
 
 
-def _decide(ctx: RouterContext, blocks: PromptBlocks | None, session_key: str | None) -> Decision:
+def _decide(
+    ctx: RouterContext,
+    blocks: PromptBlocks | None,
+    session_key: str | None,
+    model: str | None = None,
+) -> Decision:
     try:
-        return ctx.dispatcher.decide(blocks, session_key)
+        return ctx.dispatcher.decide(blocks, session_key, model=model)
+    except ModelNotServed as e:
+        raise APIError(404, str(e), param="model", code="model_not_found") from e
     except NoReplicaError as e:
         raise APIError(503, str(e), code="no_healthy_replica", headers={"Retry-After": "1"}) from e
 
@@ -207,6 +222,7 @@ def _replica_view(ctx: RouterContext, url: str) -> dict[str, Any]:
         "kv_seq": r.kv_seq,
         "kv_error": r.kv_error,
         "kind": r.kind,
+        "served_models": None if r.served_models is None else sorted(r.served_models.cards),
         "block_size": r.block_size,
         "kv_view": r.kv_view(),
         "inflight": len(r.inflight),

@@ -1,5 +1,6 @@
 """FakeReplica: an engine stand-in on loopback whose answers a test scripts (failures included),
-and an in-process server thread for it or for the router app."""
+an in-process server thread for it or for the router app, and serve_router to start the
+latter."""
 
 from __future__ import annotations
 
@@ -9,12 +10,18 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import ExitStack
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from router.config import RouterConfig
+from router.kv.prompt_hasher import PromptHasher
+from router.replicas.discovery.static import StaticDiscovery
+from router.server.app import build_app
+from router.server.context import RouterContext
 from tests.router.live import free_port
 
 
@@ -41,15 +48,37 @@ class ServerThread:
         self.thread.join(timeout=10)
 
 
+def serve_router(stack: ExitStack, replica_urls: list[str], **overrides: object) -> str:
+    """A router (no tokenizer) in front of `replica_urls`, served until `stack` closes."""
+    fields: dict[str, object] = {"health_interval_s": 0.2, **overrides}
+    config = RouterConfig(replicas=replica_urls, model=None, **fields)  # type: ignore[arg-type]
+    ctx = RouterContext(config, PromptHasher(None), StaticDiscovery(config.replicas))
+    return stack.enter_context(ServerThread(build_app(ctx))).url
+
+
 class FakeReplica:
     """`mode` scripts the replica: ok | stream | break | slow | bad | unavailable (503 draining) |
     dead (503 engine_dead) | poison (500 engine_error: this request failed) | inf_load (answers ok,
     reports +Inf and NaN load in /metrics) | locked (answers ok, refuses the KV events with 401) |
     hang (never answers a completion). Setting `frozen` stops it as SIGSTOP would (health checks,
-    requests and streams all hang); setting `health_down` fails only its health checks (503)."""
+    requests and streams all hang); setting `health_down` fails only its health checks (503).
 
-    def __init__(self, mode: str = "ok") -> None:
+    It serves the base model `fake` and the LoRA `adapters` (a name -> path map a test may change,
+    as /v1/load_lora_adapter would), listed in GET /v1/models as pagedock and vLLM list them; a
+    request naming another model is a 404 `model_not_found`. `resident` (when set) is what its
+    vllm:lora_requests_info reports running; `models_refused` answers GET /v1/models with a 500
+    (`models_asked` counts the asks)."""
+
+    def __init__(
+        self, mode: str = "ok", adapters: dict[str, str] | None = None, base: str = "fake"
+    ) -> None:
         self.mode = mode
+        self.base = base
+        self.adapters = dict(adapters or {})
+        self.resident: list[str] | None = None
+        self.models_refused = threading.Event()
+        self.models_seen: list[str | None] = []
+        self.models_asked = 0
         self.calls = 0
         self.last_headers: dict[str, str] = {}
         self.stream_cancelled = threading.Event()
@@ -63,6 +92,13 @@ class FakeReplica:
 
         @app.post("/v1/completions")
         async def completions(request: Request) -> Response:
+            try:
+                model = json.loads(await request.body()).get("model")
+            except (ValueError, AttributeError):
+                model = None  # not a JSON object: answered as before
+            if model not in (None, self.base, *self.adapters):
+                return _error(404, f"the model {model!r} does not exist", "model_not_found")
+            self.models_seen.append(model)
             self.calls += 1
             self.last_headers = dict(request.headers)
             while self.mode == "hang" or self.frozen.is_set():
@@ -142,7 +178,21 @@ class FakeReplica:
                     'vllm:num_requests_running{model_name="fake"} +Inf\n'
                     'vllm:num_requests_waiting{model_name="fake"} NaN\n'
                 )
-            return Response('vllm:num_requests_running{model_name="fake"} 0.0\n')
+            text = 'vllm:num_requests_running{model_name="fake"} 0.0\n'
+            if self.resident is not None:
+                running = ",".join(self.resident)
+                text += (
+                    f'vllm:lora_requests_info{{max_lora="4",running_lora_adapters="{running}",'
+                    f'waiting_lora_adapters=""}} {time.time()}\n'
+                )
+            return Response(text)
+
+        @app.get("/v1/models")
+        async def models() -> Response:
+            self.models_asked += 1
+            if self.models_refused.is_set():
+                return _error(500, "models unavailable", "engine_error")
+            return JSONResponse({"object": "list", "data": self.model_cards()})
 
         @app.get("/v1/kv/events")
         async def events() -> Response:
@@ -179,6 +229,20 @@ class FakeReplica:
 
         return app
 
+    def model_cards(self) -> list[dict[str, Any]]:
+        base = {"id": self.base, "object": "model", "owned_by": "pagedock", "root": "/m"}
+        adapters = [
+            {
+                "id": name,
+                "object": "model",
+                "owned_by": "pagedock",
+                "root": path,
+                "parent": self.base,
+            }
+            for name, path in self.adapters.items()
+        ]
+        return [{**base, "parent": None}, *adapters]
+
     async def _events(self) -> AsyncIterator[str]:
         try:
             for i in range(1000 if self.mode == "slow" else 3):
@@ -192,3 +256,8 @@ class FakeReplica:
         except asyncio.CancelledError:
             self.stream_cancelled.set()
             raise
+
+
+def _error(status: int, message: str, code: str) -> Response:
+    error = {"message": message, "type": "invalid_request_error", "param": "model", "code": code}
+    return JSONResponse({"error": error}, status)

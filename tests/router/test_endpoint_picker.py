@@ -25,12 +25,13 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from google.protobuf import json_format, struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from pagedock.kv.block_hash import hash_blocks
+from pagedock.kv.block_hash import hash_blocks, lora_root_hash
 from router.kv.prompt_hasher import PromptHasher
 from router.picker.ext_proc import BODY_CHUNK_BYTES
 from router.picker.picker_server import start_picker, stop_picker
 from router.replicas.discovery.static import StaticDiscovery
 from router.replicas.replica import Replica
+from router.replicas.served_models import ServedModels
 from router.server.context import RouterContext
 from tests.router.factories import make_config
 from tests.router.live import free_port
@@ -368,3 +369,35 @@ async def test_health_services_follow_the_protocol(picker: Picker) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as unknown:
         await status("no.such.Service")
     assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def serve_models(picker: Picker, endpoint: str, *adapters: str) -> None:
+    """The replica's GET /v1/models, as a health check would have read it."""
+    cards = {"m": {"id": "m", "parent": None}, **{a: {"id": a, "parent": "m"} for a in adapters}}
+    picker.replica(endpoint).served_models = ServedModels(cards)
+
+
+async def test_an_adapters_request_is_picked_among_its_replicas_by_its_own_chain(
+    picker: Picker,
+) -> None:
+    serve_models(picker, A, "sql")
+    serve_models(picker, B)
+    serve_models(picker, C, "sql")
+    sql_blocks = hash_blocks(PROMPT, BLOCK_SIZE, lora_root_hash(ROOT, "sql"))
+    picker.ctx.index.store(f"http://{C}", sql_blocks)
+    cache_prompt_on(picker, A, 4)  # the base model's blocks: no hit for the adapter
+    responses = await picker.exchange(headers(), *body_frames(completion(model="sql")))
+    assert destination_header(responses[0]).split(",") == [C, A]
+
+
+async def test_a_model_no_replica_serves_is_a_404(picker: Picker) -> None:
+    for endpoint in (A, B, C):
+        serve_models(picker, endpoint, "sql")
+    responses = await picker.exchange(headers(), *body_frames(completion(model="nope")))
+    status, body, response_headers = immediate_status(responses)
+    assert (status, body["error"]["code"], body["error"]["type"]) == (
+        404,
+        "model_not_found",
+        "not_found_error",
+    )
+    assert "retry-after" not in response_headers

@@ -53,7 +53,7 @@ def test_the_picker_serves_beside_the_http_api_from_the_same_replicas(
     header_map = base_pb2.HeaderMap(
         headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in fields.items()]
     )
-    body = json.dumps({"model": "m", "prompt": "hello"}).encode()
+    body = json.dumps({"model": "fake", "prompt": "hello"}).encode()
     requests = [
         pb.ProcessingRequest(request_headers=pb.HttpHeaders(headers=header_map)),
         pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True)),

@@ -11,23 +11,11 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
-from router.config import RouterConfig
-from router.kv.prompt_hasher import PromptHasher
-from router.replicas.discovery.static import StaticDiscovery
-from router.server.app import build_app
-from router.server.context import RouterContext
-from tests.router.fake_replica import FakeReplica, ServerThread
+from tests.router.fake_replica import FakeReplica, ServerThread, serve_router
 from tests.router.live import free_port
 
 pytestmark = pytest.mark.timeout(60)
 PROMPT = {"prompt": "hello", "max_tokens": 4}
-
-
-def serve_router(stack: ExitStack, replica_urls: list[str], **overrides: object) -> str:
-    fields: dict[str, object] = {"health_interval_s": 0.2, **overrides}
-    config = RouterConfig(replicas=replica_urls, model=None, **fields)  # type: ignore[arg-type]
-    ctx = RouterContext(config, PromptHasher(None), StaticDiscovery(config.replicas))
-    return stack.enter_context(ServerThread(build_app(ctx))).url
 
 
 @pytest.fixture()

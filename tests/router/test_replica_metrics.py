@@ -47,3 +47,29 @@ def test_nan_infinite_and_negative_values_are_ignored_and_reported() -> None:
         load.prefix_cache_hits,
     ) == (2, 0, 0, 0)
     assert len(rejected) == 4
+
+
+def test_the_newest_lora_requests_info_names_the_resident_adapters() -> None:
+    text = (
+        "# TYPE vllm:lora_requests_info gauge\n"
+        'vllm:lora_requests_info{max_lora="4",running_lora_adapters="old",'
+        'waiting_lora_adapters=""} 1.7e9\n'
+        'vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql,chat",'
+        'waiting_lora_adapters="poems"} 1.8e9\n'
+        'vllm:num_requests_running{model_name="tiny"} 1.0\n'
+    )
+    load, _ = parse_replica_load(text)
+    assert load.max_lora == 4
+    assert load.running_lora_adapters == ("sql", "chat")
+    assert load.waiting_lora_adapters == ("poems",)
+    assert load.num_requests_running == 1
+
+
+def test_no_lora_requests_info_leaves_residency_unknown() -> None:
+    load, _ = parse_replica_load(TEXT)
+    assert load.running_lora_adapters is None
+    empty, _ = parse_replica_load(
+        'vllm:lora_requests_info{max_lora="0",running_lora_adapters="",'
+        'waiting_lora_adapters=""} 1.7e9\n'
+    )
+    assert (empty.max_lora, empty.running_lora_adapters) == (0, ())
