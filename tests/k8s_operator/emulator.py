@@ -52,6 +52,9 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         subresources={"status"},
         verbs={"list", "watch", "get", "patch", "create", "delete"},
     ),
+    "v1/secrets": kmock.ResourceInfo(
+        kind="Secret", namespaced=True, verbs={"list", "watch", "get", "create"}
+    ),
     "v1/persistentvolumeclaims": kmock.ResourceInfo(
         kind="PersistentVolumeClaim",
         namespaced=True,

@@ -84,8 +84,20 @@ INVALID_SPECS = {
     "unknown autoscaling mode": {"autoscaling": {"mode": "vpa"}},
     "negative min replicas": {"autoscaling": {"minReplicas": -1}},
     "zero target concurrency": {"autoscaling": {"targetConcurrency": 0}},
+    "adapter source scheme": {"model": {"adapters": [{"name": "sql", "source": "s3://b/sql"}]}},
+    "adapter name not dns": {"model": {"adapters": [{"name": "SQL_", "source": "file:///a"}]}},
+    "adapter without source": {"model": {"adapters": [{"name": "sql"}]}},
+    "zero max loras": {"engine": {"maxLoras": 0}},
 }
 CEL_ONLY_SPECS = {
+    "adapters with tensor parallelism": {
+        "model": {"adapters": [{"name": "sql", "source": "file:///adapters/sql"}]},
+        "engine": {"tensorParallelSize": 2},
+    },
+    "max loras with tensor parallelism": {"engine": {"maxLoras": 2, "tensorParallelSize": 2}},
+    "revision of a pvc adapter": {
+        "model": {"adapters": [{"name": "a", "source": "pvc://c/a", "revision": "v1"}]}
+    },
     "gpus differ from tp": {"resources": {"gpus": 4}, "engine": {"tensorParallelSize": 2}},
     "tls without host": {"ingress": {"enabled": True, "tlsSecretName": "tls"}},
     "autoscaling range": {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
@@ -148,7 +160,7 @@ def test_cel_rules_are_in_the_schema() -> None:
     ]
     assert any("tensorParallelSize" in rule for rule in rules)
     assert any("minReplicas >= 1" in rule for rule in rules)
-    assert len(rules) == 12
+    assert len(rules) == 14
 
 
 def test_autoscaling_defaults_to_the_builtin_autoscaler_and_allows_zero() -> None:
@@ -163,3 +175,38 @@ def test_autoscaling_defaults_to_the_builtin_autoscaler_and_allows_zero() -> Non
         256,
         300,
     )
+
+
+ADAPTERS = [
+    {"name": "sql", "source": "hf://org/sql-lora", "revision": "v2"},
+    {"name": "support", "source": "pvc://adapters/support"},
+    {"name": "poems.v1", "source": "file:///opt/adapters/poems"},
+]
+
+
+def test_adapters_and_lora_settings_validate_in_the_schema_and_the_models() -> None:
+    spec = {"model": {"adapters": ADAPTERS}, "engine": {"maxLoras": 2, "maxLoraRank": 32}}
+    obj = {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", "metadata": {}}
+    validate_custom_resource({**obj, "spec": spec}, OPENAPI)
+    parsed = LLMDeploymentSpec.model_validate(spec)
+    assert [a.name for a in parsed.model.adapters] == ["sql", "support", "poems.v1"]
+    assert (parsed.engine.max_loras, parsed.engine.max_lora_rank) == (2, 32)
+
+
+def test_adapter_names_are_a_list_map_so_the_api_server_refuses_a_name_twice() -> None:
+    adapters = OPENAPI["properties"]["spec"]["properties"]["model"]["properties"]["adapters"]
+    assert adapters["x-kubernetes-list-type"] == "map"
+    assert adapters["x-kubernetes-list-map-keys"] == ["name"]
+    twice = [{"name": "sql", "source": "file:///a"}, {"name": "sql", "source": "file:///b"}]
+    with pytest.raises(pydantic.ValidationError, match="the name sql is declared twice"):
+        LLMDeploymentSpec.model_validate({"model": {"adapters": twice}})
+
+
+def test_status_lists_adapters_and_kubectl_get_shows_ready_of_declared() -> None:
+    version = build_crd()["spec"]["versions"][0]
+    [column] = [c for c in version["additionalPrinterColumns"] if c["name"] == "Adapters"]
+    assert column == {"name": "Adapters", "type": "string", "jsonPath": ".status.adaptersReady"}
+    status = OPENAPI["properties"]["status"]["properties"]
+    entry = status["adapters"]["items"]["properties"]
+    assert entry["state"]["enum"] == ["Downloading", "Loading", "Ready", "Failed"]
+    assert {"name", "reason", "message", "readyReplicas"} <= entry.keys()

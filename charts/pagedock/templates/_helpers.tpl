@@ -55,7 +55,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [configmaps, serviceaccounts]
   verbs: [get, create, patch, delete]
-# hf:// models in model.cacheVolumeClaim: one download Job per revision; the claim's accessModes.
+# hf:// models in model.cacheVolumeClaim: one download Job per revision (and one per LoRA adapter
+# that must be put there); the claim's accessModes.
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, patch, delete]

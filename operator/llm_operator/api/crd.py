@@ -21,6 +21,7 @@ PRINTER_COLUMNS: list[Obj] = [
     {"name": "Model", "type": "string", "jsonPath": ".status.model"},
     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Adapters", "type": "string", "jsonPath": ".status.adaptersReady"},
     {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {

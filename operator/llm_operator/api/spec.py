@@ -15,38 +15,17 @@ from pydantic import Field, model_validator
 
 from llm_operator.api.autoscaling import AutoscalingSpec
 from llm_operator.api.gateway import GatewaySpec
+from llm_operator.api.model import ModelSpec
 from llm_operator.api.types import Quantity, RawObject, SpecModel, cel_rules, section
 from llm_operator.names import MAX_NAME_LENGTH
 from pagedock.limits import (
     DEFAULT_BLOCK_SIZE,
-    DEFAULT_MODEL,
     BlockSize,
     CpuGemmDtype,
     Dtype,
     KvCacheDtype,
     RoutingPolicy,
 )
-
-BUILTIN_RE = r"[a-z0-9][a-z0-9._-]*"
-DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-MODEL_SOURCE_PATTERN = (
-    rf"^({BUILTIN_RE}|hf://[^/\s]+/[^\s]+|pvc://{DNS_LABEL}(/[^\s]*)?|file:///[^\s]+)$"
-)
-
-
-class ModelSpec(SpecModel):
-    source: str = Field(DEFAULT_MODEL, pattern=MODEL_SOURCE_PATTERN)
-    """Where the weights come from: a built-in name, hf://org/name, pvc://claim/path or file:///path."""
-    name: str | None = Field(None, min_length=1, max_length=253)
-    """The served model name clients send as `model`; defaults to the source's last path part."""
-    revision: str | None = None
-    """The Hugging Face revision (branch, tag or commit) for hf:// sources (env HF_REVISION)."""
-    cache_volume_claim: str | None = Field(None, pattern=rf"^{DNS_LABEL}$")
-    """A PersistentVolumeClaim (ReadWriteMany for engines on several nodes) that one Job fills with
-    an hf:// model before the engines mount it read-only; unset, every pod downloads the model."""
-    cache_size: Quantity = "20Gi"
-    """Size of each engine pod's emptyDir cache for an hf:// source without cacheVolumeClaim
-    (requested and limited as ephemeral-storage, with 1Gi for /tmp; 2Gi for other sources)."""
 
 
 class KVEventsSpec(SpecModel):
@@ -122,6 +101,11 @@ class EngineSpec(SpecModel):
     """Memory for the KV cache (e.g. 8Gi); sized from free memory when unset."""
     num_kv_blocks: int | None = Field(None, ge=1)
     """An exact KV block count; overrides kvCacheMemory."""
+    max_loras: int | None = Field(None, ge=1)
+    """LoRA adapters that may have running requests at once (`--max-loras`, the engine's weight
+    slots; its default 4 when unset). Set, it turns LoRA on even without adapters."""
+    max_lora_rank: int | None = Field(None, ge=1)
+    """The largest adapter rank accepted (`--max-lora-rank`; the engine's default 64 when unset)."""
     extra_args: list[str] = Field(default_factory=list)
     """Extra `pagedock serve` flags, appended verbatim."""
     kv_events: KVEventsSpec = section(KVEventsSpec)
@@ -228,6 +212,11 @@ class LLMDeploymentSpec(SpecModel):
             "resources.gpus must equal engine.tensorParallelSize (one GPU per rank)",
         ),
         (
+            "self.engine.tensorParallelSize == 1 || !has(self.engine.maxLoras) && "
+            "(!has(self.model.adapters) || size(self.model.adapters) == 0)",
+            "LoRA (model.adapters, engine.maxLoras) needs engine.tensorParallelSize 1",
+        ),
+        (
             "!self.ingress.enabled || self.ingress.path == '/' || self.router.enabled",
             "an ingress.path other than / needs the router (it serves the prefix)",
         ),
@@ -290,6 +279,15 @@ class LLMDeploymentSpec(SpecModel):
             raise ValueError(
                 f"resources.gpus ({gpus}) must equal engine.tensorParallelSize ({tp_size}): "
                 "one GPU per rank"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _lora_without_tensor_parallelism(self) -> "LLMDeploymentSpec":
+        lora = bool(self.model.adapters) or self.engine.max_loras is not None
+        if lora and self.engine.tensor_parallel_size > 1:
+            raise ValueError(
+                "LoRA (model.adapters, engine.maxLoras) needs engine.tensorParallelSize 1"
             )
         return self
 

@@ -4,6 +4,8 @@ The operator writes status as plain dicts (camelCase keys); these models only de
 children's state maps onto it is llm_operator.fleet.status.
 """
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -35,6 +37,24 @@ class AutoscalerStatus(BaseModel):
     """When the autoscaler last changed spec.replicas."""
 
 
+class AdapterStatus(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
+    )
+
+    name: str
+    """The adapter's name (spec.model.adapters[].name)."""
+    state: Literal["Downloading", "Loading", "Ready", "Failed"]
+    """Downloading: its Job fetches or copies it into the model cache; Loading: not yet served by
+    every ready engine replica; Ready: served by all of them; Failed: `message` says why."""
+    reason: str
+    """A CamelCase word for machines (Downloaded, DownloadFailed, LoadFailed, ...)."""
+    message: str = ""
+    """What a person can do about it."""
+    ready_replicas: int = 0
+    """Ready engine replicas that serve it (list it in GET /v1/models)."""
+
+
 class LLMDeploymentStatus(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
@@ -60,6 +80,13 @@ class LLMDeploymentStatus(BaseModel):
     """Requests queued in all engines."""
     num_requests_running: int | None = None
     """Requests running in all engines."""
+    adapters: list[AdapterStatus] | None = Field(
+        None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    """Each declared LoRA adapter's state on the engine replicas."""
+    adapters_ready: str | None = None
+    """`<Ready adapters>/<declared adapters>` (the Adapters printer column)."""
     autoscaler: AutoscalerStatus | None = None
     """The built-in autoscaler's last decision and its inputs (autoscaling.mode builtin)."""
     conditions: list[Condition] = Field(

@@ -1,5 +1,6 @@
 """`pagedock serve` command-line flags from the engine settings (flag names mirror the fields)."""
 
+from llm_operator.builders.adapter_source import lora_enabled
 from llm_operator.builders.context import BuildContext
 from llm_operator.names import ENGINE_PORT
 
@@ -26,6 +27,7 @@ def engine_args(ctx: BuildContext) -> list[str]:
     if not engine.enable_chunked_prefill:
         args.append("--no-chunked-prefill")
     args += _optional_args(ctx)
+    args += lora_args(ctx)
     args += ["--drain-timeout", str(ctx.spec.drain_timeout_seconds)]
     args += ["--served-model-name", ctx.served_model_name]
     return args + list(engine.extra_args)
@@ -56,3 +58,18 @@ def _optional_args(ctx: BuildContext) -> list[str]:
 def _unless_auto(choice: str) -> str | None:
     """A dtype choice as a flag value; None for `auto`, the engine's own default."""
     return None if choice == "auto" else choice
+
+
+def lora_args(ctx: BuildContext) -> list[str]:
+    """LoRA on, with vLLM's run-time endpoints (/v1/load_lora_adapter, /v1/unload_lora_adapter)
+    through which the operator serves spec.model.adapters: the adapters themselves are never
+    flags, so adding or removing one leaves the pod template, and the pods, as they are."""
+    if not lora_enabled(ctx):
+        return []
+    engine = ctx.spec.engine
+    args = ["--enable-lora", "--allow-runtime-lora-updating"]
+    if engine.max_loras is not None:
+        args += ["--max-loras", str(engine.max_loras)]
+    if engine.max_lora_rank is not None:
+        args += ["--max-lora-rank", str(engine.max_lora_rank)]
+    return args

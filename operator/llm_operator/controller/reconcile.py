@@ -15,7 +15,10 @@ import kopf
 
 from llm_operator.api.spec import InvalidSpecError, parse_spec
 from llm_operator.builders import BuildContext, build_children, child_refs
+from llm_operator.builders.adapter_source import adapter_problem, lora_enabled
 from llm_operator.conditions import Condition, merge_conditions
+from llm_operator.controller.adapter_delivery import deliver_adapters
+from llm_operator.controller.adapter_sync import AdapterSync
 from llm_operator.controller.model_delivery import (
     ModelDelivery,
     deliver_model,
@@ -23,6 +26,7 @@ from llm_operator.controller.model_delivery import (
     model_claim_shared,
     with_delivery,
 )
+from llm_operator.fleet.adapter_status import adapter_warnings, adapters_ready
 from llm_operator.fleet.gateway_status import gateway_state
 from llm_operator.fleet.metrics import FleetStats
 from llm_operator.fleet.pod_failures import PodFailure, engine_failure
@@ -66,6 +70,12 @@ class Reconciler:
     # may predate the previous pass's status patch (handlers queue on the lock), and comparing
     # with it would warn again.
     _written: dict[tuple[str, str], list[Obj]] = dataclasses.field(default_factory=dict)
+    adapters: AdapterSync = dataclasses.field(init=False)
+    _followups: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
+    _followup_due: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.adapters = AdapterSync(self.kube, self._follow_up)
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self._locks.setdefault((namespace, name), asyncio.Lock())
@@ -73,17 +83,23 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         self._locks.pop((namespace, name), None)
         self._written.pop((namespace, name), None)
+        self._followup_due.discard((namespace, name))
+        self.adapters.forget(namespace, name)
 
     async def reconcile(self, body: Mapping[str, Any], stats: FleetStats | None = None) -> None:
         """Bring the children and the status of this LLMDeployment in line with its spec."""
         meta = body["metadata"]
         async with self.lock(meta["namespace"], meta["name"]):
+            self._followup_due.discard((meta["namespace"], meta["name"]))
             try:
                 spec = parse_spec(body)
             except InvalidSpecError as error:
                 await self._reject(body, str(error))
                 return
             ctx = BuildContext(meta["name"], meta["namespace"], spec, self.settings)
+            if (problem := adapter_problem(ctx)) is not None:
+                await self._reject(body, problem)
+                return
             delivery = await deliver_model(self.kube, body, ctx, functools.partial(emit, body))
             shared = await model_claim_shared(self.kube, ctx)
             ctx = dataclasses.replace(
@@ -92,7 +108,35 @@ class Reconciler:
             issues = ApplyIssues()
             live = await self._apply_children(body, ctx, held_back(ctx, delivery), issues)
             await self._prune(body, ctx)
-            await self._write_status(body, ctx, live, stats, delivery, issues)
+            adapters = await self._sync_adapters(body, ctx)
+            await self._write_status(body, ctx, live, stats, delivery, issues, adapters)
+
+    async def _sync_adapters(self, body: Mapping[str, Any], ctx: BuildContext) -> list[Obj] | None:
+        """status.adapters (controller/adapter_sync.py); None with LoRA off, when the Jobs of
+        adapters declared before are deleted."""
+        if lora_enabled(ctx):
+            return await self.adapters.sync(body, ctx, functools.partial(emit, body))
+        if (body.get("status") or {}).get("adapters"):
+            await deliver_adapters(self.kube, body, ctx, [], functools.partial(emit, body))
+        return None
+
+    def _follow_up(self, namespace: str, name: str) -> None:
+        """Reconcile this LLMDeployment again soon (a background adapter load ended); loads that
+        end before that pass starts share it."""
+        if (namespace, name) in self._followup_due:
+            return
+        self._followup_due.add((namespace, name))
+        task = asyncio.create_task(self._reconcile_latest(namespace, name))
+        self._followups.add(task)
+        task.add_done_callback(self._followups.discard)
+
+    async def _reconcile_latest(self, namespace: str, name: str) -> None:
+        try:
+            body = await self.kube.get(LLM_DEPLOYMENT.object_path(namespace, name))
+            if body is not None and not body["metadata"].get("deletionTimestamp"):
+                await self.reconcile(body)
+        except Exception:  # the next event or resync reconciles it anyway
+            logger.exception("reconcile of %s/%s after an adapter load failed", namespace, name)
 
     async def _apply_children(
         self, body: Mapping[str, Any], ctx: BuildContext, held: frozenset[str], issues: ApplyIssues
@@ -166,6 +210,7 @@ class Reconciler:
         stats: FleetStats | None,
         delivery: ModelDelivery,
         issues: ApplyIssues,
+        adapters: list[Obj] | None = None,
     ) -> None:
         generation = body["metadata"].get("generation")
         state = await self._children_state(ctx, live, issues)
@@ -178,12 +223,17 @@ class Reconciler:
             "endpoint": ctx.endpoint(),
             "model": ctx.served_model_name,
             **_stats_fields(stats),
+            "adapters": adapters,
+            "adaptersReady": None if adapters is None else adapters_ready(adapters),
         }
         conditions = build_conditions(state, ctx.spec.model.source, generation)
         conditions = with_delivery(conditions, delivery, generation)
         old = self._written.get((ctx.namespace, ctx.name), _conditions_of(body))
         await self._patch_status(body, status, conditions)
         for reason, message in transition_warnings(old, conditions):
+            emit(body, reason, message, type_="Warning")
+        old_adapters = (body.get("status") or {}).get("adapters") or []
+        for reason, message in adapter_warnings(old_adapters, adapters or []):
             emit(body, reason, message, type_="Warning")
 
     async def _children_state(
@@ -234,12 +284,17 @@ class Reconciler:
     ) -> None:
         old = body.get("status") or {}
         new = {key: value for key, value in status.items() if value is not None}
+        # NOTE: a field that no longer applies (adapters once LoRA is off) is removed (null).
+        new.update({key: None for key in CLEARABLE if status.get(key, 0) is None and key in old})
         new["conditions"] = merge_conditions(old.get("conditions", []), conditions)
         meta = body["metadata"]
         if not is_subset(new, old):
             path = LLM_DEPLOYMENT.object_path(meta["namespace"], meta["name"], "status")
             await self.kube.patch(path, {"status": new})
         self._written[meta["namespace"], meta["name"]] = new["conditions"]
+
+
+CLEARABLE = ("adapters", "adaptersReady")
 
 
 def emit(body: Mapping[str, Any], reason: str, message: str, type_: str = "Normal") -> None:

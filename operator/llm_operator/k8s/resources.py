@@ -37,6 +37,7 @@ HTTP_ROUTE = ResourceKind(
     "httproutes.gateway.networking.k8s.io",
 )
 POD = ResourceKind("v1", "Pod", "pods")  # read only: the engine pods' state goes into status
+SECRET = ResourceKind("v1", "Secret", "secrets")  # read only: the engines' API key (adapters)
 KINDS = {
     kind.kind: kind
     for kind in (

@@ -1,0 +1,97 @@
+"""A stand-in for one engine's LoRA endpoints (vLLM's contract, as `pagedock serve
+--enable-lora --allow-runtime-lora-updating` serves them), for the adapter reconciler's tests:
+
+    GET  /v1/models               the base model, then each adapter {"id", "parent", "root"}
+    POST /v1/load_lora_adapter    200 (again for the same name and path); 400 in OpenAI's error
+                                  shape for a path in `bad_paths` or a name served from another
+    POST /v1/unload_lora_adapter  200; 404 for a name not served
+Behind a Bearer key when `api_key` is set (401 otherwise). Every request is recorded. Several
+stand-ins listen on the same port at different loopback addresses (127.0.0.2, 127.0.0.3, ...), as
+engine pods do at their pod IPs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+BASE_MODEL = "smollm2-135m-instruct"
+
+
+class EngineStandIn:
+    def __init__(self, ip: str, api_key: str | None = None) -> None:
+        self.ip = ip
+        self.api_key = api_key
+        self.adapters: dict[str, str] = {}
+        """name -> path, as loaded."""
+        self.bad_paths: dict[str, str] = {}
+        """path -> the reason a load of it is refused."""
+        self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        """(method, path, body) of every request."""
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, port: int = 0) -> int:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/load_lora_adapter", self._load)
+        app.router.add_post("/v1/unload_lora_adapter", self._unload)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.ip, port)
+        await site.start()
+        self.port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        return self.port
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def calls(self, path: str) -> list[dict[str, Any]]:
+        return [body for _, called, body in self.requests if called == path]
+
+    def _authorised(self, request: web.Request) -> bool:
+        return self.api_key is None or request.headers.get("Authorization") == (
+            f"Bearer {self.api_key}"
+        )
+
+    async def _record(self, request: web.Request) -> dict[str, Any]:
+        body = await request.json() if request.method == "POST" else {}
+        self.requests.append((request.method, request.path, body))
+        return dict(body)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        if not self._authorised(request):
+            return _error(401, "Invalid API key")
+        cards = [{"id": BASE_MODEL, "object": "model", "root": "/opt/model", "parent": None}]
+        cards += [
+            {"id": name, "object": "model", "root": path, "parent": BASE_MODEL}
+            for name, path in self.adapters.items()
+        ]
+        return web.json_response({"object": "list", "data": cards})
+
+    async def _load(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        if not self._authorised(request):
+            return _error(401, "Invalid API key")
+        name, path = body["lora_name"], body["lora_path"]
+        if path in self.bad_paths:
+            return _error(400, self.bad_paths[path])
+        if self.adapters.get(name, path) != path:
+            return _error(400, f"LoRA adapter {name!r} is already served from another path")
+        self.adapters[name] = path
+        return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def _unload(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        if not self._authorised(request):
+            return _error(401, "Invalid API key")
+        if self.adapters.pop(body["lora_name"], None) is None:
+            return _error(404, f"The lora adapter '{body['lora_name']}' cannot be found.")
+        return web.Response(text="Success: LoRA adapter removed successfully.")
+
+
+def _error(status: int, message: str) -> web.Response:
+    error = {"message": message, "type": "BadRequestError", "param": None, "code": status}
+    return web.json_response({"error": error}, status=status)
