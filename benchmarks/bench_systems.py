@@ -13,6 +13,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from benchmarks.machine import cpu_flags
@@ -188,7 +189,22 @@ def vllm_env(settings: EqualSettings) -> dict[str, str]:
     # benchmarks/vllm_settings_ab.py): vLLM keeps its default, whatever its start-up costs.
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    return env | preloaded_tcmalloc(env.get("LD_PRELOAD", ""))
+    env |= preloaded_tcmalloc(env.get("LD_PRELOAD", ""))
+    return env | preloaded_intel_openmp(env.get("LD_PRELOAD", ""))
+
+
+def preloaded_intel_openmp(ld_preload: str) -> dict[str, str]:
+    """LD_PRELOAD with Intel's OpenMP (libiomp5.so, which vLLM's CPU build installs in its venv's
+    lib/) after tcmalloc, as vLLM's CPU install guide asks. Nothing changes where one is preloaded
+    already or vLLM's venv has none; the result files record LD_PRELOAD either way."""
+    python = vllm_python()
+    if "libiomp5" in ld_preload or python is None:
+        return {}
+    found = Path(python).parents[1] / "lib" / "libiomp5.so"  # <venv>/bin/python -> <venv>/lib
+    if not found.exists():
+        _warn_once(f"vLLM runs without Intel OpenMP: no {found}")
+        return {}
+    return {"LD_PRELOAD": ":".join([*filter(None, [ld_preload]), str(found)])}
 
 
 def preloaded_tcmalloc(ld_preload: str) -> dict[str, str]:

@@ -4,10 +4,11 @@ benchmarks/peers/vllm_offline.py is for vLLM):
     python benchmarks/pagedock_offline.py SPEC.json
 
 SPEC holds the model, the engine arguments, the warm-up prompts, the measured prompts and
-max_tokens. Loads the engine, warms it up on the warm-up prompts (which share no KV block with the
-measured ones: the caller checks), runs the measured prompts in one `generate`, and prints one
-JSON line: load time, elapsed, generated and total tok/s, the prefix-cache queries and hits and
-the preemptions of the measured part, and the settings the engine resolved.
+max_tokens, and with LoRA the adapter of each prompt. Loads the engine, warms it up on the warm-up
+prompts (which share no KV block with the measured ones: the caller checks), runs the measured
+prompts in one `generate`, and prints one JSON line: load time, elapsed, generated and total
+tok/s, the prefix-cache queries and hits and the preemptions of the measured part, and the
+settings the engine resolved.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine import LLM, SamplingParams
+from engine import LLM, LoRARequest, SamplingParams
 from engine.core.scheduler_stats import SchedulerStats
 
 
@@ -74,16 +75,27 @@ def measured_counters(before: SchedulerStats, after: SchedulerStats) -> dict[str
     }
 
 
+def lora_requests(spec: dict[str, Any], prompts: str) -> list[LoRARequest] | None:
+    """The adapter of each of `spec[prompts]` (benchmarks/lora_throughput.py), or None."""
+    lora = spec.get("lora")
+    if not lora:
+        return None
+    ids = {name: i + 1 for i, name in enumerate(lora["adapters"])}
+    return [LoRARequest(n, ids[n], lora["adapters"][n]) for n in lora[prompts]]
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     llm = LLM(model=spec["model"], **spec["engine_args"])
     load_s = time.perf_counter() - started
     warmup = SamplingParams(max_tokens=spec["warmup_max_tokens"], temperature=0.0, ignore_eos=True)
-    llm.generate(spec["warmup_prompts"], warmup, use_tqdm=False)
+    warmup_lora = lora_requests(spec, "warmup_prompts")
+    llm.generate(spec["warmup_prompts"], warmup, use_tqdm=False, lora_request=warmup_lora)
     params = SamplingParams(max_tokens=spec["max_tokens"], temperature=0.0, ignore_eos=True)
+    lora = lora_requests(spec, "prompts")
     before = llm.stats()
     started = time.perf_counter()
-    outs = llm.generate(spec["prompts"], params, use_tqdm=False)
+    outs = llm.generate(spec["prompts"], params, use_tqdm=False, lora_request=lora)
     elapsed = time.perf_counter() - started
     generated = sum(len(o.outputs[0].token_ids) for o in outs)
     prompt_tokens = sum(len(p) for p in spec["prompts"])

@@ -4,10 +4,11 @@ project's); the counterpart of benchmarks/pagedock_offline.py:
     $PAGEDOCK_VLLM_PYTHON benchmarks/peers/vllm_offline.py SPEC.json
 
 SPEC holds the model directory, the engine arguments (dtype, max_num_seqs, token budget, prefix
-caching), the warm-up prompts, the measured prompts and max_tokens; the KV bytes and the thread
-binding come from the environment (VLLM_CPU_KVCACHE_SPACE, VLLM_CPU_OMP_THREADS_BIND). Prints one
-JSON line: load time, elapsed, generated and total tok/s, the prefix-cache queries and hits and the
-preemptions of the measured part (vLLM's own counters), and the settings the engine resolved.
+caching), the warm-up prompts, the measured prompts, max_tokens and with LoRA the adapter of each
+prompt; the KV bytes and the thread binding come from the environment (VLLM_CPU_KVCACHE_SPACE,
+VLLM_CPU_OMP_THREADS_BIND). Prints one JSON line: load time, elapsed, generated and total tok/s,
+the prefix-cache queries and hits and the preemptions of the measured part (vLLM's own counters),
+and the settings the engine resolved.
 """
 
 import json
@@ -59,6 +60,17 @@ def resolved_settings(llm: Any) -> dict[str, Any]:
     }
 
 
+def lora_requests(spec: dict[str, Any], prompts: str) -> Any:
+    """The adapter of each of `spec[prompts]` (benchmarks/lora_throughput.py), or None."""
+    from vllm.lora.request import LoRARequest
+
+    lora = spec.get("lora")
+    if not lora:
+        return None
+    ids = {name: i + 1 for i, name in enumerate(lora["adapters"])}
+    return [LoRARequest(n, ids[n], lora["adapters"][n]) for n in lora[prompts]]
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -70,12 +82,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     warmup_params = SamplingParams(
         max_tokens=spec["warmup_max_tokens"], temperature=0.0, ignore_eos=True
     )
-    llm.generate(warmup, warmup_params, use_tqdm=False)
+    warmup_lora = lora_requests(spec, "warmup_prompts")
+    llm.generate(warmup, warmup_params, use_tqdm=False, lora_request=warmup_lora)
     params = SamplingParams(max_tokens=spec["max_tokens"], temperature=0.0, ignore_eos=True)
     inputs = [TokensPrompt(prompt_token_ids=p) for p in spec["prompts"]]
+    lora = lora_requests(spec, "prompts")
     before = read_counters(llm)
     started = time.perf_counter()
-    outs = llm.generate(inputs, params, use_tqdm=False)
+    outs = llm.generate(inputs, params, use_tqdm=False, lora_request=lora)
     elapsed = time.perf_counter() - started
     after = read_counters(llm)
     generated = sum(len(o.outputs[0].token_ids) for o in outs)

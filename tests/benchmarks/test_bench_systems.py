@@ -13,6 +13,7 @@ from benchmarks.bench_systems import (
     parse_pagedock_args,
     parse_system,
     pick_systems,
+    preloaded_intel_openmp,
     preloaded_tcmalloc,
     vllm_env,
     vllm_environment,
@@ -156,6 +157,24 @@ def test_vllm_gets_tcmalloc_preloaded_as_its_install_guide_asks(
     assert preloaded_tcmalloc("/x/libgomp.so") == {"LD_PRELOAD": f"{tcmalloc}:/x/libgomp.so"}
     assert preloaded_tcmalloc("/y/libtcmalloc.so.4") == {}  # the user's own stays
     monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv("PAGEDOCK_VLLM_PYTHON", raising=False)
     settings = EqualSettings(kv_cache_gib=2, threads=2)
     assert vllm_env(settings)["LD_PRELOAD"] == str(tcmalloc)
     assert vllm_environment(settings)["LD_PRELOAD"] == str(tcmalloc)  # recorded
+
+
+def test_vllm_gets_intel_openmp_from_its_venv_after_tcmalloc(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PAGEDOCK_VLLM_PYTHON", str(tmp_path / "bin" / "python"))
+    assert preloaded_intel_openmp("/t/libtcmalloc.so.4") == {}  # its venv has none
+    iomp = tmp_path / "lib" / "libiomp5.so"
+    iomp.parent.mkdir()
+    iomp.touch()
+    assert preloaded_intel_openmp("/t/libtcmalloc.so.4") == {
+        "LD_PRELOAD": f"/t/libtcmalloc.so.4:{iomp}"
+    }
+    assert preloaded_intel_openmp("/u/libiomp5.so") == {}  # the user's own stays
+    monkeypatch.setenv("LD_PRELOAD", "/t/libtcmalloc.so.4")
+    assert vllm_env(EqualSettings(threads=2))["LD_PRELOAD"] == f"/t/libtcmalloc.so.4:{iomp}"
