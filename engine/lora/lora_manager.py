@@ -21,6 +21,16 @@ import torch
 from engine.lora.adapter import LoRAAdapter, LoRAWeights
 from engine.lora.lora_linear import ModuleKey
 from engine.lora.lora_mapping import LoRAMapping
+from engine.lora.stacked_lora import (
+    STACKED_MAX_ROWS,
+    Signature,
+    StackedLoRA,
+    add_segments,
+    add_stacked,
+    compute_dtype,
+    rank_mask,
+    stack_slots,
+)
 
 # Where each projection an adapter may target lives in the model: (module, first output column,
 # end column), e.g. "k_proj" -> ("self_attn.qkv_proj", 256, 320) in a fused QKV projection.
@@ -91,6 +101,11 @@ class LoRAManager:
         # The running step's mapping (None between steps and in steps without adapter rows).
         self.mapping: LoRAMapping | None = None
         self.num_slot_loads = 0
+        # Every slot's weights stacked per module (engine/lora/stacked_lora.py), rebuilt at the
+        # first step after a slot's content changed; the step's masks, one per signature.
+        self._stacked: dict[ModuleKey, StackedLoRA] | None = None
+        self._stacked_dtype: torch.dtype | None = None
+        self._masks: dict[Signature, torch.Tensor] = {}
 
     def activate(self, slot: int, name: str) -> None:
         """Make `slot` hold `name`'s weights; nothing to do when it already does."""
@@ -102,6 +117,7 @@ class LoRAManager:
         self.slot_weights[slot] = {key: packed.to(self.device) for key, packed in host.items()}
         self.slot_names[slot] = name
         self.num_slot_loads += 1
+        self._stacked = None
 
     def add_adapter(self, adapter: LoRAAdapter) -> None:
         """Hold a newly loaded adapter's weights on the host (loaded into a slot on first use)."""
@@ -119,12 +135,39 @@ class LoRAManager:
             if held == name:
                 self.slot_names[slot] = None
                 self.slot_weights[slot] = {}
+                self._stacked = None
 
     @contextmanager
     def step(self, mapping: LoRAMapping) -> Iterator[None]:
         """The LoRA layers apply `mapping` inside this block (one forward pass)."""
         self.mapping = mapping
+        self._masks = {}
         try:
             yield
         finally:
             self.mapping = None
+            self._masks = {}
+
+    def apply(self, out: torch.Tensor, x: torch.Tensor, key: ModuleKey) -> torch.Tensor:
+        """`out` (the base product of `x` in module `key`) plus the step's deltas: stacked for
+        steps of few rows, by adapter segment for longer ones."""
+        mapping = self.mapping
+        assert mapping is not None
+        stacked = self._stacked_weights(compute_dtype(out.dtype, out.device)).get(key)
+        if stacked is None:
+            return out  # no adapter in a slot targets this module
+        if x.shape[0] > STACKED_MAX_ROWS:
+            return add_segments(out, x, stacked, mapping.segments)
+        mask = self._masks.get(stacked.signature)
+        if mask is None:
+            mask = rank_mask(mapping.token_slots, stacked.signature, stacked.a_all.dtype)
+            self._masks[stacked.signature] = mask
+        return add_stacked(out, x, stacked, mask)
+
+    def _stacked_weights(self, dtype: torch.dtype) -> dict[ModuleKey, StackedLoRA]:
+        if self._stacked is None or self._stacked_dtype != dtype:
+            keys = {key for weights in self.slot_weights for key in weights}
+            stacked = {k: stack_slots([w.get(k) for w in self.slot_weights], dtype) for k in keys}
+            self._stacked = {k: v for k, v in stacked.items() if v is not None}
+            self._stacked_dtype = dtype
+        return self._stacked

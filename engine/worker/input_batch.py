@@ -32,8 +32,11 @@ class ModelInputs:
 
 
 def order_decodes_first(scheduled: list[ScheduledRequest]) -> list[ScheduledRequest]:
-    """The attention backends batch single-token queries together; they must come first."""
-    return sorted(scheduled, key=lambda s: s.num_new_tokens != 1)
+    """The attention backends batch single-token queries together; they must come first. Within
+    the decodes and within the prefills, requests are grouped by LoRA slot (base first), so each
+    adapter's rows form at most two contiguous runs (engine/lora/lora_mapping.py); without LoRA
+    every slot is -1 and the order is the scheduler's."""
+    return sorted(scheduled, key=lambda s: (s.num_new_tokens != 1, s.lora_slot))
 
 
 def build_model_inputs(

@@ -15,9 +15,9 @@ from engine import LLM, LoRARequest, SamplingParams
 from engine.config import EngineConfig
 from engine.inputs.engine_request import AdapterRef
 from engine.kernels.cpu_kernels import load_cpu_kernels
-from engine.lora import lora_linear
 from engine.lora.adapter_config import LORA_TARGETS
 from engine.lora.lora_linear import LoRALinear
+from engine.lora.lora_manager import LoRAManager
 from engine.server.cli import build_parser
 from engine.worker.cuda_graph_runner import EagerCapture
 from pagedock.errors import ConfigError, InvalidRequestError, ModelLoadError
@@ -220,7 +220,7 @@ def test_base_only_steps_of_a_lora_engine_do_no_lora_work(
 ) -> None:
     llm = make_llm(tiny_model_dir, adapter_dirs)
     calls: list[Any] = []
-    monkeypatch.setattr(lora_linear, "add_lora", lambda *args: calls.append(args))
+    monkeypatch.setattr(LoRAManager, "apply", lambda *args: calls.append(args))
     prompts = make_prompts(3, 5, 40, seed=62)
     assert generate(llm, prompts, [None] * 3) == [expected(None, p) for p in prompts]
     assert calls == []

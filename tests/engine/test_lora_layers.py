@@ -1,19 +1,23 @@
-"""The batched LoRA delta of one projection: per adapter segment, the rows gathered, multiplied by
-the stacked A and each part's B, and scatter-added into that part's columns of a fused output."""
+"""The batched LoRA delta of one projection, on both paths (engine/lora/stacked_lora.py): every
+slot stacked and masked (steps of few rows), and per adapter segment the rows gathered, multiplied
+by the adapter's A and dense B, and scatter-added; either way each part adds to its own columns
+of a fused output."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
+from engine.lora import lora_manager
 from engine.lora.adapter import LoRAAdapter, LoRAWeights
 from engine.lora.adapter_config import AdapterConfig
 from engine.lora.lora_linear import LoRALinear
 from engine.lora.lora_manager import LoRAManager
-from engine.lora.lora_mapping import LoRAMapping
+from engine.lora.lora_mapping import LoRAMapping, contiguous_runs
 
 IN, Q, KV = 8, 6, 4  # a fused projection: q (6 columns), k (4), v (4)
 PLACEMENT = {
@@ -22,6 +26,7 @@ PLACEMENT = {
     "v_proj": ("qkv", Q + KV, Q + 2 * KV),
 }
 WIDTHS = {"q_proj": Q, "k_proj": KV, "v_proj": KV}
+PROJS = ("q_proj", "k_proj", "v_proj")
 
 
 def adapter(name: str, rank: int, projections: tuple[str, ...], seed: int) -> LoRAAdapter:
@@ -49,7 +54,15 @@ def reference(
     return out
 
 
-def test_mixed_rows_get_each_adapters_delta_in_its_parts_columns_only() -> None:
+@pytest.fixture(params=["stacked", "segmented"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which path the manager takes: stacked for these few rows, or segmented when forced."""
+    if request.param == "segmented":
+        monkeypatch.setattr(lora_manager, "STACKED_MAX_ROWS", 0)
+    return str(request.param)
+
+
+def test_mixed_rows_get_each_adapters_delta_in_its_parts_columns_only(path: str) -> None:
     torch.manual_seed(0)
     adapters = [adapter("qv", 2, ("q_proj", "v_proj"), 1), adapter("k", 3, ("k_proj",), 2)]
     manager = LoRAManager({a.name: a for a in adapters}, PLACEMENT, 2, torch.device("cpu"))
@@ -68,7 +81,7 @@ def test_mixed_rows_get_each_adapters_delta_in_its_parts_columns_only() -> None:
         assert torch.equal(layer(x), base(x))  # outside a step: the base product alone
 
 
-def test_a_step_of_one_adapter_needs_no_gather() -> None:
+def test_a_step_of_one_adapter_needs_no_gather(path: str) -> None:
     a = adapter("qv", 2, ("q_proj", "v_proj"), 3)
     manager = LoRAManager({"qv": a}, PLACEMENT, 1, torch.device("cpu"))
     manager.activate(0, "qv")
@@ -80,6 +93,40 @@ def test_a_step_of_one_adapter_needs_no_gather() -> None:
         got = LoRALinear(base, (0, "qkv"), manager)(x)
     with torch.no_grad():
         torch.testing.assert_close(got, reference(base, x, [0] * 5, [a]))
+
+
+def test_both_paths_add_the_same_deltas_on_a_large_mixed_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    adapters = [adapter(n, r, ps, i) for i, (n, r, ps) in enumerate(ADAPTER_SPECS)]
+    manager = LoRAManager({a.name: a for a in adapters}, PLACEMENT, 3, torch.device("cpu"))
+    for slot, a in enumerate(adapters):
+        manager.activate(slot, a.name)
+    base = nn.Linear(IN, Q + 2 * KV)
+    layer = LoRALinear(base, (0, "qkv"), manager)
+    x = torch.randn(300, IN)
+    slots = np.random.default_rng(0).integers(-1, 3, size=300)
+    mapping = LoRAMapping.from_token_slots(slots, torch.device("cpu"))
+    assert mapping is not None
+    outputs = []
+    for threshold in (1000, 0):  # stacked, then segmented
+        monkeypatch.setattr(lora_manager, "STACKED_MAX_ROWS", threshold)
+        with torch.no_grad(), manager.step(mapping):
+            outputs.append(layer(x))
+    torch.testing.assert_close(outputs[0], outputs[1])
+    with torch.no_grad():
+        torch.testing.assert_close(outputs[0], reference(base, x, slots.tolist(), adapters))
+
+
+ADAPTER_SPECS = [("qv", 2, ("q_proj", "v_proj")), ("k", 3, ("k_proj",)), ("all", 4, PROJS)]
+
+
+def test_a_segments_rows_are_kept_as_contiguous_runs() -> None:
+    assert contiguous_runs(np.array([2, 3, 4, 7, 8])) == ((2, 5), (7, 9))
+    slots = np.array([-1, 0, 0, 1, 1, -1, 0, 0, 0, 1])  # decodes, then prefills, grouped by slot
+    mapping = LoRAMapping.from_token_slots(slots, torch.device("cpu"))
+    assert mapping is not None
+    assert [s.runs for s in mapping.segments] == [((1, 3), (6, 9)), ((3, 5), (9, 10))]
 
 
 def test_a_step_without_adapter_rows_has_no_mapping() -> None:
