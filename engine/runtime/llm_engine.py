@@ -28,6 +28,7 @@ from engine.models.tp_layout import check_tp_layout
 from engine.runtime.lora_adapters import LoRAAdapters
 from engine.runtime.output_processor import NewRequest, OutputProcessor
 from engine.runtime.outputs import RequestOutput
+from engine.runtime.weights_identity import weights_fingerprint
 from engine.sampling.parallel_sampling import ParallelSampling, child_requests
 from engine.structured_outputs.guided_decoding import GuidedDecoding
 from engine.worker.host_memory import keep_freed_memory
@@ -117,10 +118,14 @@ class LLMEngine:
     # ---- configuration ---------------------------------------------------------------------
 
     def _hash_root_name(self) -> str:
-        """What every block hash of this engine descends from: the model and dtype, and the KV
-        cache's dtype where it differs (a bf16 cache's blocks hold other K/V than a float32 one's,
-        so the router must not count one replica's blocks as another's)."""
-        name = f"{self.model_config.name}:{self.dtype}"
+        """What every block hash of this engine descends from: the weights' identity
+        (engine/runtime/weights_identity.py) and dtype, and the KV cache's dtype where it differs
+        (a bf16 cache's blocks hold other K/V than a float32 one's, so the router must not count
+        one replica's blocks as another's)."""
+        # NOTE: the weights' fingerprint, not the model folder's name: copies of one revision
+        # share their cache identity wherever they are, another revision (other weights) never
+        # does, and the router resumes streams only between equal roots.
+        name = f"w={weights_fingerprint(self.model_path)}:{self.dtype}"
         kv_dtype = self.runner.kv_cache_dtype
         return name if kv_dtype == self.dtype else f"{name}:kv={kv_dtype}"
 

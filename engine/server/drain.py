@@ -3,8 +3,9 @@
 uvicorn's own handling stops listening at once and, after shutting down, re-raises the signal (so
 the process dies of it, not with exit code 0). Here the first SIGTERM or SIGINT instead starts a
 drain: new requests get 503 and /health fails (Kubernetes stops routing here), requests in flight
-finish for up to `drain_timeout` seconds and are aborted after that, and only then is uvicorn told
-to exit, normally. A second signal exits at once.
+finish for up to `drain_timeout` seconds and are aborted after that (a stream a router can resume
+is handed off to it instead: engine/server/openai/handoff.py), and only then is uvicorn told to
+exit, normally. A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ async def drain(ctx: ServerContext) -> None:
         "draining: %d requests in flight, waiting up to %.0fs", engine.num_in_flight, timeout_s
     )
     if not await _wait_idle(ctx, timeout_s):
-        logger.warning("drain timeout: aborting %d requests", engine.num_in_flight)
+        # NOTE: streams a router can resume are handed off (engine/server/openai/handoff.py):
+        # they end without [DONE] and the router goes on elsewhere; the others end aborted.
+        logger.warning("drain timeout: handing off or aborting %d requests", engine.num_in_flight)
+        ctx.handing_off = True
         engine.abort_all()
         await _wait_idle(ctx, _ABORT_GRACE_S)
     ctx.kv_hub.close_all()

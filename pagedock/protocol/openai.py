@@ -72,6 +72,12 @@ A replica that does not send it (another engine, which ignores the field) would 
 so the router does not resume a stream on it."""
 
 
+HANDOFF_EVENT = ": pagedock-handoff\n\n"
+"""What a draining engine sends, in place of the rest and of `data: [DONE]`, on a stream that
+would outlive its drain deadline (an SSE comment: clients skip it): a router resumes the stream on
+a replica serving the same weights, as a continuation of the token ids relayed so far."""
+
+
 class Continuation(OpenAIModel):
     """pagedock's extension: resume a stream after tokens generated before, elsewhere (the
     router's in-flight failover, docs/router.md). The tokens count as output, not prompt, and

@@ -3,10 +3,11 @@ goes on from another replica as a continuation, in the same client stream.
 
     relay       the replica's chunks, event by event, through the stream's transcript
                 (router/http/stream_resume.py: what the client has, how to go on)
-    a failure   a broken connection, an end without [DONE], a stall: the replica is marked
-                unhealthy (a stalled one already is) and the best healthy pagedock replica not
-                tried yet that serves the request's model (its LoRA adapter) is asked for the
-                continuation, at most --max-stream-resumes times
+    a failure   a broken connection, an end without [DONE], a stall, a draining replica's
+                handoff: the replica is marked unhealthy (a stalled one already is) and the best
+                healthy pagedock replica not tried yet that serves the request's model (its LoRA
+                adapter) and the same weights (root hash) is asked for the continuation, at most
+                --max-stream-resumes times
     the end     [DONE] when only the end was lost; an SSE error event when the stream can't be
                 resumed (sse_error_event, the proxy's too for a stream it can't resume)
 """
@@ -58,13 +59,15 @@ class StreamFailover:
         """Relay the stream; when its replica fails, go on from another as a continuation."""
         transcript = StreamTranscript(resumable.plan)
         tried, resumes = [segment.replica.url], 0
+        # The weights the answer began on: it goes on only on a replica with the same.
+        weights = segment.replica.root_hash
         try:
             while True:
                 async for piece in self._relay_segment(segment, transcript):
                     yield piece
                 if transcript.done:
                     return
-                cause = segment.failure or "ended_early"  # closed without [DONE]
+                cause = _cause(segment, transcript)
                 logger.warning("stream from %s broke: %s", segment.replica.url, cause)
                 if transcript.finished:  # all generated: only the end of the stream was lost
                     yield b"data: [DONE]\n\n"
@@ -77,14 +80,11 @@ class StreamFailover:
                 segment.close()
                 if cause != "stalled":  # a stalled replica left the healthy set already
                     self.replica_set.mark_unhealthy(segment.replica, cause)
-                resumed = await self._resume(resumable, transcript, tried)
+                resumed = await self._resume(resumable, transcript, tried, weights)
                 self.metrics.observe_resume(resumed is not None)
                 if resumed is None:
                     self.metrics.observe_failure("mid_stream")
-                    yield sse_error_event(
-                        f"the replica failed mid-stream ({cause}) and no other could resume it",
-                        b"\n\n",
-                    )
+                    yield _unresumed_event(cause)
                     return
                 segment = resumed
                 transcript.next_segment()
@@ -113,13 +113,18 @@ class StreamFailover:
             watch.stop()
 
     async def _resume(
-        self, resumable: Resumable, transcript: StreamTranscript, tried: list[str]
+        self,
+        resumable: Resumable,
+        transcript: StreamTranscript,
+        tried: list[str],
+        weights: bytes | None,
     ) -> Segment | None:
-        """The stream's continuation from the best replica not tried yet that starts it."""
+        """The stream's continuation from the best replica not tried yet, serving `weights`,
+        that starts it."""
         body = resumable.plan.body(transcript.token_ids)
         grace_s = self.dispatcher.config.stall_eject_s
         for _ in range(self.dispatcher.config.max_attempts):
-            chosen = self._next_replica(resumable, tried)
+            chosen = self._next_replica(resumable, tried, weights)
             if chosen is None:
                 return None
             decision, replica = chosen
@@ -151,9 +156,13 @@ class StreamFailover:
         return None
 
     def _next_replica(
-        self, resumable: Resumable, tried: list[str]
+        self, resumable: Resumable, tried: list[str], weights: bytes | None
     ) -> tuple[Decision, Replica] | None:
-        """The best replica not tried yet that can resume the stream, with its decision."""
+        """The best replica not tried yet that can resume the stream, with its decision: a
+        pagedock engine serving the weights the stream began on (an unknown root is no match:
+        a revision could change mid-answer)."""
+        if weights is None:
+            return None
         try:
             decision = self.dispatcher.decide(
                 resumable.decision.blocks, model=resumable.decision.model
@@ -163,7 +172,12 @@ class StreamFailover:
         # Only a pagedock engine resumes a continuation (another restarts the answer); only
         # replicas serving the request's model (its LoRA adapter) are candidates.
         replica = next(
-            (r for r in decision.replicas if r.url not in tried and r.kind == "pagedock"), None
+            (
+                r
+                for r in decision.replicas
+                if r.url not in tried and r.kind == "pagedock" and r.root_hash == weights
+            ),
+            None,
         )
         return None if replica is None else (decision, replica)
 
@@ -185,6 +199,25 @@ class StreamFailover:
         return Segment(first, chunks, upstream, replica, request_id)
 
 
+def _cause(segment: Segment, transcript: StreamTranscript) -> str:
+    if transcript.handed_off:
+        return "handoff"  # a draining replica's deadline
+    return segment.failure or "ended_early"  # closed without [DONE]
+
+
+def _unresumed_event(cause: str) -> bytes:
+    """The end of a stream no replica could resume: after a handoff, none served its weights
+    (a rollout to other weights, or no other replica); after a failure, none took it."""
+    if cause == "handoff":
+        message = (
+            "the replica shut down mid-stream and no replica serving the same model weights "
+            "could resume it"
+        )
+        return sse_error_event(message, b"\n\n", code="replica_draining")
+    message = f"the replica failed mid-stream ({cause}) and no other could resume it"
+    return sse_error_event(message, b"\n\n")
+
+
 def _refused(resumable: Resumable, replica: Replica, status: int, content: bytes) -> bool:
     """Is a replica's error answer to the continuation the request's own (so every replica would
     refuse it)? A 404 for the request's model is that replica's: it leaves the model's
@@ -196,8 +229,8 @@ def _refused(resumable: Resumable, replica: Replica, status: int, content: bytes
     return classify_upstream(status, content) is Verdict.FORWARD
 
 
-def sse_error_event(message: str, last_chunk: bytes) -> bytes:
+def sse_error_event(message: str, last_chunk: bytes, code: str = "replica_failed") -> bytes:
     """An OpenAI-shaped error event and [DONE], starting a fresh event if the last was cut."""
-    payload = error_json(502, message, code="replica_failed")
+    payload = error_json(502, message, code=code)
     separator = b"" if last_chunk.endswith(b"\n\n") else b"\n\n"
     return separator + f"data: {payload}\n\ndata: [DONE]\n\n".encode()

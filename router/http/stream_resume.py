@@ -13,6 +13,10 @@ The relay and the resumption themselves are router/http/stream_failover.py.
     a cut       only between two SSE events: the ids relayed are exactly those of the text relayed
     not resumed a stream whose choice already finished (its [DONE] is sent), an engine's own
                 error event, a replica that does not acknowledge the continuation
+    same weights a stream goes on only on a replica whose root hash (its weights' identity) is the
+                one it began on: never a silent switch of model revision mid-answer
+    a handoff   a draining engine ends a stream it can't finish by its deadline with
+                HANDOFF_EVENT (no [DONE]): resumed as a failure is, the event never relayed
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ import aiohttp
 from fastapi import Request
 
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.protocol.openai import HANDOFF_EVENT
 from router.policies.dispatcher import Decision
 from router.replicas.replica import Replica
 
 _DONE = b"data: [DONE]"
 _DATA = b"data: "
+_HANDOFF = HANDOFF_EVENT.encode().rstrip(b"\n")
 
 
 @dataclass
@@ -79,6 +85,8 @@ class StreamTranscript:
     """[DONE] was relayed: the stream is whole."""
     resumable: bool = True
     """False after an engine's error event or a chunk without token ids (another engine)."""
+    handed_off: bool = False
+    """The replica, draining, handed the stream off at its deadline (HANDOFF_EVENT)."""
     _identity: dict[str, Any] | None = None
     _pending: bytes = b""
     _segment: int = 0
@@ -97,12 +105,15 @@ class StreamTranscript:
             return b""
         self._pending = data[end + 2 :]
         events = data[: end + 2].split(b"\n\n")[:-1]
-        return b"".join(self._event(e) + b"\n\n" for e in events)
+        return b"".join(e + b"\n\n" for e in map(self._event, events) if e)
 
     def _event(self, event: bytes) -> bytes:
         if event.startswith(_DONE):
             self.done = True
             return event
+        if event == _HANDOFF:
+            self.handed_off = True
+            return b""  # the router's business, not the client's
         if not event.startswith(_DATA):
             return event  # a comment or a field this relay has no use for
         try:

@@ -62,6 +62,7 @@ class HealthChecker:
             return self._failed(f"health check failed: {type(e).__name__}")
         if health.status_code != 200:
             return self._failed(f"health check answered {health.status_code}")
+        self._read_root_hash(health)
         if metrics.status_code == 200:
             self._read_load(metrics.text)
         if models is not None:
@@ -75,6 +76,17 @@ class HealthChecker:
         if not was_healthy:
             self.on_healthy()
         return True
+
+    def _read_root_hash(self, health: httpx.Response) -> None:
+        """A pagedock engine's /health names its weights' identity (`root_hash`, as its KV
+        snapshot does): known from the first check, so a stream that starts before the snapshot
+        can still be resumed on the same weights. Absent (another engine): left as it is."""
+        try:
+            root = health.json().get("root_hash")
+            if isinstance(root, str) and root:
+                self.replica.root_hash = bytes.fromhex(root)
+        except (ValueError, AttributeError):
+            return
 
     def _read_load(self, text: str) -> None:
         self.replica.load, rejected = parse_replica_load(text)

@@ -217,6 +217,7 @@ def _replica_view(ctx: RouterContext, url: str) -> dict[str, Any]:
         "healthy": r.healthy,
         "warming": r.warming,
         "instance_id": r.instance_id,
+        "root_hash": None if r.root_hash is None else r.root_hash.hex(),
         "cached_blocks": ctx.index.num_blocks(url),
         "kv_synced": r.kv_synced,
         "kv_seq": r.kv_seq,

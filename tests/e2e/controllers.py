@@ -3,9 +3,10 @@ pass over the stored objects that writes through the API (so watchers see events
 
 * deployments: a Deployment's pods, ReplicaSet-like (owned by the Deployment directly, named
   `<deployment>-<template hash>-<random>`): create up to `spec.replicas`, delete the extra
-  (unready first, then the lowest `controller.kubernetes.io/pod-deletion-cost`, then the newest)
-  and the ones of an older template; then `status` (replicas, ready, available, updated,
-  observedGeneration) from the pods' readiness.
+  (unready first, then the lowest `controller.kubernetes.io/pod-deletion-cost`, then the newest);
+  a new template rolls out as its strategy says (rolling_update.py: surge, then old pods as new
+  ones are ready); then `status` (replicas, ready, available, updated, observedGeneration) from
+  the pods' readiness.
 * endpoint slices: one EndpointSlice per Service with a selector (`kubernetes.io/service-name`),
   an endpoint per selected pod with an IP, `conditions.ready` from the pod's Ready condition.
 * garbage collection: an object whose every owner (by uid) is gone is deleted (background).
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tests.e2e.labels import matches_labels
 from tests.e2e.podspec import ContainerConfigError, container_port
+from tests.e2e.rolling_update import rollout_step
 
 if TYPE_CHECKING:
     from tests.e2e.kubelet import Kubelet
@@ -74,14 +76,20 @@ async def _sync_deployment(kubelet: Kubelet, deployment: Obj) -> None:
     fresh.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
     fresh.sort(key=_deletion_order)  # stable: the newest first among equals
     extra = fresh[: max(len(fresh) - wanted, 0)]
-    for pod in stale + extra:
+    to_delete, num_new = extra, wanted - len(fresh)
+    if stale:  # a new template: the strategy paces the rollout (rolling_update.py)
+        stale.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        step = rollout_step(deployment, fresh, stale, is_ready)
+        to_delete, num_new = step.old_to_delete, step.num_new
+    for pod in to_delete:
         await kubelet.client.delete(PODS, namespace, pod["metadata"]["name"])
-    for _ in range(wanted - len(fresh)):
+    for _ in range(num_new):
         if not _service_account_exists(kubelet, deployment):
             break  # the ReplicaSet controller's "error looking up service account"
         await kubelet.client.create(_new_pod(deployment, current))
-    kept = fresh[len(extra) :]
-    await _write_status(kubelet, deployment, kept, num_stale=len(stale))
+    kept = [p for p in fresh if p not in to_delete]
+    stale = [p for p in stale if p not in to_delete]
+    await _write_status(kubelet, deployment, kept, stale)
 
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
@@ -122,12 +130,15 @@ def _new_pod(deployment: Obj, pod_hash: str) -> Obj:
     }
 
 
-async def _write_status(kubelet: Kubelet, deployment: Obj, pods: list[Obj], num_stale: int) -> None:
-    num_ready = sum(is_ready(p) for p in pods)
+async def _write_status(
+    kubelet: Kubelet, deployment: Obj, pods: list[Obj], stale: list[Obj]
+) -> None:
+    # Old-template pods still running count as ready, as a Deployment's status counts them.
+    num_ready = sum(is_ready(p) for p in pods + stale)
     wanted = int(deployment["spec"].get("replicas", 1))
     status = {
         "observedGeneration": deployment["metadata"].get("generation", 1),
-        "replicas": len(pods) + num_stale,
+        "replicas": len(pods) + len(stale),
         "updatedReplicas": len(pods),
         "readyReplicas": num_ready,
         "availableReplicas": num_ready,

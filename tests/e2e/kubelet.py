@@ -63,6 +63,14 @@ class Kubelet:
         # False leaves new pods Pending, as a node still being provisioned would: a test can then
         # act while no new pod can possibly be ready, whatever the machine's speed.
         self.admitting = True
+        # The preStop sleeps' and grace periods' scale when not time_scale: NOTE: an engine's
+        # drain deadline (--drain-timeout) runs in real seconds, so a scenario about draining
+        # needs the grace period that covers it in real seconds too (1.0).
+        self.lifecycle_time_scale: float | None = None
+
+    @property
+    def lifecycle_scale(self) -> float:
+        return self.time_scale if self.lifecycle_time_scale is None else self.lifecycle_time_scale
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -72,6 +80,7 @@ class Kubelet:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         self.time_scale = min(self.time_scale, 0.05)  # no long grace periods at teardown
+        self.lifecycle_time_scale = None
         runners = [*self.runners.values(), *self._stopped]
         stops = [*(r.stop() for r in self.runners.values()), *self._stopping]
         try:

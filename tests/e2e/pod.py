@@ -61,13 +61,12 @@ class PodRunner:
 
     async def stop(self) -> None:
         """preStop hooks, then SIGTERM and the grace period (both scaled), then cleanup."""
-        grace_s = (
-            self.pod["spec"].get("terminationGracePeriodSeconds", 30) * self.kubelet.time_scale
-        )
+        scale = self.kubelet.lifecycle_scale
+        grace_s = self.pod["spec"].get("terminationGracePeriodSeconds", 30) * scale
         for container in self.containers:
             sleep = ((container.spec.get("lifecycle") or {}).get("preStop") or {}).get("sleep")
             if sleep and container.process is not None:
-                await asyncio.sleep(sleep["seconds"] * self.kubelet.time_scale)
+                await asyncio.sleep(sleep["seconds"] * scale)
         await asyncio.gather(*(c.stop(grace_s) for c in self.containers))
         if self.task is not None:
             self.task.cancel()

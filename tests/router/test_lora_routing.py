@@ -221,9 +221,9 @@ def test_a_stream_is_resumed_only_on_a_replica_serving_its_adapter() -> None:
     failover = StreamFailover(d, d.replica_set, RouterMetrics("x"), no_exchange)
     plan = ResumePlan({"model": "sql", "prompt": TOKENS, "stream": True}, False)
     resumable = Resumable(None, {}, decision, plan)  # type: ignore[arg-type]
-    chosen = failover._next_replica(resumable, ["failed"])
+    chosen = failover._next_replica(resumable, ["failed"], ROOT)
     assert chosen is not None and chosen[1].url == "also-sql"
-    assert failover._next_replica(resumable, ["failed", "also-sql"]) is None
+    assert failover._next_replica(resumable, ["failed", "also-sql"], ROOT) is None
 
 
 def test_a_negative_lora_load_cost_is_refused() -> None:

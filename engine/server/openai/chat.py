@@ -11,6 +11,7 @@ from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import to_api_error
 from engine.server.openai.generation import ChoiceDelta, ChoiceState, Generation
 from engine.server.openai.guards import resolve_model
+from engine.server.openai.handoff import HandedOff, hands_off
 from engine.server.openai.logprobs import chat_logprobs
 from engine.server.openai.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
 from engine.server.openai.sampling import (
@@ -32,6 +33,7 @@ from pagedock.protocol import (
     now_s,
     response_exclusions,
 )
+from pagedock.protocol.openai import HANDOFF_EVENT
 from pagedock.text.prompt_renderer import render_chat
 
 
@@ -93,6 +95,7 @@ async def _stream(
     # A continuation's client has had the deltas of the text generated before: read on from it.
     prior_text = ctx.tokenizer.decode(prior) if prior and ctx.tokenizer is not None else ""
     tool_deltas = ToolDeltas(tools, prior_text) if tools is not None else None
+    gen.hands_off = hands_off(body.return_token_ids, len(gen.choices))
 
     def chunk(choices: list[ChatChunkChoice], usage: UsageInfo | None = None) -> str:
         nonlocal prompt_token_ids
@@ -120,6 +123,9 @@ async def _stream(
             yield chunk([_chunk_choice(ctx, body, d, tool_deltas) for d in deltas])
         if body.include_usage:
             yield chunk([], gen.usage())
+    except HandedOff:
+        yield HANDOFF_EVENT  # and no [DONE]: a router resumes the stream elsewhere
+        return
     except Exception as e:
         yield sse_error(to_api_error(e))
     finally:

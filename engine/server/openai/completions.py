@@ -12,6 +12,7 @@ from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import to_api_error
 from engine.server.openai.generation import ChoiceDelta, Generation
 from engine.server.openai.guards import resolve_model
+from engine.server.openai.handoff import HandedOff, hands_off
 from engine.server.openai.logprobs import completion_logprobs
 from engine.server.openai.prompt_work import check_prompt_chars, in_prompt_pool, prompt_chars
 from engine.server.openai.sampling import (
@@ -29,6 +30,7 @@ from pagedock.protocol import (
     now_s,
     response_exclusions,
 )
+from pagedock.protocol.openai import HANDOFF_EVENT
 from pagedock.text.detokenizer import IncrementalDetokenizer
 from pagedock.text.prompt_renderer import completion_prompts
 
@@ -81,6 +83,7 @@ async def _stream(
         sent_chars = {0: len(_echo(body, gen, 0)) + len(_prior_text(ctx, body, gen))}
     exclude = response_exclusions(body.include_usage, body.return_token_ids)
     prompt_token_ids = gen.prompts[0].token_ids if len(gen.prompts) == 1 else None
+    gen.hands_off = hands_off(body.return_token_ids, len(gen.choices))
 
     def chunk(choices: list[CompletionChoice], usage: UsageInfo | None = None) -> str:
         nonlocal prompt_token_ids
@@ -102,6 +105,9 @@ async def _stream(
             yield chunk([_chunk_choice(ctx, body, d, sent_chars) for d in deltas])
         if body.include_usage:
             yield chunk([], gen.usage())
+    except HandedOff:
+        yield HANDOFF_EVENT  # and no [DONE]: a router resumes the stream elsewhere
+        return
     except Exception as e:
         yield sse_error(to_api_error(e))
     finally:

@@ -93,6 +93,9 @@ class ServerContext:
     max_model_len: int
     options: ServerOptions
     draining: bool = False
+    handing_off: bool = False
+    """True from the drain deadline: resumable streams aborted now are handed off
+    (engine/server/openai/handoff.py)."""
     kv_publisher: VllmKVPublisher | None = None
     """vLLM-format KV events on ZMQ (--kv-events-config); None when off."""
     allow_runtime_lora_updating: bool = False

@@ -27,6 +27,7 @@ from engine.runtime.async_engine import RequestStream
 from engine.runtime.outputs import CompletionOutput, RequestOutput
 from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import GenerationError
+from engine.server.openai.handoff import HandedOff
 from pagedock.protocol import PromptTokensDetails, UsageInfo
 from pagedock.text.prompt_renderer import Prompt
 
@@ -90,6 +91,9 @@ class Generation:
         self.streams: list[RequestStream] = []
         self._num_cached_tokens: dict[int, int] = {}
         self._watcher: asyncio.Task[None] | None = None
+        self.hands_off = False
+        """A stream a router can resume: aborted at the drain deadline, it is handed off
+        (HandedOff) instead of finishing with `abort`."""
 
     @classmethod
     async def start(
@@ -139,6 +143,8 @@ class Generation:
                 for completion in output.outputs:
                     if completion.finish_reason == "error" or output.error:
                         raise GenerationError(output.error or "the request failed in the engine")
+                    if completion.finish_reason == "abort" and self._handed_off():
+                        raise HandedOff(self.id)
                     index = prompt_index * self.n + completion.index
                     self.choices[index].append(completion)
                     added.setdefault(index, []).append(completion)
@@ -161,6 +167,9 @@ class Generation:
             total_tokens=prompt_tokens + completion_tokens,
             prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
         )
+
+    def _handed_off(self) -> bool:
+        return self.hands_off and self.ctx.handing_off
 
     def close(self) -> None:
         """Stop watching the client and abort whatever has not finished (idempotent)."""

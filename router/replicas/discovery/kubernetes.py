@@ -102,7 +102,8 @@ class KubernetesDiscovery:
 
 
 def slice_urls(endpoint_slice: Any, target_port: str | None) -> list[str]:
-    """http://address:port of every ready endpoint of one EndpointSlice."""
+    """http://address:port of every ready endpoint of one EndpointSlice that is not
+    terminating."""
     port = _pick_port(endpoint_slice.ports or [], target_port)
     if port is None:
         return []
@@ -110,8 +111,10 @@ def slice_urls(endpoint_slice: Any, target_port: str | None) -> list[str]:
     urls = []
     for endpoint in endpoint_slice.endpoints or []:
         conditions = endpoint.conditions
-        # NOTE: a missing `ready` condition means ready (the API's documented default).
-        if conditions is not None and conditions.ready is False:
+        # NOTE: a missing `ready` condition means ready (the API's documented default). A
+        # terminating pod (deleted: its preStop, then its drain) takes no new requests, whatever
+        # else its conditions say; its streams in flight go on (docs/router.md#rollouts).
+        if conditions is not None and (conditions.ready is False or conditions.terminating):
             continue
         for address in endpoint.addresses or []:
             host = f"[{address}]" if ipv6 else address

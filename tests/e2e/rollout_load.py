@@ -1,0 +1,189 @@
+"""Steady streaming load for the rollout scenarios: clients that stream completions through the
+routers one after another, each answer recorded with its start, time to first token, text and
+how it ended; the figures the scenarios print (TTFT percentiles by phase, answers by revision)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+ROUTER_PORT = 8080
+PROMPTS = [f"Request {i}: the paged cache keeps block {i * 7} of tenant {i % 3}" for i in range(8)]
+
+
+@dataclass
+class Answer:
+    prompt: str
+    router: str
+    started: float
+    ttft_s: float | None = None
+    text: str = ""
+    done: bool = False
+    status: int = 0
+    error: str | None = None
+    ids: set[str] = field(default_factory=set)
+    seconds: float = 0.0
+    """From the request to the stream's end."""
+
+    @property
+    def failed(self) -> bool:
+        return self.status != 200 or not self.done or self.error is not None
+
+
+def body(prompt: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+    return {
+        "model": "tiny",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": stream,
+    }
+
+
+async def stream_once(
+    http: aiohttp.ClientSession, router: str, prompt: str, max_tokens: int
+) -> Answer:
+    answer = Answer(prompt, router, time.monotonic())
+    url = f"http://{router}:{ROUTER_PORT}/v1/completions"
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with http.post(url, json=body(prompt, max_tokens, True), timeout=timeout) as response:
+        answer.status = response.status
+        async for raw in response.content:
+            line = raw.decode().strip()
+            if line == "data: [DONE]":
+                answer.done = True
+            elif line.startswith("data: "):
+                _take(answer, json.loads(line[6:]))
+    answer.seconds = time.monotonic() - answer.started
+    return answer
+
+
+def _take(answer: Answer, chunk: dict[str, Any]) -> None:
+    if "error" in chunk:
+        answer.error = f"{chunk['error'].get('code')}: {chunk['error'].get('message')}"
+        return
+    answer.ids.add(chunk["id"])
+    for choice in chunk["choices"]:
+        if choice.get("text") and answer.ttft_s is None:
+            answer.ttft_s = time.monotonic() - answer.started
+        answer.text += choice.get("text") or ""
+
+
+async def reference(router: str, max_tokens: int) -> dict[str, str]:
+    """Each prompt's whole answer (not streamed) from the fleet as it is now."""
+    url = f"http://{router}:{ROUTER_PORT}/v1/completions"
+
+    async def answer(http: aiohttp.ClientSession, prompt: str) -> str:
+        payload = body(prompt, max_tokens, False)
+        async with http.post(url, json=payload, timeout=aiohttp.ClientTimeout(total=600)) as r:
+            assert r.status == 200, await r.text()
+            return str((await r.json())["choices"][0]["text"])
+
+    async with aiohttp.ClientSession() as http:
+        texts = await asyncio.gather(*(answer(http, p) for p in PROMPTS))
+    return dict(zip(PROMPTS, texts, strict=True))
+
+
+class Load:
+    """`num_clients` clients, spread over the routers, each streaming one answer after another
+    until stopped. `routers()` names the router pods ready now: each request goes to one of them,
+    as the router Service would send it (the e2e has no ClusterIPs), so a router rollout moves the
+    new requests while the old router finishes its streams."""
+
+    def __init__(
+        self, routers: Callable[[], list[str]], num_clients: int, max_tokens: int, counted: str
+    ) -> None:
+        self.routers = routers
+        self.num_clients = num_clients
+        self.max_tokens = max_tokens
+        self.answers: list[Answer] = []
+        self.counter = RouterCounter(routers, counted)
+        """The routers' `counted` sample, watched while the clients run."""
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._client(i)) for i in range(self.num_clients)]
+        self._tasks.append(asyncio.create_task(self.counter.watch(self._stop)))
+
+    async def stop(self) -> None:
+        """Stop the clients (each finishes the answer it is reading) and the counter's watch."""
+        self._stop.set()
+        await asyncio.wait_for(asyncio.gather(*self._tasks), timeout=600)
+
+    async def _client(self, index: int) -> None:
+        async with aiohttp.ClientSession() as http:
+            n = 0
+            while not self._stop.is_set():
+                routers = self.routers()
+                router = routers[(index + n) % len(routers)]
+                prompt = PROMPTS[(index + n) % len(PROMPTS)]
+                try:
+                    answer = await stream_once(http, router, prompt, self.max_tokens)
+                except (aiohttp.ClientError, TimeoutError) as e:
+                    answer = Answer(prompt, router, time.monotonic(), error=repr(e))
+                self.answers.append(answer)
+                n += 1
+
+    def between(self, start: float, end: float) -> list[Answer]:
+        return [a for a in self.answers if start <= a.started < end]
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (nearest rank) of `values`; NaN when there are none."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def ttfts(answers: list[Answer]) -> list[float]:
+    return [a.ttft_s for a in answers if a.ttft_s is not None]
+
+
+class RouterCounter:
+    """A counter summed over every router pod there was: each pod's last value, read while it
+    serves (a router replaced by a rollout takes its counters with it)."""
+
+    def __init__(self, routers: Callable[[], list[str]], sample: str) -> None:
+        self.routers = routers
+        self.sample = sample
+        self.last: dict[str, float] = {}
+
+    @property
+    def total(self) -> float:
+        return sum(self.last.values())
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Read every second until `stop`, then once more."""
+        while not stop.is_set():
+            await self.read()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+        await self.read()
+
+    async def read(self) -> float:
+        async with aiohttp.ClientSession() as http:
+            for router in self.routers():
+                url = f"http://{router}:{ROUTER_PORT}/metrics"
+                try:
+                    async with http.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
+                        text = await response.text()
+                except (aiohttp.ClientError, TimeoutError):
+                    continue  # leaving: its last value stands
+                values = [
+                    float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines()
+                    if line.startswith(self.sample + " ")
+                ]
+                self.last[router] = sum(values)
+        return self.total
