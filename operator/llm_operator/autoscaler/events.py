@@ -45,8 +45,10 @@ def build_event(
     }
 
 
-async def post_event(kube: KubeClient, body: Mapping[str, Any], reason: str, message: str) -> None:
-    event = build_event(body, reason, message)
+async def post_event(
+    kube: KubeClient, body: Mapping[str, Any], reason: str, message: str, type_: str = "Normal"
+) -> None:
+    event = build_event(body, reason, message, type_)
     try:
         await kube.create(f"/api/v1/namespaces/{body['metadata']['namespace']}/events", event)
     except KubeError as error:  # an Event is a courtesy: the decision stands without it

@@ -3,8 +3,10 @@ autoscaling.mode builtin, poll its routers, decide, and write spec.replicas (the
 field while autoscaling is on: a `kubectl scale` is overridden at the next tick), an Event when it
 changes and status.autoscaler with the inputs. The update of spec.replicas reaches the engine
 Deployment through the usual reconcile (the update handler). Of several operator replicas only
-kopf's active peer runs it (leadership.py); the windows live in its memory and start empty after
-a restart or a leader change.
+kopf's active peer runs it (leadership.py). The windows live in its memory and in the ConfigMap
+`<name>-autoscaler` (state_store.py): a restarted operator, or a replica that becomes the active
+peer, resumes from what was recorded there instead of starting empty; a replica forgets the windows
+of every namespace where it is not the active peer, so it reads them afresh when it leads again.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from typing import Any
 from llm_operator import API_VERSION, KIND
 from llm_operator.api.spec import InvalidSpecError, LLMDeploymentSpec, parse_spec
 from llm_operator.autoscaler.events import post_event
+from llm_operator.autoscaler.record import Clock
 from llm_operator.autoscaler.rule import Decision, Observation, ScalerState, decide
 from llm_operator.autoscaler.scale_down import annotation_patches, coldest
 from llm_operator.autoscaler.signals import RouterDemand, poll_routers, ready_pod_ips
+from llm_operator.autoscaler.state_store import StateStore
 from llm_operator.conditions import now_rfc3339
 from llm_operator.fleet.status import deployment_counts
 from llm_operator.k8s.kube import KubeClient, KubeError
@@ -41,6 +45,10 @@ class Autoscaler:
     settings: OperatorSettings
     states: dict[tuple[str, str], ScalerState] = field(default_factory=dict)
     _status_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    store: StateStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.store = StateStore(self.kube)
 
     async def run_forever(self, peering: Peering | None) -> None:
         while True:
@@ -53,6 +61,7 @@ class Autoscaler:
     async def tick(self, peering: Peering | None = None) -> None:
         for namespace, path in collection_paths(self.settings.namespaces):
             if not await is_active(self.kube, peering, namespace):
+                self._forget(namespace)  # another peer decides (and records) here
                 continue
             listing = await self.kube.get(path)
             for body in (listing or {}).get("items", []):
@@ -68,17 +77,36 @@ class Autoscaler:
         except InvalidSpecError:
             return None  # the reconciler says why in status
         if not spec.autoscaling.builtin or meta.get("deletionTimestamp"):
-            self.states.pop(key, None)
+            if self.states.pop(key, None) is not None and not meta.get("deletionTimestamp"):
+                await self.store.discard(key)  # turned off (a deletion takes it with the owner)
+            self.store.forget(key)
             return None
         demand = await self._demand(*key)
         if demand is None:
             return None  # no router answered: no decision (status keeps the last one)
-        obs = await self._observe(key, spec, demand)
-        decision = decide(spec.autoscaling, self.states.setdefault(key, ScalerState()), obs)
-        if decision.replicas != spec.replicas:
+        clock = Clock(time.monotonic(), time.time())
+        state = self.states.get(key)
+        if state is None:  # first decision since this replica started or became the leader
+            state = self.states[key] = await self.store.load(body, spec.autoscaling, clock)
+        obs = await self._observe(key, spec, demand, clock.monotonic)
+        decision = decide(spec.autoscaling, state, obs)
+        scaled = decision.replicas != spec.replicas
+        if scaled:
             await self._scale(body, spec.replicas, decision, demand)
-        await self._write_status(body, key, decision, demand, decision.replicas != spec.replicas)
+        await self.store.save(key, state, clock, force=scaled)
+        await self._write_status(body, key, decision, demand, scaled)
         return decision
+
+    async def flush(self) -> None:
+        """Record every window now (the operator is stopping)."""
+        clock = Clock(time.monotonic(), time.time())
+        for key, state in list(self.states.items()):
+            await self.store.save(key, state, clock, force=True)
+
+    def _forget(self, namespace: str | None) -> None:
+        for key in [k for k in self.states if namespace is None or k[0] == namespace]:
+            del self.states[key]
+            self.store.forget(key)
 
     async def _demand(self, namespace: str, name: str) -> RouterDemand | None:
         selector = selector_string(selector_labels(name, "router"))
@@ -86,12 +114,12 @@ class Autoscaler:
         return await poll_routers(ready_pod_ips(pods), self.settings.scrape_timeout_seconds)
 
     async def _observe(
-        self, key: tuple[str, str], spec: LLMDeploymentSpec, demand: RouterDemand
+        self, key: tuple[str, str], spec: LLMDeploymentSpec, demand: RouterDemand, now: float
     ) -> Observation:
         engine = await self.kube.get(KINDS["Deployment"].object_path(key[0], engine_name(key[1])))
         _, _, ready = deployment_counts(engine)
         return Observation(
-            now=time.monotonic(),
+            now=now,
             num_held=demand.num_held,
             num_inflight=demand.num_inflight,
             idle_seconds=demand.idle_seconds,

@@ -12,8 +12,8 @@ style, with the HPA's scale-down stabilization):
                  replicas while some are still starting: a 7-minute model load is not a reason
                  to ask for more pods every second
     scale-down   only to the highest want of the last scaleDownStabilizationSeconds, and not
-                 in the first such window after the autoscaler starts watching (a restarted
-                 operator has no past: it must not read "no want" as "want less")
+                 in the first such window after the autoscaler starts watching (an operator
+                 with no recorded past must not read "no want" as "want less")
     zero         minReplicas 0: no request and nothing held or in flight for
                  scaleToZeroAfterSeconds -> 0; at 0 it stays there until a request is held;
                  otherwise at least 1 (a held request brings one at once, no window)
@@ -61,7 +61,8 @@ class Decision:
 
 @dataclass
 class ScalerState:
-    """The windows one LLMDeployment's rule keeps between ticks (in the operator's memory)."""
+    """The windows one LLMDeployment's rule keeps between ticks (in the operator's memory, and
+    recorded for the next operator by state_store.py)."""
 
     samples: deque[tuple[float, int]] = field(default_factory=deque)
     wants: deque[tuple[float, int]] = field(default_factory=deque)
@@ -111,7 +112,8 @@ def _bounded(
             )
         return want, f"concurrency {obs.concurrency} ({obs.num_held} held)"
     if want < current:
-        if obs.now - (state.started_at or obs.now) < spec.scale_down_stabilization_seconds:
+        started = obs.now if state.started_at is None else state.started_at  # 0.0 is a time
+        if obs.now - started < spec.scale_down_stabilization_seconds:
             return current, f"wants {want}, no scale-down in the first stabilization window"
         stabilized = min(current, max(w for _, w in state.wants))
         if stabilized > want:

@@ -100,6 +100,7 @@ def build_router_deployment(ctx: BuildContext) -> Obj:
             "replicas": router.replicas,
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(ctx.name, COMPONENT)},
+            "strategy": _rolling_update(),
             "template": {
                 "metadata": {
                     "labels": metadata(ctx, "", COMPONENT)["labels"],
@@ -113,6 +114,13 @@ def build_router_deployment(ctx: BuildContext) -> Obj:
             },
         },
     }
+
+
+def _rolling_update() -> Obj:
+    """A new router is ready before an old one stops taking requests (a surge, none unavailable);
+    the old one then finishes its streams in its grace period (preStop, then its drain on
+    SIGTERM: uvicorn stops accepting and waits for the responses in flight)."""
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
 
 
 def _spread_over_nodes(ctx: BuildContext) -> Obj | None:

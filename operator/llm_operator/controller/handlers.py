@@ -3,7 +3,8 @@
 Triggers (level-based; any of them leads to the same full reconcile):
   create / update / resume of an LLMDeployment   the spec changed or the operator restarted
   a pass every `resync_seconds` (resync.py)      drift repair, metrics into status
-  the built-in autoscaler (autoscaler/loop.py)  writes spec.replicas, which is an update
+  the built-in autoscaler (autoscaler/loop.py)  writes spec.replicas, which is an update (its
+                                               windows go to a ConfigMap no handler watches)
   an event on a child Deployment, Service,     a child became ready, failed, was edited or
   Pod or Job                                   deleted, or a model download finished
 No handler needs a finalizer, so deletion never waits for the operator: the garbage collector
@@ -34,6 +35,7 @@ from llm_operator.settings import OperatorSettings
 PREFIX = "pagedock.dev"
 CHILD_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
 CHILD_SELECTOR = ",".join(f"{key}={value}" for key, value in CHILD_LABELS.items())
+FLUSH_TIMEOUT_S = 5.0  # stopping: the autoscaler's last record of its windows
 PEER_IDENTITY = "peer_identity"  # set in the memo by `pagedock operator run`, also given to kopf
 # Engine pods too: their failures (image pulls, crash loops, scheduling) go into status.
 WATCHED_CHILDREN = (
@@ -98,17 +100,10 @@ def make_registry(operator: OperatorSettings) -> kopf.OperatorRegistry:
             peering = Peering(settings.peering.name, memo[PEER_IDENTITY], settings.peering.priority)
         resync = resync_forever(reconciler, operator.namespaces, peering)
         memo["resync"] = asyncio.create_task(resync)
-        autoscaler = Autoscaler(kube, operator)
+        memo["scaler"] = autoscaler = Autoscaler(kube, operator)
         memo["autoscaler"] = asyncio.create_task(autoscaler.run_forever(peering))
 
-    @kopf.on.cleanup(registry=registry)
-    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-        for task in (memo["resync"], memo["autoscaler"]):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await memo["reconciler"].kube.close()
-
+    kopf.on.cleanup(registry=registry)(cleanup)
     kopf.on.login(registry=registry)(login)
 
     @kopf.on.resume(*resource, registry=registry)
@@ -128,6 +123,20 @@ def make_registry(operator: OperatorSettings) -> kopf.OperatorRegistry:
     for group, version, plural in WATCHED_CHILDREN:
         kopf.on.event(group, version, plural, labels=CHILD_LABELS, registry=registry)(child_event)
     return registry
+
+
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    """The operator stops: the background tasks end, the autoscaler records its windows."""
+    for task in (memo["resync"], memo["autoscaler"]):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    # The windows since the last periodic write: the next leader resumes from them.
+    try:
+        await asyncio.wait_for(memo["scaler"].flush(), FLUSH_TIMEOUT_S)
+    except TimeoutError:
+        logging.getLogger(__name__).warning("the autoscaler windows were not all saved")
+    await memo["reconciler"].kube.close()
 
 
 async def child_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
