@@ -101,6 +101,15 @@ class EngineConfig:
     cpu_kernels: bool = True
     """CPU float32: the C++ kernels (paged attention, fused norm, rotary, SiLU); off: pure torch.
     Process-wide: the last engine built in a process decides."""
+    cpu_kernels_cache: bool = True
+    """Import the C++ CPU kernels this machine compiled before straight from their recorded
+    build, skipping torch's up-to-date check (setuptools, compiler and ninja runs: up to a
+    second or two of each start); off: always through torch's builder. Read by `pagedock
+    serve`."""
+    weights_load_strategy: str = "mmap"
+    """mmap: build the model without initialising its parameters and use each weight it takes
+    as stored (the embedding, norms, o_proj, down_proj) in place, from the file's memory map;
+    copy: initialise every parameter, then copy each weight into it. Read by `pagedock serve`."""
     weight_cache: bool = True
     """Cache a quantized GGUF's dequantized weights in the pagedock cache, so restarts skip
     dequantizing."""
@@ -139,6 +148,10 @@ class EngineConfig:
         _check(
             self.kv_cache_dtype in KV_CACHE_DTYPES,
             f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}",
+        )
+        _check(
+            self.weights_load_strategy in ("mmap", "copy"),
+            f"weights_load_strategy must be mmap or copy, got {self.weights_load_strategy!r}",
         )
         _check(
             self.device in ("auto", "cpu", "cuda"),

@@ -8,6 +8,8 @@ CPU's model name), then later starts load the shared object in well under a seco
 or a failed build, falls back to the torch path with one warning: correctness never depends on
 it. EngineConfig.cpu_kernels (`--no-cpu-kernels`, `PAGEDOCK_CPU_KERNELS=false`) turns them off.
 `cpu_kernel_path()` says which of these the process runs (logged, and in the server's /version).
+A JIT build this machine made before is imported directly on later starts, without torch's
+up-to-date check (jit_build_record.py; `set_cpu_kernels_cache(False)` always asks torch).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from types import ModuleType
 
 import torch
 
+from engine.kernels.jit_build_record import build_key, load_recorded, write_record
 from engine.kernels.prebuilt import (
     CSRC,
     KERNEL_LDFLAGS,
@@ -31,6 +34,7 @@ from engine.kernels.prebuilt import (
     kernel_sources,
     load_prebuilt,
 )
+from engine.startup_stages import mark_stage
 
 logger = logging.getLogger("pagedock.cpu_kernels")
 
@@ -45,6 +49,9 @@ _STALE_BUILD_LOCK_S = 15 * 60
 _enabled = True
 # What _build_cpu_kernels() settled on; None until something asked for the kernels.
 _loaded_path: str | None = None
+# Import a JIT build recorded on this machine without torch's up-to-date check
+# (EngineConfig.cpu_kernels_cache; the server sets it before building the engine).
+_use_build_record = True
 
 
 def _cpu_identity() -> str:
@@ -63,12 +70,21 @@ def set_cpu_kernels_enabled(enabled: bool) -> None:
     _enabled = enabled
 
 
+def set_cpu_kernels_cache(enabled: bool) -> None:
+    """Whether a JIT build recorded on this machine is imported directly (jit_build_record.py)."""
+    global _use_build_record
+    _use_build_record = enabled
+
+
 def load_cpu_kernels(enabled: bool | None = None) -> ModuleType | None:
     """The compiled module; None when disabled (by `enabled`, else by the process switch) or
     when it can't be built here."""
     if not (_enabled if enabled is None else enabled):
+        mark_stage("kernels_ready")  # none to load
         return None
-    return _build_cpu_kernels()
+    module = _build_cpu_kernels()
+    mark_stage("kernels_ready")
+    return module
 
 
 def cpu_kernel_path() -> str:
@@ -102,24 +118,29 @@ def _load_prebuilt(directory: Path) -> tuple[ModuleType | None, str]:
 
 
 def _jit_build() -> tuple[ModuleType | None, str]:
+    digest = hashlib.sha256(_cpu_identity().encode())
+    for source in [*_SOURCES, *_HEADERS]:
+        digest.update(source.read_bytes())
+    name = f"pagedock_cpu_{digest.hexdigest()[:12]}"
+    cflags = kernel_cflags("native")
+    key = build_key(name, cflags, KERNEL_LDFLAGS, torch.__version__)
+    if _use_build_record and (module := load_recorded(name, key)) is not None:
+        return module, "jit -march=native"
     try:
         from torch.utils.cpp_extension import load
 
-        digest = hashlib.sha256(_cpu_identity().encode())
-        for source in [*_SOURCES, *_HEADERS]:
-            digest.update(source.read_bytes())
-        name = f"pagedock_cpu_{digest.hexdigest()[:12]}"
         _remove_stale_build_lock(name)
         module = load(
             name=name,
             sources=[str(s) for s in _SOURCES],
-            extra_cflags=kernel_cflags("native"),
+            extra_cflags=cflags,
             extra_ldflags=KERNEL_LDFLAGS,
             verbose=False,
         )
     except Exception as e:  # any build failure means: use the torch path
         logger.warning("C++ CPU kernels unavailable (%s); using the torch attention path", e)
         return None, "torch"
+    write_record(name, key, module)
     return module, "jit -march=native"
 
 

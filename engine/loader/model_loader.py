@@ -15,9 +15,15 @@ import torch
 
 from engine.attention.backend import AttentionBackend
 from engine.layers.cpu_linear import pack_linears
+from engine.loader.weights_load_strategy import (
+    adopt_as_stored,
+    weights_load_strategy,
+    without_weight_init,
+)
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.models.tp_layout import SKIP, Narrow
+from engine.startup_stages import mark_stage
 from pagedock.errors import ModelLoadError
 
 if TYPE_CHECKING:
@@ -28,11 +34,16 @@ NarrowFor = Callable[[str], "Narrow | str | None"]
 
 
 def read_model_config(path: Path) -> ModelConfig:
+    """The architecture of a located model (the `weights_located` start-up stage: the engine
+    reads it right after resolving the model onto this machine)."""
     if path.suffix == ".gguf":
         from engine.loader.gguf_loader import read_gguf_config
 
-        return read_gguf_config(path)
-    return ModelConfig.from_hf_dir(path)
+        config = read_gguf_config(path)
+    else:
+        config = ModelConfig.from_hf_dir(path)
+    mark_stage("weights_located")
+    return config
 
 
 def iter_weights(
@@ -125,22 +136,26 @@ def load_model(
     `onednn` packs CPU float32 linears for oneDNN, their weights in `gemm_dtype` (default: `dtype`);
     `weight_cache` reads and writes a GGUF's
     dequantized weights in the pagedock cache (EngineConfig's fields of those names). With `tp`,
-    this rank's shard only."""
+    this rank's shard only. The weights load as weights_load_strategy.py's process-wide
+    strategy says (`mmap`: parameters left uninitialised, weights used as stored in place)."""
     started = time.perf_counter()
-    with _default_dtype(dtype), torch.device("meta"):
+    mapped = weights_load_strategy() == "mmap"
+    with _default_dtype(dtype), torch.device("meta"), without_weight_init(mapped):
         model = LlamaForCausalLM(config, max_positions, backend, tp)
     model.to_empty(device=device)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     model.rotary.build_tables(device)
     narrow_for = None if tp is None else model.layout.narrow_for
-    model.load_weights(iter_weights(path, dtype, weight_cache, narrow_for))
+    weights = iter_weights(path, dtype, weight_cache, narrow_for)
+    model.load_weights(adopt_as_stored(model, weights) if mapped else weights)
     model.eval()
     num_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if device.type == "cpu":
         pack_linears(model, enabled=onednn, gemm_dtype=gemm_dtype or dtype)
     # ru_maxrss is in KiB on Linux: the process's peak resident size so far.
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    mark_stage("weights_loaded")
     rank = "" if tp is None else f" (rank {tp.rank} of {tp.world_size})"
     gemms = f", GEMMs in {gemm_dtype}" if gemm_dtype not in (None, dtype) and onednn else ""
     print(

@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         config = EngineConfig(**values_for(EngineConfig, ns))
         options = ServerOptions(**values_for(ServerOptions, ns))
         from engine.server.serve import run_server  # torch, fastapi: only once the flags are good
+        from engine.startup_stages import mark_stage
 
+        mark_stage("imports_done")
         return run_server(config, options)
     except PagedockError as e:  # a bad flag, a model that won't load: say so, no traceback
         print(f"pagedock serve: error: {e}", file=sys.stderr)

@@ -8,6 +8,9 @@ installed as its listeners); the registry is per server so tests can run several
 With LoRA (`max_loras` > 0), `vllm:lora_requests_info` names the adapters with running and with
 waiting requests as vLLM does, and `pagedock:lora_requests_total` counts finished requests per
 adapter; with LoRA off the info gauge says `max_lora="0"` and no adapter, and the counter is absent.
+
+`pagedock:startup_stage_seconds{stage}` says when this process reached each start-up stage
+(engine/server/startup_stages.py); the first finished request marks `first_request_served`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from engine.server.startup_stages import StartupStagesCollector
+from engine.startup_stages import STARTUP_STAGES, mark_stage
 
 if TYPE_CHECKING:
     from engine.core.scheduler_stats import SchedulerStats
@@ -70,7 +76,7 @@ class EngineMetrics:
     """One server's metrics; `max_loras` is the engine's LoRA weight slots (0: LoRA off)."""
 
     def __init__(self, model_name: str, max_loras: int = 0) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = _registry_with_startup_stages()
         self.model_name = model_name
         self.max_lora = str(max_loras)
         gauge, counter, histogram = self._gauge, self._counter, self._histogram
@@ -187,6 +193,8 @@ class EngineMetrics:
             self._ttft.labels(m).observe(ttft_s)
         for itl_s in stats.inter_token_latencies_s:
             self._itl.labels(m).observe(itl_s)
+        if stats.finished:
+            mark_stage("first_request_served")
         for finished in stats.finished:
             timing = finished.timing
             self._success.labels(m, finished.finish_reasons[0]).inc()
@@ -209,6 +217,13 @@ class EngineMetrics:
 
     def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
         return Histogram(name, doc, ["model_name"], buckets=buckets, registry=self.registry)
+
+
+def _registry_with_startup_stages() -> CollectorRegistry:
+    """A registry of its own, holding this process's start-up stages (startup_stages.py)."""
+    registry = CollectorRegistry()
+    registry.register(StartupStagesCollector(STARTUP_STAGES))
+    return registry
 
 
 def _delta(current: int, last: int | None) -> int:

@@ -18,6 +18,7 @@ from engine.server.openai.lora_adapters import load_lora_adapter, unload_lora_ad
 from engine.server.openai.prompt_work import in_prompt_pool
 from engine.server.openai.render import render_chat_request, render_completion_request
 from engine.server.openai.tokenize import detokenize, tokenize
+from engine.startup_stages import STARTUP_STAGES
 from pagedock.http.auth import api_key_guard
 from pagedock.protocol import (
     ChatCompletionRequest,
@@ -158,7 +159,10 @@ def open_routes(ctx: ServerContext) -> APIRouter:
         if 0 < ctx.options.stall_timeout_s < stalled_s:
             body = {"status": "engine stalled", "seconds_since_progress": round(stalled_s, 1)}
             return JSONResponse(body, status_code=503)
-        return JSONResponse({"status": "ok", "seconds_since_progress": round(stalled_s, 2)})
+        # root_hash: the weights' identity (engine/runtime/weights_identity.py), for routers
+        # that must not resume a stream on other weights before they read a KV snapshot.
+        body = {"status": "ok", "seconds_since_progress": round(stalled_s, 2)}
+        return JSONResponse({**body, "root_hash": ctx.kv_hub.root_hash})
 
     @router.get(
         "/metrics",
@@ -167,6 +171,14 @@ def open_routes(ctx: ServerContext) -> APIRouter:
     )
     async def metrics() -> Response:
         return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @router.get(
+        "/startup",
+        responses={200: {"description": "seconds from the process's start to each stage"}},
+    )
+    async def startup() -> JSONResponse:
+        """When this process reached each start-up stage (engine/startup_stages.py)."""
+        return JSONResponse(STARTUP_STAGES.report())
 
     @router.get("/version", response_model=VersionResponse)
     async def version_route() -> VersionResponse:

@@ -20,6 +20,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from engine.config import EngineConfig
+from engine.kernels.cpu_kernels import set_cpu_kernels_cache
+from engine.loader.weights_load_strategy import set_weights_load_strategy
 from engine.runtime.async_engine import AsyncEngine
 from engine.runtime.llm_engine import LLMEngine
 from engine.server.app import build_app
@@ -29,6 +31,7 @@ from engine.server.kv_events.vllm_publisher import VllmKVPublisher
 from engine.server.metrics import EngineMetrics
 from engine.server.openai.context import ServerContext, ServerOptions
 from engine.server.request_log import RequestLog
+from engine.startup_stages import mark_stage
 from pagedock.errors import TensorParallelError
 from pagedock.http.limits import limited_protocol
 
@@ -82,11 +85,14 @@ def freeze_startup_heap() -> None:
 
 def run_server(config: EngineConfig, options: ServerOptions) -> int:
     configure_logging(options.log_level)
+    set_cpu_kernels_cache(config.cpu_kernels_cache)
+    set_weights_load_strategy(config.weights_load_strategy)
     engine = LLMEngine(config)
     ctx = build_context(engine, options, own_thread=False)
     uv_config = build_uvicorn_config(build_app(ctx), options)
     freeze_startup_heap()
-    server = DrainingServer(uv_config, drain=lambda: drain(ctx), on_ready=lambda: _print_ready(ctx))
+    mark_stage("warmup_done")
+    server = DrainingServer(uv_config, drain=lambda: drain(ctx), on_ready=lambda: _on_ready(ctx))
 
     def serve_http() -> None:
         try:
@@ -132,6 +138,11 @@ def configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         force=True,
     )
+
+
+def _on_ready(ctx: ServerContext) -> None:
+    mark_stage("ready")
+    _print_ready(ctx)
 
 
 def _print_ready(ctx: ServerContext) -> None:

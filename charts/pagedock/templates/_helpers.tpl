@@ -52,6 +52,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, patch]
+# configmaps: the engines' environment (<name>-engine) and the built-in autoscaler's windows
+# (<name>-autoscaler, kept across operator restarts and leader changes).
 - apiGroups: [""]
   resources: [configmaps, serviceaccounts]
   verbs: [get, create, patch, delete]

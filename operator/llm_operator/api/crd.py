@@ -43,6 +43,13 @@ PRINTER_COLUMNS: list[Obj] = [
         "priority": 1,
         "jsonPath": ".status.numRequestsWaiting",
     },
+    {
+        "name": "Cold-Start",
+        "type": "number",
+        "priority": 1,
+        "description": "Seconds from the newest engine pod's process start to ready",
+        "jsonPath": ".status.startup.stages.ready",
+    },
 ]
 
 

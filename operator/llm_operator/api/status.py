@@ -55,6 +55,42 @@ class AdapterStatus(BaseModel):
     """Ready engine replicas that serve it (list it in GET /v1/models)."""
 
 
+class StartupStages(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
+    )
+
+    imports_done: float | None = None
+    """The server's modules (torch, the engine, the HTTP stack) were imported."""
+    weights_located: float | None = None
+    """The model's files were on the node and its config read."""
+    kernels_ready: float | None = None
+    """The C++ CPU kernels were loaded (or known to be off); absent on GPUs."""
+    weights_loaded: float | None = None
+    """The weights were in the model (packed for oneDNN on the CPU)."""
+    warmup_done: float | None = None
+    """The engine was built: KV cache allocated, CUDA graphs captured on GPUs."""
+    ready: float | None = None
+    """The HTTP server listened (the readiness probe could pass)."""
+    first_request_served: float | None = None
+    """The first request finished."""
+
+
+class StartupStatus(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
+    )
+
+    pod: str
+    """The engine pod the figures come from: the newest ready pod of the newest revision."""
+    revision: str | None = None
+    """Its pod-template-hash."""
+    process_start_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    """When its engine process started."""
+    stages: StartupStages
+    """Seconds from the process's start to each start-up stage it reached."""
+
+
 class LLMDeploymentStatus(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
@@ -89,6 +125,8 @@ class LLMDeploymentStatus(BaseModel):
     """`<Ready adapters>/<declared adapters>` (the Adapters printer column)."""
     autoscaler: AutoscalerStatus | None = None
     """The built-in autoscaler's last decision and its inputs (autoscaling.mode builtin)."""
+    startup: StartupStatus | None = None
+    """The cold start of the latest revision's newest ready engine pod, stage by stage."""
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},

@@ -30,6 +30,7 @@ from llm_operator.fleet.adapter_status import adapter_warnings, adapters_ready
 from llm_operator.fleet.gateway_status import gateway_state
 from llm_operator.fleet.metrics import FleetStats
 from llm_operator.fleet.pod_failures import PodFailure, engine_failure
+from llm_operator.fleet.startup import EngineStartups
 from llm_operator.fleet.status import (
     ChildrenState,
     build_conditions,
@@ -71,11 +72,13 @@ class Reconciler:
     # with it would warn again.
     _written: dict[tuple[str, str], list[Obj]] = dataclasses.field(default_factory=dict)
     adapters: AdapterSync = dataclasses.field(init=False)
+    startups: EngineStartups = dataclasses.field(init=False)
     _followups: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     _followup_due: set[tuple[str, str]] = dataclasses.field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.adapters = AdapterSync(self.kube, self._follow_up)
+        self.startups = EngineStartups(self.kube, self.settings)
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self._locks.setdefault((namespace, name), asyncio.Lock())
@@ -85,6 +88,7 @@ class Reconciler:
         self._written.pop((namespace, name), None)
         self._followup_due.discard((namespace, name))
         self.adapters.forget(namespace, name)
+        self.startups.forget(namespace, name)
 
     async def reconcile(self, body: Mapping[str, Any], stats: FleetStats | None = None) -> None:
         """Bring the children and the status of this LLMDeployment in line with its spec."""
@@ -225,6 +229,7 @@ class Reconciler:
             **_stats_fields(stats),
             "adapters": adapters,
             "adaptersReady": None if adapters is None else adapters_ready(adapters),
+            "startup": await self.startups.read(ctx.namespace, ctx.name, state.engine),
         }
         conditions = build_conditions(state, ctx.spec.model.source, generation)
         conditions = with_delivery(conditions, delivery, generation)
