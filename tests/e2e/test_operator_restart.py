@@ -52,6 +52,9 @@ def autoscaled(obj: Obj) -> Obj:
     return obj
 
 
+# NOTE: unsettled (docs/e2e.md): passed alone twice, but in CI's run of 169e378 the deployment
+# never reached the two-engine window before the restart (120 s); `make e2e-unsettled` runs it.
+@pytest.mark.unsettled
 async def test_a_restarted_operator_restarts_no_engine_and_keeps_its_windows(
     cluster: Cluster,
 ) -> None:
