@@ -121,7 +121,13 @@ class Load:
         await asyncio.wait_for(asyncio.gather(*self._tasks), timeout=600)
 
     async def _client(self, index: int) -> None:
-        async with aiohttp.ClientSession() as http:
+        # NOTE: a new connection for each request, as kube-proxy gives one. A pooled keep-alive
+        # connection to the router this client used two requests ago sat idle for a whole
+        # stream on the other router, past uvicorn's 5 s keep-alive: the router had closed it,
+        # and a request written on it just then got "Connection reset by peer" (CI's run of
+        # 169e378), a race of this client's pool, not of the rollout.
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as http:
             n = 0
             while not self._stop.is_set():
                 routers = self.routers()
