@@ -31,21 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.machine import git_commit, machine_info
 from benchmarks.repetitions import interleaved_order, spread
 from benchmarks.servers import REPO_ROOT, free_port
+from engine.startup_stages import STAGES as ENGINE_STAGES
 
 HERE = Path(__file__).resolve().parent
 MODEL = "smollm2-135m-instruct"
 # The start-up speed-ups, each off (EngineConfig fields; docs/server.md#cold-start).
 SPEED_UPS_OFF = ["--no-cpu-kernels-cache", "--weights-load-strategy", "copy"]
 DEFAULT_ARMS = {"before": SPEED_UPS_OFF, "after": []}
-STAGES = (
-    "imports_done",
-    "weights_located",
-    "kernels_ready",
-    "weights_loaded",
-    "warmup_done",
-    "ready",
-    "first_request_served",
-)
+# The engine's stages after the process start itself (its own list, engine/startup_stages.py).
+STAGES = ENGINE_STAGES[1:]
 # Figures of a run besides the stages, all seconds from the spawn.
 SPAWN_FIGURES = ("health_ok", "first_token")
 POLL_S = 0.02
