@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ServedAdapter:
-    """One load of an adapter: its name, its id and the path it was loaded from."""
+    """One load of an adapter: its name, its id, the path it was loaded from and the root its
+    requests' block hashes chain from (hex; engine/core/kv_cache_manager.py set_adapter_weights)."""
 
     name: str
     lora_id: int
     path: str
+    kv_root: str = ""
 
 
 class LoRARegistry(Mapping[str, str]):
@@ -77,12 +79,12 @@ class LoRARegistry(Mapping[str, str]):
 
     # ---- changes (engine thread) --------------------------------------------------------------
 
-    def add(self, name: str, path: str) -> ServedAdapter:
+    def add(self, name: str, path: str, kv_root: str = "") -> ServedAdapter:
         """Serve `name` from `path` under a new id; ValueError for a name served or unloading (the
         caller checks first)."""
         if name in self._served or name in self._unloading:
             raise ValueError(f"LoRA adapter {name!r} is already registered")
-        adapter = ServedAdapter(name, self._next_id, path)
+        adapter = ServedAdapter(name, self._next_id, path, kv_root)
         self._next_id += 1
         self._served = {**self._served, name: adapter}
         self._ever_served = self._ever_served | {name}

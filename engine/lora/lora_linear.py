@@ -1,8 +1,9 @@
 """A projection with LoRA: y = base(x) + the step's low-rank deltas (vLLM's *LinearWithLoRA).
 
 The base projection runs over all rows as before; the manager then adds each row's adapter's
-delta (engine/lora/stacked_lora.py: every slot stacked for steps of few rows, by adapter segment
-for longer ones). q, k and v (or gate and up) of a fused projection each get their own columns.
+delta (engine/lora/stacked_lora.py: the adapter rows in padded groups, two batched GEMMs, where
+the groups are near equal; by adapter segment otherwise). q, k and v (or gate and up) of a fused
+projection each get their own columns.
 The base weights are never merged with an adapter's.
 
 A step without adapter rows (no mapping) costs one attribute read per projection.

@@ -22,13 +22,10 @@ from engine.lora.adapter import LoRAAdapter, LoRAWeights
 from engine.lora.lora_linear import ModuleKey
 from engine.lora.lora_mapping import LoRAMapping
 from engine.lora.stacked_lora import (
-    STACKED_MAX_ROWS,
-    Signature,
     StackedLoRA,
+    add_grouped,
     add_segments,
-    add_stacked,
     compute_dtype,
-    rank_mask,
     stack_slots,
 )
 
@@ -102,10 +99,9 @@ class LoRAManager:
         self.mapping: LoRAMapping | None = None
         self.num_slot_loads = 0
         # Every slot's weights stacked per module (engine/lora/stacked_lora.py), rebuilt at the
-        # first step after a slot's content changed; the step's masks, one per signature.
+        # first step after a slot's content changed.
         self._stacked: dict[ModuleKey, StackedLoRA] | None = None
         self._stacked_dtype: torch.dtype | None = None
-        self._masks: dict[Signature, torch.Tensor] = {}
 
     def activate(self, slot: int, name: str) -> None:
         """Make `slot` hold `name`'s weights; nothing to do when it already does."""
@@ -141,28 +137,22 @@ class LoRAManager:
     def step(self, mapping: LoRAMapping) -> Iterator[None]:
         """The LoRA layers apply `mapping` inside this block (one forward pass)."""
         self.mapping = mapping
-        self._masks = {}
         try:
             yield
         finally:
             self.mapping = None
-            self._masks = {}
 
     def apply(self, out: torch.Tensor, x: torch.Tensor, key: ModuleKey) -> torch.Tensor:
-        """`out` (the base product of `x` in module `key`) plus the step's deltas: stacked for
-        steps of few rows, by adapter segment for longer ones."""
+        """`out` (the base product of `x` in module `key`) plus the step's deltas: grouped when
+        the step's adapter rows pad into equal groups cheaply, else by adapter segment."""
         mapping = self.mapping
         assert mapping is not None
         stacked = self._stacked_weights(compute_dtype(out.dtype, out.device)).get(key)
         if stacked is None:
             return out  # no adapter in a slot targets this module
-        if x.shape[0] > STACKED_MAX_ROWS:
-            return add_segments(out, x, stacked, mapping.segments)
-        mask = self._masks.get(stacked.signature)
-        if mask is None:
-            mask = rank_mask(mapping.token_slots, stacked.signature, stacked.a_all.dtype)
-            self._masks[stacked.signature] = mask
-        return add_stacked(out, x, stacked, mask)
+        if mapping.groups is not None:
+            return add_grouped(out, x, stacked, mapping.groups)
+        return add_segments(out, x, stacked, mapping.segments)
 
     def _stacked_weights(self, dtype: torch.dtype) -> dict[ModuleKey, StackedLoRA]:
         if self._stacked is None or self._stacked_dtype != dtype:

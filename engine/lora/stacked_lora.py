@@ -1,18 +1,24 @@
-"""Every slot's LoRA on one module stacked into two matrices, for steps of few rows (decodes).
+"""Every slot's LoRA on one module stacked, and the step's deltas in few, large products.
 
-    A_all = [A(slot 0); A(slot 1); ...]          [R, in]   R = the slots' ranks summed
-    B_all = [B(slot 0) | B(slot 1) | ...]         [out, R]  each part's B in its own columns
-    mask  = (column's slot == row's slot)         [rows, R] built once per step and signature
-    out  += ((x @ A_all^T) * mask) @ B_all^T
+Two paths, both looping over the step's adapters (never its requests) and neither merging an
+adapter into the base weights:
 
-Two GEMMs and a multiply per module whatever the step's adapters, instead of a gather, a shrink,
-an expand and a scatter per adapter segment (`add_segments`, Punica / S-LoRA's segmented
-batching): on a decode step of a few dozen rows those small torch calls cost more than the
-arithmetic. Each row multiplies every slot's A (R instead of its own rank), so for long prefill
-chunks the segmented path does less work: the manager picks by the step's row count
-(`STACKED_MAX_ROWS`). The mask zeroes other slots' ranks exactly, so both paths add the same
-delta up to the order of the sums. Either way the loop is over the step's adapters, never its
-requests, and the base weights are never merged with an adapter's.
+- **grouped** (decode steps and short mixed ones): the step's adapter rows gathered into one
+  group per slot, padded to the largest group (engine/lora/lora_mapping.py LoRAGroups), then
+  two batched GEMMs against every slot's A and B stacked on a leading axis, and one scatter-add:
+
+      xs    = x[rows]                     [groups, size, in]
+      delta = (xs @ A[slots]) @ B[slots]  [groups, size, width]   (padded positions zeroed)
+      out[rows, :width] += delta
+
+  Four or five torch calls per module whatever the number of adapters, and each row multiplies
+  only its own adapter's rank (Punica's BGMV, S-LoRA's padded batching).
+- **segmented** (long prefill chunks, whose groups would need much padding): per contiguous run
+  of an adapter's rows a shrink and one expand, in place; a segment whose rows are scattered is
+  gathered and scatter-added.
+
+Each slot's B is dense over the module's output columns (q, k and v of a fused projection each
+fill their own columns, zeros elsewhere), so one expand covers every part.
 """
 
 from __future__ import annotations
@@ -25,29 +31,27 @@ import torch
 
 if TYPE_CHECKING:
     from engine.lora.lora_manager import PackedLoRA
-    from engine.lora.lora_mapping import LoRASegment
+    from engine.lora.lora_mapping import LoRAGroups, LoRASegment
 
-# Steps of up to this many token rows take the stacked path (decode steps and short chunks).
-STACKED_MAX_ROWS = 128
 # A segment of up to this many contiguous runs is multiplied run by run in place; one of more
 # (rows not grouped by slot) is gathered and scatter-added.
 MAX_RUNS = 4
 
-# Which slot each rank column of a stacked module belongs to: (slot, rank) per slot, in order.
-Signature = tuple[tuple[int, int], ...]
-
 
 @dataclass(frozen=True)
 class StackedLoRA:
-    a_all: torch.Tensor  # [R, in]
-    b_all: torch.Tensor  # [width, R]: width the last output column any part adds to
-    signature: Signature
+    a_batched: torch.Tensor
+    """[slots, in, rank]: each slot's A transposed, its rank padded with zeros to the largest
+    (a slot without this module: all zeros)."""
+    b_batched: torch.Tensor
+    """[slots, rank, width]: each slot's dense B transposed; width the last output column any
+    part adds to."""
     per_slot: dict[int, tuple[torch.Tensor, torch.Tensor]]
     """Each slot's own A [r, in] and dense B [width, r] (contiguous), for the segmented path."""
 
     @property
     def width(self) -> int:
-        return int(self.b_all.shape[0])
+        return int(self.b_batched.shape[2])
 
 
 def stack_slots(packed_by_slot: list[PackedLoRA | None], dtype: torch.dtype) -> StackedLoRA | None:
@@ -57,32 +61,38 @@ def stack_slots(packed_by_slot: list[PackedLoRA | None], dtype: torch.dtype) -> 
     if not present:
         return None
     width = max(part.column_end for _, p in present for part in p.parts)
-    total = sum(int(p.shrink.shape[0]) for _, p in present)
+    rank = max(int(p.shrink.shape[0]) for _, p in present)
     first = present[0][1].shrink
-    b_all = torch.zeros(width, total, dtype=dtype, device=first.device)
-    offset = 0
-    for _, p in present:
-        for part in p.parts:
-            columns = slice(offset + part.rank_start, offset + part.rank_end)
-            b_all[part.column_start : part.column_end, columns] = part.lora_b
-        offset += int(p.shrink.shape[0])
-    a_all = torch.cat([p.shrink for _, p in present]).to(dtype).contiguous()
-    signature = tuple((slot, int(p.shrink.shape[0])) for slot, p in present)
-    per_slot, offset = {}, 0
+    num_slots, in_features = len(packed_by_slot), int(first.shape[1])
+    a_batched = torch.zeros(num_slots, in_features, rank, dtype=dtype, device=first.device)
+    b_batched = torch.zeros(num_slots, rank, width, dtype=dtype, device=first.device)
+    per_slot = {}
     for slot, p in present:
-        rank = int(p.shrink.shape[0])
-        lora_b = b_all[:, offset : offset + rank].contiguous()
-        per_slot[slot] = (a_all[offset : offset + rank], lora_b)
-        offset += rank
-    return StackedLoRA(a_all, b_all, signature, per_slot)
+        r = int(p.shrink.shape[0])
+        a_batched[slot, :, :r] = p.shrink.T
+        for part in p.parts:
+            ranks = slice(part.rank_start, part.rank_end)
+            b_batched[slot, ranks, part.column_start : part.column_end] = part.lora_b.T
+        per_slot[slot] = (
+            a_batched[slot, :, :r].T.contiguous(),
+            b_batched[slot, :r, :].T.contiguous(),
+        )
+    return StackedLoRA(a_batched, b_batched, per_slot)
 
 
-def rank_mask(token_slots: torch.Tensor, signature: Signature, dtype: torch.dtype) -> torch.Tensor:
-    """[rows, R]: 1 where the rank column belongs to the row's slot, else 0 (base rows: all 0)."""
-    column_slots = torch.cat(
-        [torch.full((rank,), slot, dtype=token_slots.dtype) for slot, rank in signature]
-    ).to(token_slots.device)
-    return (token_slots[:, None] == column_slots[None, :]).to(dtype)
+def add_grouped(
+    out: torch.Tensor, x: torch.Tensor, stacked: StackedLoRA, groups: LoRAGroups
+) -> torch.Tensor:
+    """`out` plus every adapter row's delta, in place, in two batched GEMMs."""
+    a, b = stacked.a_batched, stacked.b_batched
+    if len(groups.slots) != a.shape[0]:
+        index = torch.tensor(groups.slots, device=a.device)
+        a, b = a.index_select(0, index), b.index_select(0, index)
+    xs = x.index_select(0, groups.rows).to(a.dtype).view(len(groups.slots), groups.size, -1)
+    low = torch.bmm(xs, a).masked_fill_(groups.padding, 0.0)
+    delta = torch.bmm(low, b).view(-1, stacked.width)
+    out[:, : stacked.width].index_add_(0, groups.rows, delta.to(out.dtype))
+    return out
 
 
 def add_segments(
@@ -91,7 +101,7 @@ def add_segments(
     """`out` plus each adapter segment's delta, in place: per contiguous run of the segment's
     rows a shrink and one expand over every part's columns (the dense B) added into `out`."""
     width = stacked.width
-    x = x.to(stacked.a_all.dtype)
+    x = x.to(stacked.a_batched.dtype)
     for segment in segments:
         weights = stacked.per_slot.get(segment.slot)
         if weights is None:
@@ -102,16 +112,7 @@ def add_segments(
                 add_product(out[start:end, :width], x[start:end] @ lora_a.T, lora_b)
             continue
         delta = (x.index_select(0, segment.rows) @ lora_a.T) @ lora_b.T
-        out[:, :width].index_add_(0, segment.rows, delta)
-    return out
-
-
-def add_stacked(
-    out: torch.Tensor, x: torch.Tensor, stacked: StackedLoRA, mask: torch.Tensor
-) -> torch.Tensor:
-    """`out` plus every row's own adapter's delta, in place."""
-    low = (x.to(stacked.a_all.dtype) @ stacked.a_all.T).mul_(mask)
-    add_product(out[:, : stacked.width], low, stacked.b_all)
+        out[:, :width].index_add_(0, segment.rows, delta.to(out.dtype))
     return out
 
 

@@ -1,7 +1,7 @@
-"""The batched LoRA delta of one projection, on both paths (engine/lora/stacked_lora.py): every
-slot stacked and masked (steps of few rows), and per adapter segment the rows gathered, multiplied
-by the adapter's A and dense B, and scatter-added; either way each part adds to its own columns
-of a fused output."""
+"""The batched LoRA delta of one projection, on both paths (engine/lora/stacked_lora.py): the
+adapter rows in padded groups multiplied by every slot's A and B in two batched GEMMs, and per
+adapter segment the rows multiplied by the adapter's A and dense B run by run; either way each part
+adds to its own columns of a fused output."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.lora import lora_manager
+from engine.lora import lora_mapping
 from engine.lora.adapter import LoRAAdapter, LoRAWeights
 from engine.lora.adapter_config import AdapterConfig
 from engine.lora.lora_linear import LoRALinear
@@ -54,12 +54,15 @@ def reference(
     return out
 
 
-@pytest.fixture(params=["stacked", "segmented"])
+@pytest.fixture(params=["grouped", "segmented"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Which path the manager takes: stacked for these few rows, or segmented when forced."""
-    if request.param == "segmented":
-        monkeypatch.setattr(lora_manager, "STACKED_MAX_ROWS", 0)
+    """Which path the manager takes: grouped whatever the padding, or segmented when forced."""
+    monkeypatch.setattr(lora_mapping, "GROUPED_MAX_PADDING", PADDING[str(request.param)])
     return str(request.param)
+
+
+# GROUPED_MAX_PADDING that makes every step grouped, or none.
+PADDING = {"grouped": 1000.0, "segmented": -1.0}
 
 
 def test_mixed_rows_get_each_adapters_delta_in_its_parts_columns_only(path: str) -> None:
@@ -74,6 +77,7 @@ def test_mixed_rows_get_each_adapters_delta_in_its_parts_columns_only(path: str)
     slots = [-1, 0, 1, 0, -1, 1]
     mapping = LoRAMapping.from_token_slots(np.array(slots), torch.device("cpu"))
     assert mapping is not None and [s.slot for s in mapping.segments] == [0, 1]
+    assert (mapping.groups is not None) == (path == "grouped")
     with torch.no_grad(), manager.step(mapping):
         got = layer(x)
     with torch.no_grad():
@@ -86,7 +90,7 @@ def test_a_step_of_one_adapter_needs_no_gather(path: str) -> None:
     manager = LoRAManager({"qv": a}, PLACEMENT, 1, torch.device("cpu"))
     manager.activate(0, "qv")
     mapping = LoRAMapping.from_token_slots(np.zeros(5, dtype=np.int64), torch.device("cpu"))
-    assert mapping is not None and mapping.segments[0].rows is None
+    assert mapping is not None and mapping.segments[0].rows is None and mapping.groups is None
     base = nn.Linear(IN, Q + 2 * KV)
     x = torch.randn(5, IN)
     with torch.no_grad(), manager.step(mapping):
@@ -106,11 +110,11 @@ def test_both_paths_add_the_same_deltas_on_a_large_mixed_step(
     layer = LoRALinear(base, (0, "qkv"), manager)
     x = torch.randn(300, IN)
     slots = np.random.default_rng(0).integers(-1, 3, size=300)
-    mapping = LoRAMapping.from_token_slots(slots, torch.device("cpu"))
-    assert mapping is not None
     outputs = []
-    for threshold in (1000, 0):  # stacked, then segmented
-        monkeypatch.setattr(lora_manager, "STACKED_MAX_ROWS", threshold)
+    for path in ("grouped", "segmented"):
+        monkeypatch.setattr(lora_mapping, "GROUPED_MAX_PADDING", PADDING[path])
+        mapping = LoRAMapping.from_token_slots(slots, torch.device("cpu"))
+        assert mapping is not None and (mapping.groups is not None) == (path == "grouped")
         with torch.no_grad(), manager.step(mapping):
             outputs.append(layer(x))
     torch.testing.assert_close(outputs[0], outputs[1])
@@ -119,6 +123,37 @@ def test_both_paths_add_the_same_deltas_on_a_large_mixed_step(
 
 
 ADAPTER_SPECS = [("qv", 2, ("q_proj", "v_proj")), ("k", 3, ("k_proj",)), ("all", 4, PROJS)]
+
+
+def test_groups_of_unequal_size_are_padded_and_the_padding_adds_nothing(path: str) -> None:
+    """Slots 0 and 2 of three in the step, 3 rows against 1: the grouped path multiplies only the
+    step's slots and zeroes the padded positions (which repeat a real row)."""
+    adapters = [adapter(n, r, ps, i) for i, (n, r, ps) in enumerate(ADAPTER_SPECS)]
+    manager = LoRAManager({a.name: a for a in adapters}, PLACEMENT, 3, torch.device("cpu"))
+    for slot, a in enumerate(adapters):
+        manager.activate(slot, a.name)
+    base = nn.Linear(IN, Q + 2 * KV)
+    x = torch.randn(5, IN)
+    slots = [0, 0, 0, 2, -1]
+    mapping = LoRAMapping.from_token_slots(np.array(slots), torch.device("cpu"))
+    assert mapping is not None
+    if path == "grouped":
+        assert mapping.groups is not None and mapping.groups.slots == (0, 2)
+        assert mapping.groups.size == 3 and int(mapping.groups.padding.sum()) == 2
+    with torch.no_grad(), manager.step(mapping):
+        got = LoRALinear(base, (0, "qkv"), manager)(x)
+    with torch.no_grad():
+        torch.testing.assert_close(got, reference(base, x, slots, adapters))
+
+
+def test_padding_beyond_the_limit_takes_the_segmented_path() -> None:
+    """A long prefill of one adapter beside one decode of another: padding the decode's group to
+    the prefill's would more than double the arithmetic."""
+    slots = np.array([1] + [0] * 40)
+    mapping = LoRAMapping.from_token_slots(slots, torch.device("cpu"))
+    assert mapping is not None and mapping.groups is None
+    balanced = LoRAMapping.from_token_slots(np.array([0, 0, 1, 1, 1, -1]), torch.device("cpu"))
+    assert balanced is not None and balanced.groups is not None
 
 
 def test_a_segments_rows_are_kept_as_contiguous_runs() -> None:
