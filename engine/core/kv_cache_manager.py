@@ -43,6 +43,8 @@ class KVCacheManager:
         self.prefix_cache_stats = PrefixCacheStats()
         # Each LoRA adapter's chains start from a root of its own (pagedock/kv/block_hash.py).
         self._lora_roots: dict[str, BlockHash] = {}
+        # The weights each adapter name was first served with (their fingerprint).
+        self._first_adapter_weights: dict[str, str] = {}
 
     @property
     def usage(self) -> float:
@@ -160,12 +162,18 @@ class KVCacheManager:
     def num_blocks_of(self, request_id: str) -> int:
         return len(self.req_to_blocks.get(request_id, ()))
 
-    def rekey_adapter(self, name: str, lora_id: int) -> None:
-        """The adapter `name` was loaded again (unloaded, then loaded, maybe from other weights):
-        its chains start from a root of this load's own from now on, so no block cached under
-        an earlier load of the name is ever found for it. Its earlier requests have all
+    def set_adapter_weights(self, name: str, fingerprint: str) -> BlockHash:
+        """The adapter `name` is served with the weights `fingerprint` names from now on (a start,
+        or a load at run time); returns the root its chains start from. The weights the name was
+        first served with keep the name's own root (`lora_root_hash(root, name)`, what a router
+        derives), so a reload of the same files finds its blocks again; other weights under the
+        name (unloaded, then loaded from a new revision) get a root of their own, so no block
+        cached under other weights is ever found for them. Requests for an earlier load have all
         finished (engine/runtime/lora_adapters.py waits for them)."""
-        self._lora_roots[name] = lora_root_hash(self.root_hash, f"{name}\x00{lora_id}")
+        first = self._first_adapter_weights.setdefault(name, fingerprint)
+        key = name if fingerprint == first else f"{name}\x00{fingerprint}"
+        root = self._lora_roots[name] = lora_root_hash(self.root_hash, key)
+        return root
 
     def _root_of(self, request: Request) -> BlockHash:
         """Where the request's hash chain starts: the engine's root, or its adapter's, so KV

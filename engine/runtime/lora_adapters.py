@@ -26,6 +26,7 @@ from engine.lora.adapter_config import check_adapter_names
 from engine.lora.adapter_registry import LoRARegistry, ServedAdapter
 from engine.model_config import ModelConfig
 from engine.models.llama_lora import lora_shapes
+from engine.runtime.weights_identity import weights_fingerprint
 from pagedock.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -54,7 +55,8 @@ class LoRAAdapters:
         self.scheduler = scheduler
         self.registry = LoRARegistry()
         for name, path in config.lora_paths().items():
-            self.registry.add(name, path)
+            assert manager is not None
+            self.registry.add(name, path, self._root_for(manager.adapters[name]))
 
     # ---- loading --------------------------------------------------------------------------
 
@@ -117,12 +119,14 @@ class LoRAAdapters:
         if not self.check_new(AdapterRef(adapter.name, path)):
             return False
         assert self.manager is not None
-        reloaded = self.registry.was_served(adapter.name)
         self.manager.add_adapter(adapter)
-        served = self.registry.add(adapter.name, path)
-        if reloaded:  # a block cached under the name's earlier load holds other weights' KV
-            self.scheduler.kv_cache_manager.rekey_adapter(adapter.name, served.lora_id)
+        self.registry.add(adapter.name, path, self._root_for(adapter))
         return True
+
+    def _root_for(self, adapter: LoRAAdapter) -> str:
+        """The root (hex) the adapter's requests chain their block hashes from, by its weights."""
+        kv = self.scheduler.kv_cache_manager
+        return kv.set_adapter_weights(adapter.name, weights_fingerprint(adapter.path)).hex()
 
     # ---- unloading ------------------------------------------------------------------------
 

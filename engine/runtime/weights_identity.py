@@ -18,8 +18,8 @@ import hashlib
 from pathlib import Path
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
-# What of a model folder decides its outputs besides the tensors.
-CONFIG_FILES = ("config.json",)
+# What of a model (or LoRA adapter) folder decides its outputs besides the tensors.
+CONFIG_FILES = ("config.json", "adapter_config.json")
 NUM_WINDOWS = 16
 WINDOW_BYTES = 64 * 1024
 

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine.kernels.cpu_kernels import cpu_kernel_path
+from engine.server.drain import drain_report
 from engine.server.openai.chat import create_chat_completion
 from engine.server.openai.completions import create_completion
 from engine.server.openai.context import ServerContext
@@ -110,11 +111,16 @@ def _add_render_routes(router: APIRouter, ctx: ServerContext) -> None:
 
 def model_list(ctx: ServerContext) -> ModelList:
     """The base model, then each LoRA adapter as a model of its own (vLLM's cards: `parent` the
-    base model's id, `root` the path it was loaded from)."""
+    base model's id, `root` the path it was loaded from; and where its requests' block hashes
+    chain from, for a router's prefix affinity)."""
     base = ModelCard(id=ctx.served_model_name, root=ctx.model_root, max_model_len=ctx.max_model_len)
     adapters = [
         ModelCard(
-            id=a.name, root=a.path, parent=ctx.served_model_name, max_model_len=ctx.max_model_len
+            id=a.name,
+            root=a.path,
+            parent=ctx.served_model_name,
+            max_model_len=ctx.max_model_len,
+            kv_root_hash=a.kv_root or None,
         )
         for a in ctx.loras.adapters()
     ]
@@ -140,7 +146,7 @@ def lora_routes(ctx: ServerContext) -> APIRouter:
 
 
 def open_routes(ctx: ServerContext) -> APIRouter:
-    """Routes that need no API key: probes, scrapes and the version."""
+    """Routes that need no API key: probes, scrapes (/metrics, /startup, /drain), the version."""
     router = APIRouter()
 
     @router.get(
@@ -172,6 +178,18 @@ def open_routes(ctx: ServerContext) -> APIRouter:
     async def metrics() -> Response:
         return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    _add_report_routes(router, ctx)
+
+    @router.get("/version", response_model=VersionResponse)
+    async def version_route() -> VersionResponse:
+        return VersionResponse(version=_version(), cpu_kernels=cpu_kernel_path())
+
+    return router
+
+
+def _add_report_routes(router: APIRouter, ctx: ServerContext) -> None:
+    """What the operator reads from each engine pod: its cold start and its drain's sizing."""
+
     @router.get(
         "/startup",
         responses={200: {"description": "seconds from the process's start to each stage"}},
@@ -180,11 +198,13 @@ def open_routes(ctx: ServerContext) -> APIRouter:
         """When this process reached each start-up stage (engine/startup_stages.py)."""
         return JSONResponse(STARTUP_STAGES.report())
 
-    @router.get("/version", response_model=VersionResponse)
-    async def version_route() -> VersionResponse:
-        return VersionResponse(version=_version(), cpu_kernels=cpu_kernel_path())
-
-    return router
+    @router.get(
+        "/drain",
+        responses={200: {"description": "the drain deadline and the recent requests' durations"}},
+    )
+    async def drain_route() -> JSONResponse:
+        """What a termination grace period is sized against (engine/server/drain.py)."""
+        return JSONResponse(drain_report(ctx))
 
 
 def _version() -> str:

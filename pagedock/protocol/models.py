@@ -19,6 +19,9 @@ class ModelCard(OpenAIModel):
     parent: str | None = None
     """A LoRA adapter's base model (its id); None for the base model itself (vLLM's)."""
     max_model_len: int | None = None
+    kv_root_hash: str | None = None
+    """pagedock's: a LoRA adapter's block-hash chain root (hex), which changes when the name is
+    loaded again with other weights; a router hashes the adapter's prompts from it."""
 
 
 class ModelList(OpenAIModel):

@@ -107,13 +107,15 @@ class Replica:
     def chain_root(self, lora_name: str | None) -> BlockHash | None:
         """The root a request's block hashes chain from here: the replica's own for the base
         model; for a LoRA adapter, the adapter's root, derived as this replica's events derive it
-        (a pagedock engine's from its root hash, vLLM events' from their `lora_name`). None until
+        (a pagedock engine's from its root hash, or the root its /v1/models lists for an
+        adapter loaded again with other weights; vLLM events' from their `lora_name`). None until
         the replica's root is known (no affinity to claim)."""
         if lora_name is None or self.root_hash is None:
             return self.root_hash
         if self.kind == "vllm":
             return chain_root(lora_name)
-        return lora_root_hash(self.root_hash, lora_name)
+        listed = None if self.served_models is None else self.served_models.kv_root(lora_name)
+        return listed or lora_root_hash(self.root_hash, lora_name)
 
     def holds_adapter(self, lora_name: str) -> bool:
         """Is the adapter in a weight slot: running or waiting there (vllm:lora_requests_info),

@@ -29,6 +29,16 @@ class ServedModels:
     def adapters(self) -> list[str]:
         return sorted(m for m in self.cards if self.is_adapter(m))
 
+    def kv_root(self, model: str) -> bytes | None:
+        """The block-hash root a pagedock engine lists for the adapter (`kv_root_hash`); None when
+        it lists none or not one of 32 bytes in hex."""
+        listed = (self.cards.get(model) or {}).get("kv_root_hash")
+        try:
+            root = bytes.fromhex(listed) if isinstance(listed, str) else None
+        except ValueError:
+            return None
+        return root if root is not None and len(root) == 32 else None
+
     def without(self, model: str) -> ServedModels:
         """The set less `model` (the replica refused it since it was listed)."""
         return ServedModels({m: c for m, c in self.cards.items() if m != model})

@@ -19,6 +19,7 @@ from engine.runtime.async_engine import AsyncEngine
 from engine.runtime.llm_engine import LLMEngine
 from engine.server.cli import build_parser
 from pagedock.errors import ConfigError, InvalidRequestError, ModelLoadError
+from pagedock.kv.block_hash import lora_root_hash
 from pagedock.options import values_for
 from tests.engine.conftest import hf_greedy, make_prompts
 from tests.engine.lora_factories import make_peft_adapter, peft_reference, write_adapter
@@ -234,6 +235,30 @@ def test_a_name_loaded_again_with_other_weights_never_reuses_the_old_kv(
     assert engine.stats().prefix_cache_hits == hits
     assert generate(llm, [prompt], "x") == [peft_tokens(adapter_dirs["chat"], prompt)]
     assert engine.stats().prefix_cache_hits == hits + 32  # its own blocks are found again
+
+
+def test_a_name_loaded_again_with_the_same_weights_keeps_its_root_and_its_kv(
+    tiny_model_dir: Path, adapter_dirs: dict[str, Path], peft_tokens: Any
+) -> None:
+    """Its chains start where a router derives them (lora_root_hash(root, name)), before and after
+    the reload, so the router's prefix affinity and the cached blocks both survive it; other
+    weights under the name get a root of their own, which /v1/models lists (ServedAdapter)."""
+    llm = make_engine(tiny_model_dir, {"x": adapter_dirs["sql"]}, block_size=16)
+    engine = llm.engine
+    named_root = lora_root_hash(engine.root_hash, "x").hex()
+    assert [a.kv_root for a in engine.list_loras()] == [named_root]
+    prompt = make_prompts(1, 40, 40, seed=84)[0]  # two full blocks
+    generate(llm, [prompt], "x")
+    engine.remove_lora("x")
+    engine.add_lora(AdapterRef("x", str(adapter_dirs["sql"])))
+    assert [a.kv_root for a in engine.list_loras()] == [named_root]
+    hits = engine.stats().prefix_cache_hits
+    assert generate(llm, [prompt], "x") == [peft_tokens(adapter_dirs["sql"], prompt)]
+    assert engine.stats().prefix_cache_hits == hits + 32
+    engine.remove_lora("x")
+    engine.add_lora(AdapterRef("x", str(adapter_dirs["chat"])))
+    other_root = engine.list_loras()[0].kv_root
+    assert other_root not in ("", named_root)
 
 
 def test_the_registry_reads_as_the_served_names_and_paths() -> None:

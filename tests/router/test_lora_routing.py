@@ -119,6 +119,30 @@ def test_the_replica_with_the_adapter_loaded_and_its_prefix_wins() -> None:
     ]
 
 
+def test_an_adapter_loaded_again_with_other_weights_is_hashed_from_its_listed_root() -> None:
+    """A pagedock engine that loaded `sql` again from other weights chains its requests from a
+    root of their own and lists it in /v1/models (`kv_root_hash`): its blocks are found there,
+    and a replica listing nothing keeps the root derived from the name."""
+    reloaded = replica("reloaded", "sql", resident=["sql"])
+    new_root = lora_root_hash(ROOT, "sql\x00other-weights")
+    assert reloaded.served_models is not None
+    cards = dict(reloaded.served_models.cards)
+    cards["sql"] = {**cards["sql"], "kv_root_hash": new_root.hex()}
+    reloaded.served_models = ServedModels(cards)
+    first = replica("first-load", "sql", resident=["sql"])
+    d = dispatcher(reloaded, first)
+    assert reloaded.chain_root("sql") == new_root
+    assert first.chain_root("sql") == lora_root_hash(ROOT, "sql")
+    d.index.store("reloaded", hash_blocks(TOKENS, BS, new_root))
+    decision = d.decide(prompt(), model="sql")
+    assert decision.replicas[0].url == "reloaded"
+    assert decision.candidates["reloaded"].cached_tokens == len(TOKENS)
+    for bad in ("zz", "ab" * 8, 7):  # not hex, not 32 bytes, not a string
+        cards["sql"] = {**cards["sql"], "kv_root_hash": bad}
+        reloaded.served_models = ServedModels(cards)
+        assert reloaded.chain_root("sql") == lora_root_hash(ROOT, "sql")
+
+
 def test_residency_reported_nowhere_charges_no_load_and_zero_turns_it_off() -> None:
     unreported = dispatcher(replica("a", "sql"), replica("b", "sql"))
     assert {
