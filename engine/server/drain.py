@@ -6,6 +6,11 @@ drain: new requests get 503 and /health fails (Kubernetes stops routing here), r
 finish for up to `drain_timeout` seconds and are aborted after that (a stream a router can resume
 is handed off to it instead: engine/server/openai/handoff.py), and only then is uvicorn told to
 exit, normally. A second signal exits at once.
+
+GET /drain reports what sizing a pod's termination grace period needs (`drain_report`): the drain
+timeout this server runs with, the seconds it needs past that deadline to hand off or abort and
+close (`HANDOFF_SECONDS`), and how long its recent requests ran (request_durations.py). The
+operator reads it from every ready engine pod (operator/llm_operator/fleet/drain_reports.py).
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ logger = logging.getLogger("pagedock.server")
 _POLL_S = 0.05
 # After the drain timeout, how long aborted requests get to send their last bytes.
 _ABORT_GRACE_S = 2.0
+# Seconds uvicorn then waits for open connections (a handed-off stream's last event) before exit.
+GRACEFUL_SHUTDOWN_S = 5
+# Past the drain deadline, the longest until the HTTP server has closed.
+HANDOFF_SECONDS = _ABORT_GRACE_S + GRACEFUL_SHUTDOWN_S
 
 
 class DrainingServer(uvicorn.Server):
@@ -94,3 +103,21 @@ async def _wait_idle(ctx: ServerContext, timeout_s: float) -> bool:
     while ctx.engine.num_in_flight and time.monotonic() < deadline:
         await asyncio.sleep(_POLL_S)
     return ctx.engine.num_in_flight == 0
+
+
+def drain_report(ctx: ServerContext) -> dict[str, object]:
+    """GET /drain's body: the deadline, the time needed past it, the recent requests' durations."""
+    summary = ctx.metrics.request_durations.summary()
+    return {
+        "drain_timeout_seconds": ctx.options.drain_timeout,
+        "handoff_seconds": HANDOFF_SECONDS,
+        "draining": ctx.draining,
+        "num_requests": summary.num_requests,
+        "longest_request_seconds": _rounded(summary.longest_request_seconds),
+        "p99_request_seconds": _rounded(summary.p99_request_seconds),
+        "oldest_in_flight_seconds": _rounded(summary.oldest_in_flight_seconds),
+    }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)

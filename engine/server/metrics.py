@@ -11,16 +11,19 @@ adapter; with LoRA off the info gauge says `max_lora="0"` and no adapter, and th
 
 `pagedock:startup_stage_seconds{stage}` says when this process reached each start-up stage
 (engine/server/startup_stages.py); the first finished request marks `first_request_served`.
+`request_durations` keeps the last finished requests' durations for GET /drain (drain.py).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from engine.server.request_durations import RequestDurations
 from engine.server.startup_stages import StartupStagesCollector
 from engine.startup_stages import STARTUP_STAGES, mark_stage
 
@@ -126,6 +129,11 @@ class EngineMetrics:
         # Cumulative engine counters seen last; Prometheus counters only move by increments.
         self._last_stats: SchedulerStats | None = None
 
+    @functools.cached_property
+    def request_durations(self) -> RequestDurations:
+        """The recent requests' durations and the open ones' arrivals (GET /drain)."""
+        return RequestDurations()
+
     def _picker_info_gauges(self) -> tuple[Gauge, Gauge]:
         """The Gateway API Inference Extension's model-server protocol: pickers read the cache
         geometry and the LoRA adapters from these two, with vLLM's names and labels."""
@@ -202,6 +210,7 @@ class EngineMetrics:
                 self._lora_requests.labels(m, finished.lora_name, finished.finish_reasons[0]).inc()
             end = timing.finished_time or timing.arrival_time
             self._e2e.labels(m).observe(end - timing.arrival_time)
+            self.request_durations.observe_finished(timing)
             if timing.first_scheduled_time is not None:
                 self._queue.labels(m).observe(timing.first_scheduled_time - timing.arrival_time)
 

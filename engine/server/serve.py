@@ -25,7 +25,7 @@ from engine.loader.weights_load_strategy import set_weights_load_strategy
 from engine.runtime.async_engine import AsyncEngine
 from engine.runtime.llm_engine import LLMEngine
 from engine.server.app import build_app
-from engine.server.drain import DrainingServer, drain
+from engine.server.drain import GRACEFUL_SHUTDOWN_S, DrainingServer, drain
 from engine.server.kv_events.ndjson_stream import KVEventHub
 from engine.server.kv_events.vllm_publisher import VllmKVPublisher
 from engine.server.metrics import EngineMetrics
@@ -36,8 +36,6 @@ from pagedock.errors import TensorParallelError
 from pagedock.http.limits import limited_protocol
 
 logger = logging.getLogger("pagedock.server")
-# Seconds uvicorn waits for open connections once the drain is over.
-_GRACEFUL_SHUTDOWN_S = 5
 
 
 def build_context(
@@ -125,7 +123,7 @@ def build_uvicorn_config(app: FastAPI, options: ServerOptions) -> uvicorn.Config
         log_config=None,  # our logging setup, not uvicorn's
         log_level=options.log_level,
         access_log=False,  # the per-request log line says more
-        timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,  # once the drain is over
         timeout_keep_alive=options.keep_alive_timeout_s,
         # The read deadline, and the connection cap answered with OpenAI's 503 (not uvicorn's).
         http=limited_protocol(options.request_read_timeout_s, options.max_connections),

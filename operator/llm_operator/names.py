@@ -4,6 +4,7 @@ MANAGED_BY = "pagedock-operator"
 OWNER_LABEL = "pagedock.dev/llmdeployment"
 CONFIG_HASH_ANNOTATION = "pagedock.dev/config-hash"
 LAST_APPLIED_ANNOTATION = "pagedock.dev/last-applied"
+DRAIN_OBSERVATION_ANNOTATION = "pagedock.dev/drain-observation"
 ENGINE_PORT = 8000
 ROUTER_PORT = 8080
 PICKER_PORT = 9002  # the router's endpoint picker (gRPC ext_proc), the Inference Extension's usual

@@ -5,6 +5,7 @@
     POST /v1/load_lora_adapter    200 (again for the same name and path); 400 in OpenAI's error
                                   shape for a path in `bad_paths` or a name served from another
     POST /v1/unload_lora_adapter  200; 404 for a name not served
+    GET  /drain                   `drain_report` (engine/server/drain.py's shape), settable
 Behind a Bearer key when `api_key` is set (401 otherwise). Every request is recorded. Several
 stand-ins listen on the same port at different loopback addresses (127.0.0.2, 127.0.0.3, ...), as
 engine pods do at their pod IPs."""
@@ -26,6 +27,8 @@ class EngineStandIn:
         """name -> path, as loaded."""
         self.bad_paths: dict[str, str] = {}
         """path -> the reason a load of it is refused."""
+        self.drain_report: dict[str, Any] = drain_report()
+        """GET /drain's body."""
         self.requests: list[tuple[str, str, dict[str, Any]]] = []
         """(method, path, body) of every request."""
         self.port = 0
@@ -36,6 +39,7 @@ class EngineStandIn:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/load_lora_adapter", self._load)
         app.router.add_post("/v1/unload_lora_adapter", self._unload)
+        app.router.add_get("/drain", self._drain)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.ip, port)
@@ -90,6 +94,25 @@ class EngineStandIn:
         if self.adapters.pop(body["lora_name"], None) is None:
             return _error(404, f"The lora adapter '{body['lora_name']}' cannot be found.")
         return web.Response(text="Success: LoRA adapter removed successfully.")
+
+    async def _drain(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.json_response(self.drain_report)
+
+
+def drain_report(
+    longest: float | None = None, p99: float | None = None, oldest: float | None = None
+) -> dict[str, Any]:
+    """A GET /drain body as an engine with the default --drain-timeout writes it."""
+    return {
+        "drain_timeout_seconds": 30.0,
+        "handoff_seconds": 7.0,
+        "draining": False,
+        "num_requests": 0 if longest is None else 100,
+        "longest_request_seconds": longest,
+        "p99_request_seconds": p99,
+        "oldest_in_flight_seconds": oldest,
+    }
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -111,6 +111,7 @@ class Generation:
         `prior_output_token_ids`: a continuation of the one choice (they count in its usage);
         `lora_request`: the adapter the request's model names (None: the base model)."""
         gen = cls(ctx, prompts, params.n, lora_request)
+        ctx.metrics.request_durations.begin(gen.id, arrival_time)  # close() ends it, always
         params = replace(params, output_kind=RequestOutputKind.DELTA)
         if prior_output_token_ids:
             gen.choices[0].token_ids.extend(prior_output_token_ids)
@@ -173,6 +174,7 @@ class Generation:
 
     def close(self) -> None:
         """Stop watching the client and abort whatever has not finished (idempotent)."""
+        self.ctx.metrics.request_durations.end(self.id)
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
         for stream in self.streams:

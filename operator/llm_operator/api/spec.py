@@ -265,6 +265,8 @@ class LLMDeploymentSpec(SpecModel):
     """Where engine pods may run."""
     drain_timeout_seconds: int = Field(30, ge=0, le=3600)
     """How long an engine finishes in-flight streams after SIGTERM."""
+    max_drain_timeout_seconds: int | None = Field(None, ge=0, le=3600)
+    """Lets the drain stretch toward the engines' longest recent requests, to this; unset: never."""
     startup_timeout_seconds: int = Field(1800, ge=30, le=86400)
     """How long model loading may take before the pod is restarted."""
     env: list[RawObject] = Field(default_factory=list)

@@ -91,6 +91,35 @@ class StartupStatus(BaseModel):
     """Seconds from the process's start to each start-up stage it reached."""
 
 
+class DrainStatus(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
+    )
+
+    longest_request_seconds: float | None = None
+    """The longest recent request of any ready engine, arrival to finish (GET /drain)."""
+    p99_request_seconds: float | None = None
+    """The highest of the engines' 99th percentiles of the same."""
+    oldest_in_flight_seconds: float | None = None
+    """How long the longest-running open request had run."""
+    handoff_seconds: float | None = None
+    """Past the drain deadline, the longest an engine needs to hand off or abort and close."""
+    num_requests: int | None = None
+    """Finished requests the figures cover (each engine keeps its last 1,000)."""
+    pods: int | None = None
+    """Ready engine pods that reported."""
+    observed_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    """When the figures were read."""
+    drain_timeout_seconds: int | None = None
+    """The engine pods' drain deadline (--drain-timeout) in the pod template now."""
+    termination_grace_period_seconds: int | None = None
+    """The engine pods' terminationGracePeriodSeconds in the pod template now."""
+    next_drain_timeout_seconds: int | None = None
+    """The deadline the figures ask for: applied when the pod template next changes."""
+    next_termination_grace_period_seconds: int | None = None
+    """The grace period the figures ask for: applied when the pod template next changes."""
+
+
 class LLMDeploymentStatus(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
@@ -127,6 +156,8 @@ class LLMDeploymentStatus(BaseModel):
     """The built-in autoscaler's last decision and its inputs (autoscaling.mode builtin)."""
     startup: StartupStatus | None = None
     """The cold start of the latest revision's newest ready engine pod, stage by stage."""
+    drain: DrainStatus | None = None
+    """How long the engines' requests run, and the drain deadline and grace period they size."""
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},

@@ -4,6 +4,7 @@ import dataclasses
 
 from llm_operator.api.spec import LLMDeploymentSpec
 from llm_operator.builders.model_source import ModelSource, resolve_model_source
+from llm_operator.drain_timing import DrainObservation, DrainTiming, drain_timing
 from llm_operator.names import ENGINE_PORT, ROUTER_PORT, engine_name, router_name
 from llm_operator.settings import OperatorSettings
 
@@ -20,6 +21,17 @@ class BuildContext:
     model_claim_shared: bool = False
     """The claim of a `pvc://` model source is ReadWriteMany or ReadOnlyMany, so the router may
     mount it for the tokenizer; otherwise it routes by load alone (never mounting a RWO claim)."""
+    drain_observation: DrainObservation | None = None
+    """What the engines reported of their longest requests, as the engine pod template is built
+    from it: the reconciler carries the live Deployment's unless the template changes for another
+    reason (llm_operator/drain_timing.py)."""
+
+    @property
+    def drain_timing(self) -> DrainTiming:
+        spec = self.spec
+        return drain_timing(
+            spec.drain_timeout_seconds, spec.max_drain_timeout_seconds, self.drain_observation
+        )
 
     @property
     def model_source(self) -> ModelSource:

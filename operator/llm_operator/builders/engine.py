@@ -26,10 +26,16 @@ from llm_operator.builders.model_cache import (
     gpu_node_tolerations,
 )
 from llm_operator.builders.tensor_parallel import shm_size_limit, tensor_parallel_env
-from llm_operator.names import CONFIG_HASH_ANNOTATION, ENGINE_PORT, engine_name, selector_labels
+from llm_operator.drain_timing import PRE_STOP_SLEEP_SECONDS
+from llm_operator.names import (
+    CONFIG_HASH_ANNOTATION,
+    DRAIN_OBSERVATION_ANNOTATION,
+    ENGINE_PORT,
+    engine_name,
+    selector_labels,
+)
 
 COMPONENT = "engine"
-PRE_STOP_SLEEP_SECONDS = 5
 DEFAULT_REQUESTS = {"cpu": "1", "memory": "2Gi"}
 
 
@@ -64,7 +70,7 @@ def build_engine_deployment(ctx: BuildContext, config_map: Obj) -> Obj:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(ctx, engine_name(ctx.name), COMPONENT),
+        "metadata": _deployment_metadata(ctx),
         "spec": {
             "replicas": spec.replicas,
             "revisionHistoryLimit": 3,
@@ -80,6 +86,16 @@ def build_engine_deployment(ctx: BuildContext, config_map: Obj) -> Obj:
             },
         },
     }
+
+
+def _deployment_metadata(ctx: BuildContext) -> Obj:
+    """With the drain observation the pod template was built from (on the Deployment, not in the
+    template, so recording it rolls no pod): llm_operator/drain_timing.py."""
+    observed = ctx.drain_observation
+    annotations = (
+        {} if observed is None else {DRAIN_OBSERVATION_ANNOTATION: observed.to_annotation()}
+    )
+    return metadata(ctx, engine_name(ctx.name), COMPONENT, **annotations)
 
 
 def _rollout_strategy(ctx: BuildContext) -> Obj:
@@ -105,8 +121,8 @@ def _pod_spec(ctx: BuildContext, config_map: Obj) -> Obj:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": pod_security_context(),
-        # NOTE: above preStop + the engine's drain, so in-flight streams finish on rollout.
-        "terminationGracePeriodSeconds": spec.drain_timeout_seconds + PRE_STOP_SLEEP_SECONDS + 15,
+        # NOTE: preStop + the engine's drain + its handoff and exit (llm_operator/drain_timing.py).
+        "terminationGracePeriodSeconds": ctx.drain_timing.termination_grace_period_seconds,
         "containers": [_engine_container(ctx, config_map)],
         "volumes": _volumes(ctx),
         "imagePullSecrets": image_pull_secrets(ctx),

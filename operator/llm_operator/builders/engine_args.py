@@ -28,7 +28,7 @@ def engine_args(ctx: BuildContext) -> list[str]:
         args.append("--no-chunked-prefill")
     args += _optional_args(ctx)
     args += lora_args(ctx)
-    args += ["--drain-timeout", str(ctx.spec.drain_timeout_seconds)]
+    args += ["--drain-timeout", str(ctx.drain_timing.drain_timeout_seconds)]
     args += ["--served-model-name", ctx.served_model_name]
     return args + list(engine.extra_args)
 

@@ -19,6 +19,7 @@ from llm_operator.builders.adapter_source import adapter_problem, lora_enabled
 from llm_operator.conditions import Condition, merge_conditions
 from llm_operator.controller.adapter_delivery import deliver_adapters
 from llm_operator.controller.adapter_sync import AdapterSync
+from llm_operator.controller.drain_sizing import DrainSizing
 from llm_operator.controller.model_delivery import (
     ModelDelivery,
     deliver_model,
@@ -73,12 +74,14 @@ class Reconciler:
     _written: dict[tuple[str, str], list[Obj]] = dataclasses.field(default_factory=dict)
     adapters: AdapterSync = dataclasses.field(init=False)
     startups: EngineStartups = dataclasses.field(init=False)
+    drains: DrainSizing = dataclasses.field(init=False)
     _followups: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     _followup_due: set[tuple[str, str]] = dataclasses.field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.adapters = AdapterSync(self.kube, self._follow_up)
         self.startups = EngineStartups(self.kube, self.settings)
+        self.drains = DrainSizing(self.kube, self.settings)
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self._locks.setdefault((namespace, name), asyncio.Lock())
@@ -89,6 +92,7 @@ class Reconciler:
         self._followup_due.discard((namespace, name))
         self.adapters.forget(namespace, name)
         self.startups.forget(namespace, name)
+        self.drains.forget(namespace, name)
 
     async def reconcile(self, body: Mapping[str, Any], stats: FleetStats | None = None) -> None:
         """Bring the children and the status of this LLMDeployment in line with its spec."""
@@ -109,6 +113,7 @@ class Reconciler:
             ctx = dataclasses.replace(
                 ctx, claim_shared=delivery.claim_shared, model_claim_shared=shared
             )
+            ctx = await self.drains.size(body, ctx)
             issues = ApplyIssues()
             live = await self._apply_children(body, ctx, held_back(ctx, delivery), issues)
             await self._prune(body, ctx)
@@ -230,6 +235,7 @@ class Reconciler:
             "adapters": adapters,
             "adaptersReady": None if adapters is None else adapters_ready(adapters),
             "startup": await self.startups.read(ctx.namespace, ctx.name, state.engine),
+            "drain": self.drains.status(ctx.namespace, ctx.name),
         }
         conditions = build_conditions(state, ctx.spec.model.source, generation)
         conditions = with_delivery(conditions, delivery, generation)

@@ -22,8 +22,7 @@ import datetime
 import math
 from typing import Any
 
-import aiohttp
-
+from llm_operator.fleet.engine_json import get_engine_json
 from llm_operator.fleet.status import deployment_counts
 from llm_operator.k8s.kube import KubeClient, KubeError
 from llm_operator.k8s.resources import POD
@@ -138,16 +137,5 @@ class EngineStartups:
         return status
 
     async def _fetch(self, ip: str) -> Obj | None:
-        host = f"[{ip}]" if ":" in ip else ip
-        timeout = aiohttp.ClientTimeout(total=self.settings.scrape_timeout_seconds)
-        try:
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as session,
-                session.get(f"http://{host}:{self.port}/startup") as response,
-            ):
-                if response.status != 200:
-                    return None
-                body = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
-        return body if isinstance(body, dict) else None
+        timeout = self.settings.scrape_timeout_seconds
+        return await get_engine_json(ip, self.port, "/startup", timeout)
