@@ -36,7 +36,12 @@ from engine.startup_stages import STAGES as ENGINE_STAGES
 HERE = Path(__file__).resolve().parent
 MODEL = "smollm2-135m-instruct"
 # The start-up speed-ups, each off (EngineConfig fields; docs/server.md#cold-start).
-SPEED_UPS_OFF = ["--no-cpu-kernels-cache", "--weights-load-strategy", "copy"]
+SPEED_UPS_OFF = [
+    "--no-cpu-kernels-cache",
+    "--weights-load-strategy",
+    "copy",
+    "--kv-cache-prefault",
+]
 DEFAULT_ARMS = {"before": SPEED_UPS_OFF, "after": []}
 # The engine's stages after the process start itself (its own list, engine/startup_stages.py).
 STAGES = ENGINE_STAGES[1:]

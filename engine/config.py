@@ -110,6 +110,11 @@ class EngineConfig:
     """mmap: build the model without initialising its parameters and use each weight it takes
     as stored (the embedding, norms, o_proj, down_proj) in place, from the file's memory map;
     copy: initialise every parameter, then copy each weight into it. Read by `pagedock serve`."""
+    kv_cache_prefault: bool = False
+    """CPU: write the KV cache's zeros at start, so every page is resident from the start (a
+    memory limit too small for the cache fails the start, not a later request) and no step takes
+    a page's first-touch fault; off: the pages come zeroed from the kernel as blocks first use
+    them, and the start writes nothing (engine/worker/huge_pages.py). Read by `pagedock serve`."""
     weight_cache: bool = True
     """Cache a quantized GGUF's dequantized weights in the pagedock cache, so restarts skip
     dequantizing."""

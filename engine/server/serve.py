@@ -32,6 +32,7 @@ from engine.server.metrics import EngineMetrics
 from engine.server.openai.context import ServerContext, ServerOptions
 from engine.server.request_log import RequestLog
 from engine.startup_stages import mark_stage
+from engine.worker.huge_pages import set_kv_cache_prefault
 from pagedock.errors import TensorParallelError
 from pagedock.http.limits import limited_protocol
 
@@ -85,6 +86,7 @@ def run_server(config: EngineConfig, options: ServerOptions) -> int:
     configure_logging(options.log_level)
     set_cpu_kernels_cache(config.cpu_kernels_cache)
     set_weights_load_strategy(config.weights_load_strategy)
+    set_kv_cache_prefault(config.kv_cache_prefault)
     engine = LLMEngine(config)
     ctx = build_context(engine, options, own_thread=False)
     uv_config = build_uvicorn_config(build_app(ctx), options)

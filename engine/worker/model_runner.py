@@ -17,7 +17,7 @@ from engine.sampling.sampler import Sampler, SamplingTensors
 from engine.sampling.sampling_batch import build_sampling_tensors
 from engine.structured_outputs.structured_output_manager import StructuredOutputManager
 from engine.worker.cuda_graph_runner import DecodeGraphRunner, GraphCapture, is_graphable
-from engine.worker.huge_pages import advise_huge_pages
+from engine.worker.huge_pages import zeroed_tensor
 from engine.worker.input_batch import ModelInputs, build_model_inputs, order_decodes_first
 
 logger = logging.getLogger("pagedock.engine")
@@ -235,7 +235,8 @@ def allocate_kv_caches(
         config.num_key_value_heads if num_kv_heads is None else num_kv_heads,
         cache_head_width(config.head_dim, dtype),
     )
-    storage = torch.empty(shape, dtype=dtype, device=device)
-    advise_huge_pages(storage)  # before zero_() first touches the pages
-    storage.zero_()
+    if device.type == "cpu":
+        storage = zeroed_tensor(shape, dtype)  # zero pages from the kernel, none written now
+    else:
+        storage = torch.zeros(shape, dtype=dtype, device=device)
     return [(storage[i, 0], storage[i, 1]) for i in range(config.num_hidden_layers)]

@@ -42,6 +42,7 @@ ARM = os.environ.get("PAGEDOCK_E2E_COLD_START_ARM", "after")
 SPEED_UPS_OFF = [
     {"name": "PAGEDOCK_CPU_KERNELS_CACHE", "value": "false"},
     {"name": "PAGEDOCK_WEIGHTS_LOAD_STRATEGY", "value": "copy"},
+    {"name": "PAGEDOCK_KV_CACHE_PREFAULT", "value": "true"},
 ]
 
 

@@ -1,4 +1,5 @@
-"""The CPU KV cache asks Linux for huge pages before first touching its memory."""
+"""The CPU KV cache: zero pages from the kernel (nothing written at start), huge pages asked for
+before its memory is first touched."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from engine.model_config import ModelConfig
-from engine.worker.huge_pages import HUGE_PAGE, advise_huge_pages
+from engine.worker.huge_pages import HUGE_PAGE, advise_huge_pages, zeroed_tensor
 from engine.worker.model_runner import allocate_kv_caches
 
 THP = Path("/sys/kernel/mm/transparent_hugepage")
@@ -47,3 +48,19 @@ def test_the_kv_cache_starts_zeroed() -> None:
     for k_cache, v_cache in caches:
         assert k_cache.shape == (4096, 16, 2, 8)
         assert not k_cache.any() and not v_cache.any()
+
+
+def _resident_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/statm")
+def test_a_zeroed_cache_writes_nothing_up_front_and_holds_what_is_written() -> None:
+    """The pages come zeroed from the kernel when first touched: allocating 256 MiB leaves the
+    resident set as it was (a zero_() pass would add all of it)."""
+    before = _resident_bytes()
+    tensor = zeroed_tensor((64, 1024, 1024), torch.float32)
+    assert _resident_bytes() - before < 16 << 20
+    tensor[3, 5, 7] = 2.5
+    assert float(tensor[3, 5, 7]) == 2.5 and float(tensor[63].abs().sum()) == 0.0
+    assert zeroed_tensor((0, 4), torch.bfloat16).shape == (0, 4)
