@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test e2e e2e-unsettled lint demo bench bench-offline bench-online bench-router bench-readme serve images images-check e2e-images clean
+.PHONY: test e2e lint demo bench bench-offline bench-online bench-router bench-readme serve images images-check e2e-images clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,12 +24,7 @@ test: $(STAMP)
 # The whole path on one machine (docs/e2e.md): kmock as the API server, the operator, engine and
 # router as processes in network namespaces. Needs root; a few minutes.
 e2e: $(STAMP)
-	$(BIN)/python -m pytest -q -m 'e2e and not unsettled' tests/e2e --durations=0
-
-# The scenarios that passed alone but failed in CI's run (docs/e2e.md, "Unsettled"): not in CI
-# until they pass there.
-e2e-unsettled: $(STAMP)
-	$(BIN)/python -m pytest -q -m 'e2e and unsettled' tests/e2e --durations=0
+	$(BIN)/python -m pytest -q -m e2e tests/e2e --durations=0
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -107,7 +107,26 @@ class ClusterApi(Emulator):
         # authenticated client read it (system:discovery), so it is not logged.
         if request.resource is not None and request.resource.plural:
             self.requests_log.append(_describe(request))
-        return await super()._handle(request)
+        try:
+            return await super()._handle(request)
+        finally:
+            self._forget(request)
+
+    def _forget(self, request: Any) -> None:
+        """Drop a served request from kmock's own history (ours is `requests_log`).
+
+        NOTE: kmock keeps every request it ever got, and matches each new one to a reaction by
+        scanning that whole history once per reaction (`request in reaction._source`): the cost
+        of a request grew with the scenario's age, quadratically in all. In the rollout scenario
+        (10 minutes, about 6,000 requests) this process spent its CPU there and its event loop
+        stalled for seconds, which the clients it also runs read as time to first token and the
+        probes it runs as pods turning unready. In flight, a request stays (a watch, for as long
+        as it streams), so the scan covers what is in flight only."""
+        history = self._requests
+        for index in range(len(history) - 1, -1, -1):
+            if history[index] is request:
+                del history[index]
+                return
 
     async def _serve_list(self, request: Any) -> Any:
         listed: dict[str, Any] = await super()._serve_list(request)

@@ -53,6 +53,10 @@ class ContainerRunner:
         self.ready = False
         self.process: asyncio.subprocess.Process | None = None
         self.stopping = False
+        self.deleting = False
+        """The pod's deletion was requested (its preStop may still run): as the kubelet's prober
+        does (pkg/kubelet/prober/worker.go), no liveness or startup probe kills it any more, even
+        once its server stops accepting (a router or engine draining in its grace period)."""
         self._pull_failures = 0
         self._probes: list[Probe] = []
 
@@ -182,7 +186,9 @@ class ContainerRunner:
             if "startup" in by_kind and not await self._until_healthy(
                 http, host, by_kind["startup"]
             ):
-                return self.kill("startup probe failed")
+                if not self.deleting:
+                    self.kill("startup probe failed")
+                return
             self.started = True
             if "readiness" not in by_kind:
                 self.ready = True
@@ -220,8 +226,11 @@ class ContainerRunner:
         failures = 0
         while failures < probe.failure_threshold:
             await asyncio.sleep(probe.period_s)
+            if self.deleting:
+                return
             failures = 0 if await _http_ok(http, host, probe) else failures + 1
-        self.kill("liveness probe failed")
+        if not self.deleting:
+            self.kill("liveness probe failed")
 
     def kill(self, why: str = "", sig: int = signal.SIGKILL) -> None:
         """Signal the container's process group (what a failed probe or `kill` does)."""

@@ -64,6 +64,8 @@ class PodRunner:
         scale = self.kubelet.lifecycle_scale
         grace_s = self.pod["spec"].get("terminationGracePeriodSeconds", 30) * scale
         for container in self.containers:
+            container.deleting = True
+        for container in self.containers:
             sleep = ((container.spec.get("lifecycle") or {}).get("preStop") or {}).get("sleep")
             if sleep and container.process is not None:
                 await asyncio.sleep(sleep["seconds"] * scale)

@@ -31,7 +31,9 @@ class Answer:
     error: str | None = None
     ids: set[str] = field(default_factory=set)
     seconds: float = 0.0
-    """From the request to the stream's end."""
+    """From the request to the stream's end (or its error)."""
+    replica: str = ""
+    """The engine replica the router sent it to first (its x-pagedock-replica header)."""
 
     @property
     def failed(self) -> bool:
@@ -49,14 +51,14 @@ def body(prompt: str, max_tokens: int, stream: bool) -> dict[str, Any]:
     }
 
 
-async def stream_once(
-    http: aiohttp.ClientSession, router: str, prompt: str, max_tokens: int
-) -> Answer:
-    answer = Answer(prompt, router, time.monotonic())
-    url = f"http://{router}:{ROUTER_PORT}/v1/completions"
+async def stream_once(http: aiohttp.ClientSession, answer: Answer, max_tokens: int) -> None:
+    """Stream `answer`'s prompt through its router into it (an error raised is the caller's)."""
+    url = f"http://{answer.router}:{ROUTER_PORT}/v1/completions"
     timeout = aiohttp.ClientTimeout(total=600)
-    async with http.post(url, json=body(prompt, max_tokens, True), timeout=timeout) as response:
+    payload = body(answer.prompt, max_tokens, True)
+    async with http.post(url, json=payload, timeout=timeout) as response:
         answer.status = response.status
+        answer.replica = response.headers.get("x-pagedock-replica", "")
         async for raw in response.content:
             line = raw.decode().strip()
             if line == "data: [DONE]":
@@ -64,7 +66,6 @@ async def stream_once(
             elif line.startswith("data: "):
                 _take(answer, json.loads(line[6:]))
     answer.seconds = time.monotonic() - answer.started
-    return answer
 
 
 def _take(answer: Answer, chunk: dict[str, Any]) -> None:
@@ -108,12 +109,15 @@ class Load:
         self.answers: list[Answer] = []
         self.counter = RouterCounter(routers, counted)
         """The routers' `counted` sample, watched while the clients run."""
+        self.lag = LoopLag()
+        """How late this process's event loop ran while the clients did."""
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._client(i)) for i in range(self.num_clients)]
         self._tasks.append(asyncio.create_task(self.counter.watch(self._stop)))
+        self._tasks.append(asyncio.create_task(self.lag.watch(self._stop)))
 
     async def stop(self) -> None:
         """Stop the clients (each finishes the answer it is reading) and the counter's watch."""
@@ -133,10 +137,14 @@ class Load:
                 routers = self.routers()
                 router = routers[(index + n) % len(routers)]
                 prompt = PROMPTS[(index + n) % len(PROMPTS)]
+                answer = Answer(prompt, router, time.monotonic())
                 try:
-                    answer = await stream_once(http, router, prompt, self.max_tokens)
+                    await stream_once(http, answer, self.max_tokens)
                 except (aiohttp.ClientError, TimeoutError) as e:
-                    answer = Answer(prompt, router, time.monotonic(), error=repr(e))
+                    # NOTE: kept whole (its start, status, replica and what it read), to say
+                    # which router and replica cut it and when.
+                    answer.error = repr(e)
+                    answer.seconds = time.monotonic() - answer.started
                 self.answers.append(answer)
                 n += 1
 
@@ -193,3 +201,21 @@ class RouterCounter:
                 ]
                 self.last[router] = sum(values)
         return self.total
+
+
+class LoopLag:
+    """The worst lateness of this process's event loop. The clients time each answer on it, and
+    it also runs the emulated cluster (API server, kubelet, probes): a loop that stalls reads as
+    time to first token, whatever the routers and engines did. (kmock's scan of its whole request
+    history once did: tests/e2e/apiserver.py.)"""
+
+    PERIOD_S = 0.05
+
+    def __init__(self) -> None:
+        self.worst_s = 0.0
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            before = time.monotonic()
+            await asyncio.sleep(self.PERIOD_S)
+            self.worst_s = max(self.worst_s, time.monotonic() - before - self.PERIOD_S)
