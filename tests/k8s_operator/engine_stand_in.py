@@ -12,34 +12,30 @@ engine pods do at their pod IPs."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 BASE_MODEL = "smollm2-135m-instruct"
 
 
-class EngineStandIn:
-    def __init__(self, ip: str, api_key: str | None = None) -> None:
+class StandInServer:
+    """An engine's HTTP endpoints at one loopback address (its pod IP); several stand-ins share a
+    port at different addresses, as engine pods do."""
+
+    def __init__(self, ip: str) -> None:
         self.ip = ip
-        self.api_key = api_key
-        self.adapters: dict[str, str] = {}
-        """name -> path, as loaded."""
-        self.bad_paths: dict[str, str] = {}
-        """path -> the reason a load of it is refused."""
-        self.drain_report: dict[str, Any] = drain_report()
-        """GET /drain's body."""
-        self.requests: list[tuple[str, str, dict[str, Any]]] = []
-        """(method, path, body) of every request."""
         self.port = 0
         self._runner: web.AppRunner | None = None
 
+    def add_routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
     async def start(self, port: int = 0) -> int:
         app = web.Application()
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_post("/v1/load_lora_adapter", self._load)
-        app.router.add_post("/v1/unload_lora_adapter", self._unload)
-        app.router.add_get("/drain", self._drain)
+        self.add_routes(app)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.ip, port)
@@ -50,6 +46,42 @@ class EngineStandIn:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+StandIn = TypeVar("StandIn", bound=StandInServer)
+
+
+@contextlib.asynccontextmanager
+async def on_one_port(stand_ins: list[StandIn]) -> AsyncIterator[list[StandIn]]:
+    """`stand_ins` started on one port (the first one picks it), closed when the block ends."""
+    port = await stand_ins[0].start()
+    for stand_in in stand_ins[1:]:
+        await stand_in.start(port)
+    try:
+        yield stand_ins
+    finally:
+        for stand_in in stand_ins:
+            await stand_in.close()
+
+
+class EngineStandIn(StandInServer):
+    def __init__(self, ip: str, api_key: str | None = None) -> None:
+        super().__init__(ip)
+        self.api_key = api_key
+        self.adapters: dict[str, str] = {}
+        """name -> path, as loaded."""
+        self.bad_paths: dict[str, str] = {}
+        """path -> the reason a load of it is refused."""
+        self.drain_report: dict[str, Any] = drain_report()
+        """GET /drain's body."""
+        self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        """(method, path, body) of every request."""
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/load_lora_adapter", self._load)
+        app.router.add_post("/v1/unload_lora_adapter", self._unload)
+        app.router.add_get("/drain", self._drain)
 
     def calls(self, path: str) -> list[dict[str, Any]]:
         return [body for _, called, body in self.requests if called == path]

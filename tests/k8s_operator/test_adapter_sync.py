@@ -17,7 +17,7 @@ from llm_operator.settings import OperatorSettings
 
 from tests.eventually import eventually
 from tests.k8s_operator.emulator import Emulator
-from tests.k8s_operator.engine_stand_in import EngineStandIn
+from tests.k8s_operator.engine_stand_in import EngineStandIn, on_one_port
 from tests.k8s_operator.helpers import (
     LLMD,
     LLMD_COLLECTION,
@@ -40,15 +40,8 @@ POEMS = {"name": "poems", "source": "file:///adapters/poems"}
 @pytest_asyncio.fixture()
 async def engines() -> AsyncIterator[list[EngineStandIn]]:
     """Three stand-in engines on one port at 127.0.0.2-4 (pod IPs); the first two have pods."""
-    stand_ins = [EngineStandIn(f"127.0.0.{i}") for i in (2, 3, 4)]
-    port = await stand_ins[0].start()
-    for stand_in in stand_ins[1:]:
-        await stand_in.start(port)
-    try:
+    async with on_one_port([EngineStandIn(f"127.0.0.{i}") for i in (2, 3, 4)]) as stand_ins:
         yield stand_ins
-    finally:
-        for stand_in in stand_ins:
-            await stand_in.close()
 
 
 @pytest_asyncio.fixture()

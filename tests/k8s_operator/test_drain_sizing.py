@@ -20,7 +20,7 @@ from llm_operator.names import DRAIN_OBSERVATION_ANNOTATION, child_labels
 from llm_operator.settings import OperatorSettings
 
 from tests.k8s_operator.emulator import Emulator
-from tests.k8s_operator.engine_stand_in import EngineStandIn, drain_report
+from tests.k8s_operator.engine_stand_in import EngineStandIn, drain_report, on_one_port
 from tests.k8s_operator.helpers import LLMD, LLMD_COLLECTION, NAMESPACE, live, make_llmd, send
 from tests.k8s_operator.helpers import mark_ready as mark_deployment_ready
 from tests.k8s_operator.test_builders import find, make_context
@@ -115,14 +115,8 @@ def test_no_observation_builds_the_grace_of_before() -> None:
 @pytest_asyncio.fixture()
 async def engines() -> AsyncIterator[list[EngineStandIn]]:
     """Two stand-in engines on one port at 127.0.0.2-3 (pod IPs)."""
-    stand_ins = [EngineStandIn(f"127.0.0.{i}") for i in (2, 3)]
-    port = await stand_ins[0].start()
-    await stand_ins[1].start(port)
-    try:
+    async with on_one_port([EngineStandIn(f"127.0.0.{i}") for i in (2, 3)]) as stand_ins:
         yield stand_ins
-    finally:
-        for stand_in in stand_ins:
-            await stand_in.close()
 
 
 @pytest_asyncio.fixture()

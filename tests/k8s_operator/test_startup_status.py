@@ -17,6 +17,7 @@ from llm_operator.names import child_labels
 from llm_operator.settings import OperatorSettings
 
 from tests.k8s_operator.emulator import Emulator
+from tests.k8s_operator.engine_stand_in import StandInServer, on_one_port
 from tests.k8s_operator.helpers import (
     LLMD,
     LLMD_COLLECTION,
@@ -32,29 +33,16 @@ STARTED = 1_764_676_800.0  # 2025-12-02T12:00:00Z
 UP_TO_READY = {"process_start": 0.0, "imports_done": 2.0, "weights_loaded": 4.5, "ready": 5.25}
 
 
-class StartupStandIn:
+class StartupStandIn(StandInServer):
     """One engine's GET /startup, its report settable, its requests counted."""
 
     def __init__(self, ip: str) -> None:
-        self.ip = ip
+        super().__init__(ip)
         self.stages: dict[str, float] = dict(UP_TO_READY)
         self.num_requests = 0
-        self.port = 0
-        self._runner: web.AppRunner | None = None
 
-    async def start(self, port: int = 0) -> int:
-        app = web.Application()
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/startup", self._startup)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.ip, port)
-        await site.start()
-        self.port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-        return self.port
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def _startup(self, request: web.Request) -> web.Response:
         self.num_requests += 1
@@ -64,15 +52,8 @@ class StartupStandIn:
 @pytest_asyncio.fixture()
 async def engines() -> AsyncIterator[list[StartupStandIn]]:
     """Three stand-in engines on one port at 127.0.0.2-4 (pod IPs)."""
-    stand_ins = [StartupStandIn(f"127.0.0.{i}") for i in (2, 3, 4)]
-    port = await stand_ins[0].start()
-    for stand_in in stand_ins[1:]:
-        await stand_in.start(port)
-    try:
+    async with on_one_port([StartupStandIn(f"127.0.0.{i}") for i in (2, 3, 4)]) as stand_ins:
         yield stand_ins
-    finally:
-        for stand_in in stand_ins:
-            await stand_in.close()
 
 
 @pytest_asyncio.fixture()

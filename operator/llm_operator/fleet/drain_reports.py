@@ -19,11 +19,10 @@ and the grace period: llm_operator/drain_timing.py.
 import asyncio
 import dataclasses
 import datetime
-import math
 from typing import Any
 
 from llm_operator.drain_timing import DrainObservation
-from llm_operator.fleet.engine_json import get_engine_json
+from llm_operator.fleet.engine_json import finite_seconds, get_engine_json
 from llm_operator.fleet.startup import is_ready
 from llm_operator.k8s.kube import KubeClient, KubeError
 from llm_operator.k8s.resources import POD
@@ -97,9 +96,8 @@ def _count(value: Any) -> int:
 
 
 def _seconds(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return round(max(float(value), 0.0), 3)
+    seconds = finite_seconds(value)
+    return None if seconds is None else max(seconds, 0.0)
 
 
 @dataclasses.dataclass

@@ -19,10 +19,9 @@ status keeps the figures it has; an engine that cannot be reached is skipped the
 
 import dataclasses
 import datetime
-import math
 from typing import Any
 
-from llm_operator.fleet.engine_json import get_engine_json
+from llm_operator.fleet.engine_json import finite_seconds, get_engine_json
 from llm_operator.fleet.status import deployment_counts
 from llm_operator.k8s.kube import KubeClient, KubeError
 from llm_operator.k8s.resources import POD
@@ -82,7 +81,7 @@ def startup_status(pod: Obj, report: Obj) -> Obj | None:
         return None
     # NOTE: a stage not reached is null, not left out: status is merge-patched, and an older
     # pod's figure for it must not survive into this pod's.
-    fields = {name: _seconds(stages.get(stage)) for stage, name in STAGE_FIELDS.items()}
+    fields = {name: finite_seconds(stages.get(stage)) for stage, name in STAGE_FIELDS.items()}
     when = datetime.datetime.fromtimestamp(float(started), datetime.UTC)
     return {
         "pod": pod["metadata"]["name"],
@@ -90,12 +89,6 @@ def startup_status(pod: Obj, report: Obj) -> Obj | None:
         "processStartTime": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "stages": fields,
     }
-
-
-def _seconds(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return round(float(value), 3)
 
 
 @dataclasses.dataclass
