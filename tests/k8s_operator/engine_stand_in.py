@@ -17,8 +17,40 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 from aiohttp import web
+from llm_operator.names import child_labels
+
+from tests.k8s_operator.helpers import NAMESPACE
 
 BASE_MODEL = "smollm2-135m-instruct"
+
+
+def engine_pod(
+    name: str,
+    ip: str,
+    *,
+    ready: bool = True,
+    revision: str | None = None,
+    created: str | None = None,
+) -> dict[str, Any]:
+    """A running engine pod of the LLMDeployment `chat` at `ip` (a stand-in's address), in the
+    tests' namespace; `revision` its pod-template-hash, `created` its creationTimestamp."""
+    labels = child_labels("chat", "engine")
+    metadata: dict[str, Any] = {"name": name, "namespace": NAMESPACE, "labels": labels}
+    if revision is not None:
+        labels["pod-template-hash"] = revision
+    if created is not None:
+        metadata["creationTimestamp"] = created
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": [{"name": "engine", "image": "engine"}]},
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": str(ready)}],
+        },
+    }
 
 
 class StandInServer:

@@ -12,12 +12,11 @@ import pytest
 import pytest_asyncio
 from llm_operator.controller.reconcile import Reconciler
 from llm_operator.k8s.kube import KubeClient
-from llm_operator.names import child_labels
 from llm_operator.settings import OperatorSettings
 
 from tests.eventually import eventually
 from tests.k8s_operator.emulator import Emulator
-from tests.k8s_operator.engine_stand_in import EngineStandIn, on_one_port
+from tests.k8s_operator.engine_stand_in import EngineStandIn, engine_pod, on_one_port
 from tests.k8s_operator.helpers import (
     LLMD,
     LLMD_COLLECTION,
@@ -54,21 +53,6 @@ async def reconciler(cluster: Emulator, engines: list[EngineStandIn]) -> AsyncIt
         yield reconciler
     finally:
         await kube.close()
-
-
-def engine_pod(name: str, ip: str, ready: bool = True) -> dict[str, Any]:
-    conditions = [{"type": "Ready", "status": str(ready)}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": child_labels("chat", "engine"),
-        },
-        "spec": {"containers": [{"name": "engine", "image": "engine"}]},
-        "status": {"phase": "Running", "podIP": ip, "conditions": conditions},
-    }
 
 
 async def start(api: aiohttp.ClientSession, engines: list[EngineStandIn], **spec: Any) -> None:

@@ -16,11 +16,11 @@ from llm_operator.builders import build_children
 from llm_operator.controller.reconcile import Reconciler
 from llm_operator.drain_timing import DrainObservation, drain_timing
 from llm_operator.k8s.kube import KubeClient
-from llm_operator.names import DRAIN_OBSERVATION_ANNOTATION, child_labels
+from llm_operator.names import DRAIN_OBSERVATION_ANNOTATION
 from llm_operator.settings import OperatorSettings
 
 from tests.k8s_operator.emulator import Emulator
-from tests.k8s_operator.engine_stand_in import EngineStandIn, drain_report, on_one_port
+from tests.k8s_operator.engine_stand_in import EngineStandIn, drain_report, engine_pod, on_one_port
 from tests.k8s_operator.helpers import LLMD, LLMD_COLLECTION, NAMESPACE, live, make_llmd, send
 from tests.k8s_operator.helpers import mark_ready as mark_deployment_ready
 from tests.k8s_operator.test_builders import find, make_context
@@ -129,24 +129,6 @@ async def reconciler(cluster: Emulator, engines: list[EngineStandIn]) -> AsyncIt
         yield reconciler
     finally:
         await kube.close()
-
-
-def engine_pod(name: str, ip: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": child_labels("chat", "engine"),
-        },
-        "spec": {"containers": [{"name": "engine", "image": "engine"}]},
-        "status": {
-            "phase": "Running",
-            "podIP": ip,
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
 
 
 async def reconcile(reconciler: Reconciler, cluster: Emulator) -> dict[str, Any]:

@@ -13,11 +13,11 @@ from aiohttp import web
 from llm_operator.controller.reconcile import Reconciler
 from llm_operator.fleet.startup import latest_ready_pod, startup_status
 from llm_operator.k8s.kube import KubeClient
-from llm_operator.names import child_labels
 from llm_operator.settings import OperatorSettings
 
 from tests.k8s_operator.emulator import Emulator
 from tests.k8s_operator.engine_stand_in import StandInServer, on_one_port
+from tests.k8s_operator.engine_stand_in import engine_pod as stand_in_pod
 from tests.k8s_operator.helpers import (
     LLMD,
     LLMD_COLLECTION,
@@ -68,23 +68,10 @@ async def reconciler(cluster: Emulator, engines: list[StartupStandIn]) -> AsyncI
         await kube.close()
 
 
-def engine_pod(name: str, ip: str, revision: str, created: str, ready: bool = True) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {**child_labels("chat", "engine"), "pod-template-hash": revision},
-            "creationTimestamp": created,
-        },
-        "spec": {"containers": [{"name": "engine", "image": "engine"}]},
-        "status": {
-            "phase": "Running",
-            "podIP": ip,
-            "conditions": [{"type": "Ready", "status": str(ready)}],
-        },
-    }
+def engine_pod(
+    name: str, ip: str, revision: str, created: str, ready: bool = True
+) -> dict[str, Any]:
+    return stand_in_pod(name, ip, ready=ready, revision=revision, created=created)
 
 
 async def reconcile(reconciler: Reconciler, cluster: Emulator) -> dict[str, Any]:
