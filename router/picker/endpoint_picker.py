@@ -242,7 +242,7 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
         )
         among = subset_filter(stream.subset) if stream.subset is not None else None
         try:
-            return self.ctx.dispatcher.decide(
+            return await self.ctx.dispatcher.decide_fresh(
                 parsed.blocks if parsed else None,
                 session_key,
                 among,

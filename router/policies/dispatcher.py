@@ -13,6 +13,9 @@ policy. The side effects of a decision — in-flight accounting and pending bloc
     listed by none, some lists unknown the replicas whose list is unknown (they may serve it)
     listed by a replica not ready     NoReplicaError (503: try again)
     listed by no replica              ModelNotServed (404 model_not_found)
+
+`decide_fresh` re-reads the model lists before the 404 (ReplicaSet.refresh_models): an adapter
+whose status just turned Ready is served at once, not after the next health check.
 """
 
 from __future__ import annotations
@@ -97,6 +100,20 @@ class Dispatcher:
             model,
             lora_name,
         )
+
+    async def decide_fresh(
+        self,
+        blocks: PromptBlocks | None,
+        session_key: str | None = None,
+        among: Callable[[Replica], bool] | None = None,
+        model: str | None = None,
+    ) -> Decision:
+        """`decide`, reading the replicas' model lists again before answering ModelNotServed."""
+        try:
+            return self.decide(blocks, session_key, among, model)
+        except ModelNotServed:
+            await self.replica_set.refresh_models()
+        return self.decide(blocks, session_key, among, model)
 
     def lora_name(self, model: str | None) -> str | None:
         """`model` when a replica lists it as a LoRA adapter, else None (the base model)."""

@@ -52,6 +52,7 @@ class HealthChecker:
         """One check; True when the replica is healthy."""
         timeout = httpx.Timeout(self.config.health_timeout_s)
         base = self.replica.url
+        finished = self.replica.finished  # what the report below can't have counted as ended
         try:
             health, metrics, models = await asyncio.gather(
                 self.client.get(base + "/health", timeout=timeout),
@@ -64,7 +65,7 @@ class HealthChecker:
             return self._failed(f"health check answered {health.status_code}")
         self._read_root_hash(health)
         if metrics.status_code == 200:
-            self._read_load(metrics.text)
+            self._read_load(metrics.text, finished)
         if models is not None:
             self._take_models(models)
         was_healthy = self.replica.healthy
@@ -88,8 +89,9 @@ class HealthChecker:
         except (ValueError, AttributeError):
             return
 
-    def _read_load(self, text: str) -> None:
+    def _read_load(self, text: str, finished: int) -> None:
         self.replica.load, rejected = parse_replica_load(text)
+        self.replica.load_finished = finished
         if rejected and not self._warned_bad_load:
             # Once per replica: a replica that always reports Inf would flood the log every scrape.
             logger.warning(
@@ -120,6 +122,12 @@ class HealthChecker:
             )
             self._warned_models_refused = True
         return None
+
+    async def refresh_models(self) -> None:
+        """Read the model list now, between checks (a request named a model no list has)."""
+        models = await self._served_models(httpx.Timeout(self.config.health_timeout_s))
+        if models is not None and self.replica.healthy:
+            self._take_models(models)
 
     def _take_models(self, models: ServedModels) -> None:
         before = [] if self.replica.served_models is None else self.replica.served_models.adapters()

@@ -58,6 +58,10 @@ class Replica:
     until one answered, and again once it leaves the healthy set (a failed read keeps the last
     list)."""
     inflight: dict[str, InflightRequest] = field(default_factory=dict)
+    finished: int = 0
+    """Requests this router sent here and saw end (a count since it joined)."""
+    load_finished: int = 0
+    """`finished` when the report in `load` was asked for."""
     instance_id: str | None = None
     root_hash: bytes | None = None
     """h_0 of the replica's hash chains, from its KV snapshot; None until one arrived."""
@@ -88,7 +92,16 @@ class Replica:
             request.started = True
 
     def end(self, request_id: str) -> None:
-        self.inflight.pop(request_id, None)
+        if self.inflight.pop(request_id, None) is not None:
+            self.finished += 1
+
+    def reported_requests(self) -> tuple[float, float]:
+        """Its last report of running and waiting requests, less those this router saw end here
+        since it asked. A report is up to a health interval old: without this, one client's
+        requests in turn on two replicas would count on both."""
+        gone = float(self.finished - self.load_finished)
+        running, waiting = self.load.num_requests_running, self.load.num_requests_waiting
+        return max(0.0, running - gone), max(0.0, waiting - max(0.0, gone - running))
 
     def queued_tokens(self, config: RouterConfig) -> int:
         """Work ahead of a new request, in prefill-token equivalents: the larger of the router's
@@ -98,10 +111,8 @@ class Replica:
             config.running_request_tokens if r.started else r.uncached_tokens
             for r in self.inflight.values()
         )
-        reported = (
-            self.load.num_requests_running * config.running_request_tokens
-            + self.load.num_requests_waiting * config.waiting_request_tokens
-        )
+        running, waiting = self.reported_requests()
+        reported = running * config.running_request_tokens + waiting * config.waiting_request_tokens
         return int(max(own, reported))
 
     def chain_root(self, lora_name: str | None) -> BlockHash | None:

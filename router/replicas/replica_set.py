@@ -2,6 +2,10 @@
 
 Discovery hands over the full set of URLs whenever it changes; new replicas start their tasks,
 departed ones stop them and leave the index. Candidates for routing are the healthy ones.
+
+Model lists are read with each health check; `refresh_models` reads them at once when a request
+names a model none lists (an adapter loaded since the last check), one read at a time for all
+such requests and at most one every MODELS_REFRESH_MIN_S.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from router.replicas.warmer import Warmer
 
 logger = logging.getLogger("pagedock.router")
 
+MODELS_REFRESH_MIN_S = 0.25
+"""Least time between two on-demand reads of the model lists (requests naming unknown models
+can't make the router flood its replicas)."""
+
 
 class ReplicaSet:
     def __init__(
@@ -41,6 +49,9 @@ class ReplicaSet:
         self.replicas: dict[str, Replica] = {}
         self._subscribers: dict[str, KVEventSubscriber] = {}
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
+        self._health: dict[str, HealthChecker] = {}
+        self._models_refresh: asyncio.Task[None] | None = None
+        self._models_refreshed_at = -MODELS_REFRESH_MIN_S
         self.on_ready: Callable[[], None] = lambda: None
         """Called when a replica joins or turns healthy again (releases held requests)."""
         self.warmer: Warmer | None = None
@@ -72,6 +83,23 @@ class ReplicaSet:
         else:
             self.index.drop(replica.url)
 
+    async def refresh_models(self) -> None:
+        """Re-read the healthy replicas' model lists now (joining a read in flight; none when
+        one finished within MODELS_REFRESH_MIN_S)."""
+        if self._models_refresh is None:
+            if time.monotonic() - self._models_refreshed_at < MODELS_REFRESH_MIN_S:
+                return
+            self._models_refresh = asyncio.create_task(self._refresh_models())
+        await asyncio.shield(self._models_refresh)
+
+    async def _refresh_models(self) -> None:
+        try:
+            healthy = [self._health[r.url] for r in self.healthy() if r.url in self._health]
+            await asyncio.gather(*(h.refresh_models() for h in healthy))
+        finally:
+            self._models_refreshed_at = time.monotonic()
+            self._models_refresh = None
+
     async def close(self) -> None:
         for url in list(self.replicas):
             self._remove(url)
@@ -94,6 +122,7 @@ class ReplicaSet:
             replica, self.client, self.config, self.mark_unhealthy, self.on_ready
         )
         self._subscribers[url] = subscriber
+        self._health[url] = health
         self._tasks[url] = [
             asyncio.create_task(subscriber.run(), name=f"kv-events {url}"),
             asyncio.create_task(health.run(), name=f"health {url}"),
@@ -115,6 +144,7 @@ class ReplicaSet:
         logger.info("replica %s left", url)
         del self.replicas[url]
         self._subscribers.pop(url, None)
+        self._health.pop(url, None)
         for task in self._tasks.pop(url, []):
             task.cancel()
         self.index.drop(url)

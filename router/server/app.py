@@ -87,7 +87,7 @@ def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
         known = [r.served_models for r in ctx.replica_set.healthy() if r.served_models]
         if known:
             return JSONResponse(merged_model_list(known))
-        decision = _decide(ctx, None, None)
+        decision = await _decide(ctx, None, None)
         return await ctx.proxy.forward(request, b"", decision, False, time.perf_counter())
 
     # Replica URLs and their state are for operators, not for keyless clients.
@@ -134,7 +134,7 @@ async def _generate(
         parsed.request.user if parsed.request else None
     )
     await _hold_until_ready(ctx, request)
-    decision = _decide(ctx, parsed.blocks, session_key, parsed.model)
+    decision = await _decide(ctx, parsed.blocks, session_key, parsed.model)
     if parsed.blocks is not None and decision.lora_name is None:
         # NOTE: warm start sends the base model only: an adapter's prefixes are not recorded.
         ctx.hot.record(parsed.blocks.token_ids)
@@ -142,14 +142,14 @@ async def _generate(
     return await ctx.proxy.forward(request, body, decision, stream, arrival, parsed.plan)
 
 
-def _decide(
+async def _decide(
     ctx: RouterContext,
     blocks: PromptBlocks | None,
     session_key: str | None,
     model: str | None = None,
 ) -> Decision:
     try:
-        return ctx.dispatcher.decide(blocks, session_key, model=model)
+        return await ctx.dispatcher.decide_fresh(blocks, session_key, model=model)
     except ModelNotServed as e:
         raise APIError(404, str(e), param="model", code="model_not_found") from e
     except NoReplicaError as e:
@@ -180,11 +180,12 @@ def _demand(ctx: RouterContext) -> dict[str, Any]:
             "healthy": r.healthy,
             "inflight": len(r.inflight),
             "prefix_hit_score": round(ctx.demand.prefix_hit_score(r.url, now), 1),
-            "num_requests_running": r.load.num_requests_running,
-            "num_requests_waiting": r.load.num_requests_waiting,
+            "num_requests_running": running,
+            "num_requests_waiting": waiting,
             "kv_cache_usage": r.load.kv_cache_usage,
         }
         for r in ctx.replica_set.replicas.values()
+        for running, waiting in [r.reported_requests()]
     ]
     return demand_view(ctx.demand, len(ctx.hold), now - oldest if oldest else 0.0, replicas)
 

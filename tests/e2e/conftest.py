@@ -4,6 +4,7 @@ running cluster per scenario; everything made is removed at the end, pass or fai
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -91,5 +92,13 @@ async def cluster(
                 yield cluster
             finally:
                 print(cluster.logs())
+                keep = os.environ.get("PAGEDOCK_E2E_KEEP_LOGS")  # a folder: every pod's whole log
+                if keep:
+                    shutil.copytree(
+                        workdir / "pods",
+                        Path(keep) / network.run_id,
+                        ignore=shutil.ignore_patterns("volumes"),
+                        dirs_exist_ok=True,
+                    )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

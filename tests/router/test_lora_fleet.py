@@ -108,6 +108,37 @@ def test_a_model_no_replica_serves_is_a_404_in_openais_shape(stack: ExitStack) -
     assert sum(f.calls for f in fakes) == 0
 
 
+def test_an_adapter_loaded_since_the_last_check_is_served_at_once(stack: ExitStack) -> None:
+    """A request naming a model no list has makes the router read the lists again before its 404:
+    an adapter whose status just turned Ready is served, not refused until the next check."""
+    with_sql, base_only = FakeReplica(), FakeReplica()
+    urls = start(stack, with_sql, base_only)
+    router = serve_router(stack, urls, health_interval_s=3600.0)  # one check, at the start
+    wait_for_lists(router, urls)
+    with_sql.adapters["sql"] = "/a/sql"  # as /v1/load_lora_adapter, after the check
+    answer = complete(router, "sql")
+    assert answer.status_code == 200, answer.text
+    assert answer.headers[REPLICA_HEADER] == urls[0]
+    assert replicas(router)[urls[0]]["served_models"] == ["fake", "sql"]
+
+
+def test_requests_for_unknown_models_read_the_lists_a_bounded_number_of_times(
+    stack: ExitStack,
+) -> None:
+    fake = FakeReplica()
+    urls = start(stack, fake)
+    router = serve_router(stack, urls, health_interval_s=3600.0)
+    wait_for_lists(router, urls)
+    asked = fake.models_asked
+    started = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: complete(router, "nope").status_code, range(64)))
+    elapsed = time.monotonic() - started
+    assert answers == [404] * 64
+    # One read in flight at a time, and at most one started every 0.25 s.
+    assert 1 <= fake.models_asked - asked <= 1 + elapsed / 0.25
+
+
 def test_the_routers_model_list_is_the_base_and_the_union_of_adapters(stack: ExitStack) -> None:
     one = FakeReplica(adapters={"sql": "/a/sql", "chat": "/a/chat"})
     two = FakeReplica(adapters={"sql": "/a/sql", "poems": "/a/poems"})

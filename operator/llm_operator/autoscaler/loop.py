@@ -2,11 +2,14 @@
 autoscaling.mode builtin, poll its routers, decide, and write spec.replicas (the operator owns the
 field while autoscaling is on: a `kubectl scale` is overridden at the next tick), an Event when it
 changes and status.autoscaler with the inputs. The update of spec.replicas reaches the engine
-Deployment through the usual reconcile (the update handler). Of several operator replicas only
-kopf's active peer runs it (leadership.py). The windows live in its memory and in the ConfigMap
-`<name>-autoscaler` (state_store.py): a restarted operator, or a replica that becomes the active
-peer, resumes from what was recorded there instead of starting empty; a replica forgets the windows
-of every namespace where it is not the active peer, so it reads them afresh when it leads again.
+Deployment through the usual reconcile (the update handler); the write waits for a reconcile of the
+same LLMDeployment in progress (`lock`, the reconciler's), since that one read spec.replicas before
+it and would otherwise apply the old count to the Deployment after it. Of several operator
+replicas only kopf's active peer runs it (leadership.py). The windows live in its memory and in
+the ConfigMap `<name>-autoscaler` (state_store.py): a restarted operator, or a replica that
+becomes the active peer, resumes from what was recorded there instead of starting empty; a replica
+forgets the windows of every namespace where it is not the active peer, so it reads them afresh
+when it leads again.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +46,8 @@ STATUS_EVERY_S = 10.0  # status.autoscaler between scale events: inputs change e
 class Autoscaler:
     kube: KubeClient
     settings: OperatorSettings
+    lock: Callable[[str, str], asyncio.Lock] = lambda namespace, name: asyncio.Lock()
+    """The reconciler's lock of an LLMDeployment (controller/reconcile.py)."""
     states: dict[tuple[str, str], ScalerState] = field(default_factory=dict)
     _status_at: dict[tuple[str, str], float] = field(default_factory=dict)
     store: StateStore = field(init=False)
@@ -136,7 +141,8 @@ class Autoscaler:
         if decision.replicas < current:
             going = await self._mark_coldest(meta["namespace"], meta["name"], demand)
         path = LLM_DEPLOYMENT.object_path(meta["namespace"], meta["name"])
-        await self.kube.patch(path, {"spec": {"replicas": decision.replicas}})
+        async with self.lock(meta["namespace"], meta["name"]):
+            await self.kube.patch(path, {"spec": {"replicas": decision.replicas}})
         reason = "ScaledToZero" if decision.replicas == 0 else "Scaled"
         message = f"engine replicas {current} -> {decision.replicas}: {decision.reason}{going}"
         logger.info("%s/%s %s", meta["namespace"], meta["name"], message)

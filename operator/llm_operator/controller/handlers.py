@@ -100,7 +100,7 @@ def make_registry(operator: OperatorSettings) -> kopf.OperatorRegistry:
             peering = Peering(settings.peering.name, memo[PEER_IDENTITY], settings.peering.priority)
         resync = resync_forever(reconciler, operator.namespaces, peering)
         memo["resync"] = asyncio.create_task(resync)
-        memo["scaler"] = autoscaler = Autoscaler(kube, operator)
+        memo["scaler"] = autoscaler = Autoscaler(kube, operator, reconciler.lock)
         memo["autoscaler"] = asyncio.create_task(autoscaler.run_forever(peering))
 
     kopf.on.cleanup(registry=registry)(cleanup)

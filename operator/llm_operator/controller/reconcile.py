@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import kopf
 
+from llm_operator import API_VERSION, KIND
 from llm_operator.api.spec import InvalidSpecError, parse_spec
 from llm_operator.builders import BuildContext, build_children, child_refs
 from llm_operator.builders.adapter_source import adapter_problem, lora_enabled
@@ -99,6 +100,16 @@ class Reconciler:
         meta = body["metadata"]
         async with self.lock(meta["namespace"], meta["name"]):
             self._followup_due.discard((meta["namespace"], meta["name"]))
+            # NOTE: the object as it is now: `body` was read before the lock was had (a resync's
+            # list, then its scrape), and a spec.replicas the autoscaler wrote since must not be
+            # undone by applying the old count.
+            latest = await self.kube.get(
+                LLM_DEPLOYMENT.object_path(meta["namespace"], meta["name"])
+            )
+            if latest is None or latest["metadata"].get("deletionTimestamp"):
+                return
+            body = {"apiVersion": API_VERSION, "kind": KIND, **latest}
+            meta = body["metadata"]
             try:
                 spec = parse_spec(body)
             except InvalidSpecError as error:
