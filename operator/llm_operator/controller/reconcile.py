@@ -31,7 +31,7 @@ from llm_operator.controller.model_delivery import (
 from llm_operator.fleet.adapter_status import adapter_warnings, adapters_ready
 from llm_operator.fleet.gateway_status import gateway_state
 from llm_operator.fleet.metrics import FleetStats
-from llm_operator.fleet.pod_failures import PodFailure, engine_failure
+from llm_operator.fleet.pod_failures import read_engine_failure
 from llm_operator.fleet.startup import EngineStartups
 from llm_operator.fleet.status import (
     ChildrenState,
@@ -42,7 +42,7 @@ from llm_operator.fleet.status import (
 )
 from llm_operator.k8s.diff import is_subset, merge_patch, with_last_applied
 from llm_operator.k8s.kube import KubeClient, KubeError
-from llm_operator.k8s.resources import KINDS, LLM_DEPLOYMENT, POD, ResourceKind, kind_of
+from llm_operator.k8s.resources import KINDS, LLM_DEPLOYMENT, ResourceKind, kind_of
 from llm_operator.names import engine_name, router_name, selector_labels, selector_string
 from llm_operator.settings import OperatorSettings
 
@@ -100,9 +100,8 @@ class Reconciler:
         meta = body["metadata"]
         async with self.lock(meta["namespace"], meta["name"]):
             self._followup_due.discard((meta["namespace"], meta["name"]))
-            # NOTE: the object as it is now: `body` was read before the lock was had (a resync's
-            # list, then its scrape), and a spec.replicas the autoscaler wrote since must not be
-            # undone by applying the old count.
+            # NOTE: as it is now, not `body` (read before the lock: a resync's list, then its
+            # scrape): a spec.replicas the autoscaler wrote since must not be undone.
             latest = await self.kube.get(
                 LLM_DEPLOYMENT.object_path(meta["namespace"], meta["name"])
             )
@@ -151,10 +150,8 @@ class Reconciler:
         task.add_done_callback(self._followups.discard)
 
     async def _reconcile_latest(self, namespace: str, name: str) -> None:
-        try:
-            body = await self.kube.get(LLM_DEPLOYMENT.object_path(namespace, name))
-            if body is not None and not body["metadata"].get("deletionTimestamp"):
-                await self.reconcile(body)
+        try:  # reconcile reads the object itself
+            await self.reconcile({"metadata": {"namespace": namespace, "name": name}})
         except Exception:  # the next event or resync reconciles it anyway
             logger.exception("reconcile of %s/%s after an adapter load failed", namespace, name)
 
@@ -273,23 +270,12 @@ class Reconciler:
             router_enabled=ctx.spec.router.enabled,
             ingress_enabled=ctx.spec.ingress.enabled,
             gateway=gateway_state(ctx, live, issues.missing_crds),
-            engine_failure=await self._engine_failure(ctx, engine),
+            engine_failure=await read_engine_failure(
+                self.kube, ctx.namespace, ctx.name, deployment_counts(engine)
+            ),
             rejection=rejection,
             zero_by_policy=ctx.spec.autoscaling.enabled and ctx.spec.autoscaling.min_replicas == 0,
         )
-
-    async def _engine_failure(self, ctx: BuildContext, engine: Obj | None) -> PodFailure | None:
-        """Why the engine pods do not come up; the pods are read only while replicas are missing."""
-        desired, _, ready = deployment_counts(engine)
-        if engine is None or ready >= desired:
-            return None
-        selector = selector_string(selector_labels(ctx.name, "engine"))
-        try:
-            pods = await self.kube.list(POD.collection_path(ctx.namespace), selector)
-        except KubeError as error:  # e.g. no RBAC for pods yet: status says less, nothing breaks
-            logger.warning("cannot list the engine pods of %s: %s", ctx.name, error)
-            return None
-        return engine_failure(pods)
 
     async def _reject(self, body: Mapping[str, Any], message: str) -> None:
         generation = body["metadata"].get("generation")

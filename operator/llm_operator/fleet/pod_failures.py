@@ -16,7 +16,14 @@ condition reason can be searched for as is:
   Unschedulable               no node fits (PodScheduled=False: "Insufficient nvidia.com/gpu")
 """
 
+import logging
 from typing import Any, NamedTuple
+
+from llm_operator.k8s.kube import KubeClient, KubeError
+from llm_operator.k8s.resources import POD
+from llm_operator.names import selector_labels, selector_string
+
+logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -134,3 +141,20 @@ def _is_ready(pod_status: Obj) -> bool:
         item.get("type") == "Ready" and item.get("status") == "True"
         for item in pod_status.get("conditions", [])
     )
+
+
+async def read_engine_failure(
+    kube: KubeClient, namespace: str, name: str, counts: tuple[int, int, int]
+) -> PodFailure | None:
+    """Why the engine pods do not come up; the pods are read only while replicas are missing
+    (`counts`: the engine Deployment's desired, existing and ready replicas)."""
+    desired, _, ready = counts
+    if ready >= desired:
+        return None
+    selector = selector_string(selector_labels(name, "engine"))
+    try:
+        pods = await kube.list(POD.collection_path(namespace), selector)
+    except KubeError as error:  # e.g. no RBAC for pods yet: status says less, nothing breaks
+        logger.warning("cannot list the engine pods of %s: %s", name, error)
+        return None
+    return engine_failure(pods)
