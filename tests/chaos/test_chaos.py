@@ -1,35 +1,32 @@
 """Chaos: live engines and a router under a steady good workload, while an attacker sends every
 class of bad request the fleet has met (poison values, a 7 MB prompt, 100k stop strings), holds
-200 idle sockets and runs a slowloris. Good requests must all succeed, their p99 latency stay
-within 2x the undisturbed run's (or +250 ms, the larger), and no /health may fail meanwhile."""
+200 idle sockets and runs a slowloris (tests/chaos/attacker.py, a process of its own). Good
+requests must all succeed, their p99 latency stay within 2x the undisturbed run's (or +250 ms, the
+larger), and no /health may fail meanwhile."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
-import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.router.live import WORDS, Process, replica_process, router_process, wait_synced
+from tests.router.live import ROOT, WORDS, Process, replica_process, router_process, wait_synced
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-GOOD_CLIENTS, GOOD_REQUESTS = 2, 20
-POISON = [
-    {"prompt": "hi", "stop_token_ids": [10**6], "min_tokens": 2},
-    {"prompt": "hi", "top_k": 2**63},
-    {"prompt": "hi", "n": 2, "seed": 2**64 - 1},
-    {"prompt": [2**31]},
-    {"prompt": "hi", "logprobs": 1000},
-    {"prompt": "hi", "stop": ["x"] * 100_000},
-    {"prompt": "a" * 7_000_000, "max_tokens": 1},
-]
+# 100 requests a run: the p99 of 40 was a run's slowest request, one scheduling hiccup.
+GOOD_CLIENTS, GOOD_REQUESTS = 2, 50
 
 
 @pytest.fixture(scope="module")
@@ -106,33 +103,28 @@ class Background:
         return self
 
 
-def send_poison(router: Process, rng: random.Random) -> None:
-    body = rng.choice(POISON)
-    response = httpx.post(
-        router.url + "/v1/completions",
-        content=json.dumps(body),
-        headers={"Content-Type": "application/json"},
-        timeout=30,
+@contextmanager
+def attacker(router: Process) -> Iterator[dict[str, list[Any]]]:
+    """tests/chaos/attacker.py as a process of its own, attacking from its first round trip to
+    the block's end; once the block is left, the dict holds its report (`failures`, and
+    `answered`: responses per poison body)."""
+    report: dict[str, list[Any]] = {}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.chaos.attacker", router.url],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    # Refused (4xx) or served (a wrapped seed is legal): never a server error.
-    assert response.status_code < 500, f"{str(body)[:80]} -> {response.status_code}"
-
-
-def hold_idle_sockets(router: Process, count: int) -> Callable[[], None]:
-    def step() -> None:
-        sockets = [socket.create_connection(("127.0.0.1", router.port)) for _ in range(count)]
-        time.sleep(4)  # past the read deadline: the router closes them; open them again
-        for s in sockets:
-            s.close()
-
-    return step
-
-
-def slowloris(router: Process) -> None:
-    with socket.create_connection(("127.0.0.1", router.port), timeout=10) as s:
-        for byte in b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n":
-            s.sendall(bytes([byte]))
-            time.sleep(0.5)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "ready", "the attacker did not start"
+        yield report
+    finally:
+        proc.stdin.close()
+        out = proc.stdout.read()
+        proc.wait(60)
+    report.update(json.loads(out))
 
 
 def check_health(processes: list[Process]) -> Callable[[], None]:
@@ -149,18 +141,15 @@ def test_good_requests_are_unharmed_by_an_attacker(fleet: tuple[Process, list[Pr
     router, replicas = fleet
     good_workload(router, seed=1)  # warm-up, shares no prompt with the measured runs
     quiet = good_workload(router, seed=2)
-    with Background() as attacker, Background() as probes:
+    with Background() as probes, attacker(router) as report:
         probes.run(check_health([router, *replicas]))
-        rng = random.Random(3)
-        attacker.run(lambda: send_poison(router, rng), copies=2)
-        attacker.run(hold_idle_sockets(router, 200))
-        attacker.run(lambda: slowloris(router), copies=20)
-        time.sleep(1)
         attacked = good_workload(router, seed=4)
     allowed = max(2 * p99(quiet), p99(quiet) + 0.25)
     print(
         f"\ngood p99: quiet {p99(quiet) * 1e3:.0f} ms, attacked {p99(attacked) * 1e3:.0f} ms "
         f"(allowed {allowed * 1e3:.0f} ms)"
     )
-    assert attacker.failures == [] and probes.failures == []
+    print(f"poison bodies answered, by kind: {report['answered']}; load {os.getloadavg()}")
+    assert report["failures"] == [] and probes.failures == []
+    assert min(report["answered"]) > 0, "a kind of poison was never sent"
     assert p99(attacked) <= allowed
