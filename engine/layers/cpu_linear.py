@@ -35,6 +35,18 @@ def onednn_available() -> bool:
     )
 
 
+def bf16_packing_available() -> bool:
+    """Whether this torch and CPU can pack bfloat16 weights for oneDNN (it needs avx512bw, vl and
+    dq, or avx_ne_convert; an AVX2-only CPU can't)."""
+    if not onednn_available():
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(4, 8, dtype=torch.bfloat16), 1)
+    except RuntimeError:
+        return False
+    return True
+
+
 class PackedLinear(nn.Module):
     """y = x W^T + b with W held in oneDNN's blocked layout (inference only)."""
 

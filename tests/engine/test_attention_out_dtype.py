@@ -13,7 +13,7 @@ import torch
 from engine.attention import torch_attention
 from engine.attention.torch_attention import TorchAttentionBackend
 from engine.kernels.cpu_kernels import load_cpu_kernels
-from engine.layers.cpu_linear import PackedLinear, gemm_input_dtype, onednn_available
+from engine.layers.cpu_linear import PackedLinear, bf16_packing_available, gemm_input_dtype
 from tests.engine.attention_factories import mixed_step
 from tests.engine.test_cpu_kernels import random_paged_cache
 from tests.engine.test_kv_cache_bf16 import bf16
@@ -85,7 +85,7 @@ def test_a_bad_out_dtype_is_refused_by_the_kernel() -> None:
         )
 
 
-@pytest.mark.skipif(not onednn_available(), reason="this torch build cannot pack for oneDNN")
+@pytest.mark.skipif(not bf16_packing_available(), reason="this CPU can't pack bf16 weights")
 def test_a_packed_layer_names_the_dtype_it_multiplies_in() -> None:
     linear = torch.nn.Linear(8, 4)
     assert gemm_input_dtype(PackedLinear(linear, torch.bfloat16)) == torch.bfloat16

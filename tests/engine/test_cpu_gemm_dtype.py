@@ -9,7 +9,7 @@ from torch import nn
 
 from engine import device
 from engine.device import pick_cpu_gemm_dtype
-from engine.layers.cpu_linear import PackedLinear, onednn_available
+from engine.layers.cpu_linear import PackedLinear, bf16_packing_available
 from pagedock.errors import ConfigError
 
 CPU = torch.device("cpu")
@@ -54,7 +54,9 @@ def test_asking_for_bf16_gemms_on_a_cpu_without_it_names_the_missing_flags() -> 
         pick_cpu_gemm_dtype("bfloat16", "auto", torch.float32, CPU)
 
 
-@pytest.mark.skipif(not onednn_available(), reason="this torch has no oneDNN")
+@pytest.mark.skipif(
+    not bf16_packing_available(), reason="this torch or CPU can't pack bf16 weights"
+)
 @pytest.mark.parametrize("batch", [1, 7, 64, 300])
 def test_a_bf16_packed_linear_takes_float32_or_bf16_and_returns_a_bf16_product_close_to_float32(
     batch: int,
