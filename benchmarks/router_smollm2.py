@@ -154,6 +154,7 @@ def _route_args(policy: str, replicas: list[str]) -> list[str]:
         policy,
         "--log-level",
         "warning",
+        "--predicted-cached-tokens-header",  # router_client.py reads it
     ]
     for url in replicas:
         args += ["--replica", url]

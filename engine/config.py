@@ -79,6 +79,11 @@ class EngineConfig:
         default=True, metadata=option_meta(off_flag="--no-chunked-prefill")
     )
     """Split prompts longer than the step's remaining token budget across steps."""
+    max_grammar_mask_ms: float = field(default=10.0, metadata=option_meta(metavar="MS"))
+    """The most CPU time one token's structured-outputs mask may take, a row (ten times that for
+    all the rows of one constraint), on the engine thread: a constraint over it fails its
+    requests with a 400 after that step and is refused from then on (a typical JSON schema's
+    takes ~0.1 ms; each ms is a ms added to every other request's step). 0 = no limit."""
     scheduling_policy: str = "fcfs"
     """fcfs, or priority (lower value first)."""
     seed: int = 0
@@ -179,6 +184,10 @@ class EngineConfig:
         )
         _check((self.max_step_ms or 0) >= 0, f"max_step_ms must be 0 or more: {self.max_step_ms}")
         _check(self.max_num_seqs >= 1, f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
+        _check(
+            self.max_grammar_mask_ms >= 0,
+            f"max_grammar_mask_ms must be 0 or more, got {self.max_grammar_mask_ms}",
+        )
         _check(
             self.max_num_batched_tokens >= 1,
             f"max_num_batched_tokens must be at least 1, got {self.max_num_batched_tokens}",

@@ -1,5 +1,7 @@
 """Typed errors. Each names the problem in its message; the server maps them to HTTP statuses."""
 
+from __future__ import annotations
+
 
 class PagedockError(Exception):
     """Base class of every error pagedock raises on purpose."""
@@ -11,6 +13,23 @@ class InvalidRequestError(PagedockError, ValueError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+class InvalidRequestFailure(str):
+    """Why a request failed inside the engine when its own content caused it (a constraint too
+    costly to evaluate, say): carried as the request's error text from the engine thread to the
+    server, which answers it as an InvalidRequestError (400, or an error event) naming `param`,
+    not as a 500."""
+
+    param: str | None = None
+
+    def __new__(cls, message: str, param: str | None = None) -> InvalidRequestFailure:
+        failure = super().__new__(cls, message)
+        failure.param = param
+        return failure
+
+    def __reduce__(self) -> tuple[object, tuple[str, str | None]]:
+        return (InvalidRequestFailure, (str(self), self.param))
 
 
 class ConfigError(PagedockError, ValueError):

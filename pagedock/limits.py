@@ -53,6 +53,11 @@ SEED_MAX: Final = 2**64 - 1
 """torch.Generator.manual_seed's range; child seeds of n > 1 wrap around inside it."""
 MAX_N: Final = 128
 """Completions per prompt (n, best_of)."""
+MAX_PROMPTS: Final = 2048
+"""Prompts in one completions request (a batch), as many as OpenAI's embeddings take."""
+MAX_REQUEST_SEQUENCES: Final = 2048
+"""Sequences one request may generate (prompts x n): each is an engine request with its own state,
+so this bounds what one HTTP request may queue and hold."""
 MAX_LOGPROBS: Final = 20
 """Top alternatives per token (logprobs, top_logprobs), as OpenAI."""
 MAX_INT32: Final = 2**31 - 1
@@ -64,13 +69,26 @@ MAX_STOP_STRING_CHARS: Final = 1024
 """Characters per stop string."""
 MAX_TOKEN_ID_LIST: Final = 1024
 """Entries in a per-request token-id list (stop_token_ids): each becomes a per-step ban."""
-MAX_CONTINUATION_TOKENS: Final = 1_048_576
-"""Token ids a continuation may carry (the engine checks them against its context length)."""
+MAX_CONTINUATION_TOKENS: Final = 131_072
+"""Token ids a continuation may carry (a 400 when the body is parsed, before any engine work): the
+output tokens a router relayed before a failover, 128 Ki being more than an answer runs to; the
+engine then checks them against its own context length and max_tokens."""
 MAX_STRUCTURED_OUTPUT_CHARS: Final = 64 * 1024
 """Characters of one structured-outputs constraint (a JSON schema as JSON text, a regex, a grammar,
 or all choices together): compiling it costs time and memory that grow with its size."""
 MAX_CHOICES: Final = 1024
 """Entries of a structured-outputs `choice` list."""
+MAX_CACHE_SALT_CHARS: Final = 256
+"""Characters of a request's `cache_salt` (it is hashed once per request; a tenant's name or a
+digest fits many times over)."""
+MAX_STRUCTURED_OUTPUT_DEPTH: Final = 64
+"""Levels of nested objects and arrays in a structured-outputs JSON schema (`{}` is one level,
+`{"properties": {"a": {}}}` three): the grammar compiler recurses once per level, and a schema
+nested hundreds deep costs seconds to compile, or exhausts the parser's recursion."""
+MAX_SCHEMA_PROPERTIES: Final = 512
+"""Properties in a structured-outputs JSON schema, all its objects together: compile time grows
+with their cube (measured on SmolLM2's vocabulary: 256 took 0.19 s, 512 took 0.79 s, 2,000 took
+78 s), and a compilation can't be interrupted."""
 MAX_TOOLS: Final = 128
 """Tools per chat request (OpenAI's limit): each is rendered into the prompt."""
 MAX_TOOLS_JSON_CHARS: Final = MAX_STRUCTURED_OUTPUT_CHARS

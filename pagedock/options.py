@@ -289,7 +289,16 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 
 
 def _field_docstrings(cls: type) -> dict[str, str]:
-    """The string literal under each field of a dataclass (how pagedock documents its fields)."""
+    """The string literal under each field of a dataclass (how pagedock documents its fields),
+    its dataclass bases' fields included."""
+    docs: dict[str, str] = {}
+    for base in reversed(cls.__mro__[1:]):
+        if dataclasses.is_dataclass(base):
+            docs.update(_own_field_docstrings(base))
+    return docs | _own_field_docstrings(cls)
+
+
+def _own_field_docstrings(cls: type) -> dict[str, str]:
     try:
         tree = ast.parse(inspect.getsource(cls))
     except (OSError, TypeError):

@@ -11,15 +11,23 @@ import functools
 from dataclasses import dataclass, field
 
 from pagedock.errors import ConfigError
-from pagedock.limits import BLOCK_SIZES, DEFAULT_BLOCK_SIZE, DEFAULT_MODEL, ROUTING_POLICIES
+from pagedock.limits import (
+    BLOCK_SIZES,
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_MODEL,
+    MAX_BODY_BYTES,
+    ROUTING_POLICIES,
+)
 from pagedock.options import option_meta
+from router.picker_config import PickerConfig
+from router.replica_urls import normalize_url, vllm_replica
 
 DISCOVERIES = ("static", "k8s")
 REPLICA_KINDS = ("pagedock", "vllm")
 
 
 @dataclass
-class RouterConfig:
+class RouterConfig(PickerConfig):
     replicas: list[str] = field(
         default_factory=list, metadata=option_meta(flag="--replica", metavar="URL")
     )
@@ -63,6 +71,14 @@ class RouterConfig:
     """When set, the API routes need `Authorization: Bearer KEY` (the header is forwarded)."""
     replica_api_key: str | None = None
     """Bearer key the router sends to replicas that need one (default: the client's header)."""
+    internal_api_key: str | None = None
+    """The engines' --internal-api-key, sent on continuations and KV event subscriptions only."""
+    cache_salt_by_tenant: bool | None = None
+    """Forward every request with a `cache_salt` derived from the bearer key its client presents,
+    so tenants never share prefix-cache blocks (docs/router.md); None = on when --api-key is set."""
+    predicted_cached_tokens_header: bool = False
+    """Answer with x-pagedock-predicted-cached-tokens (benchmarks, tests): it tells a client how
+    much of its prompt a replica holds, so never on a router tenants share."""
     session_header: str = "x-session-id"
     """session policy: the header whose value pins a client to a replica (else the `user` field)."""
     seed: int = 0
@@ -148,6 +164,13 @@ class RouterConfig:
     it, 503 with Retry-After at once. 0 = none held: 503 at once."""
     hold_timeout_s: float = 60.0
     """Seconds a held request waits for a ready replica before its 503 with Retry-After."""
+    hold_queue_bytes: int = 128 * 1024 * 1024
+    """Bytes of request bodies held at most (beside --hold-queue-size); a body past it gets a 503
+    at once. Half of --max-buffered-body-bytes: held bodies leave room for those under way."""
+    max_buffered_body_bytes: int = 256 * 1024 * 1024
+    """Bytes of request bodies the router keeps at once (held, parsed, forwarded); a body past it
+    gets a 503 at once, before it is parsed. 256 MiB fits a 512Mi pod: ~75 MiB of router and two
+    8 MiB bodies parsing at once (up to ~80 MiB each) beside it. At least 8 MiB (a whole body)."""
     warm_prefixes: int = 8
     """Hottest prompt prefixes a replica that joins while others serve is sent (one-token
     completions) before it takes its share; 0 = no warm start."""
@@ -167,6 +190,7 @@ class RouterConfig:
         self._check_routing()
         self._check_hold_and_warm()
         self._check_picker()
+        self._check_picker_limits()
         self._check_keys()
 
     def _check_replicas(self) -> None:
@@ -258,6 +282,11 @@ class RouterConfig:
         _check(
             self.hold_timeout_s > 0, f"hold_timeout_s must be positive, got {self.hold_timeout_s}"
         )
+        _check(self.hold_queue_bytes >= 0, "hold_queue_bytes must be 0 or more")
+        _check(
+            self.max_buffered_body_bytes >= MAX_BODY_BYTES,
+            f"max_buffered_body_bytes must be at least {MAX_BODY_BYTES} (the largest body taken)",
+        )
 
     def _check_picker(self) -> None:
         """Endpoint-picker mode (docs/gateway-api.md)."""
@@ -296,35 +325,12 @@ class RouterConfig:
     @functools.cached_property
     def vllm_ports(self) -> dict[str, tuple[int, int] | None]:
         """--vllm-replica entries: normalized URL -> its own (event, replay) ports, if given."""
-        return dict(_vllm_replica(entry) for entry in self.vllm_replicas)
+        return dict(vllm_replica(entry) for entry in self.vllm_replicas)
 
     def kv_ports(self, url: str) -> tuple[int, int]:
         """(event port, replay port; 0 = none) of a vllm replica."""
         ports = self.vllm_ports.get(url)
         return ports if ports is not None else (self.kv_events_port, self.kv_replay_port)
-
-
-def _vllm_replica(entry: str) -> tuple[str, tuple[int, int] | None]:
-    """`URL` or `URL@EVENTS_PORT:REPLAY_PORT` -> (normalized URL, ports or None)."""
-    url, _, ports = entry.partition("@")
-    if not ports:
-        return normalize_url(url), None
-    events, _, replay = ports.partition(":")
-    _check(
-        events.isdigit() and replay.isdigit(),
-        f"--vllm-replica {entry!r}: write URL@EVENTS_PORT:REPLAY_PORT, "
-        "e.g. http://10.0.0.5:8000@5557:5558",
-    )
-    return normalize_url(url), (int(events), int(replay))
-
-
-def normalize_url(url: str) -> str:
-    """http://host:port without a trailing slash; a bare host:port gets http://."""
-    url = url.strip().rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    _check(url.startswith(("http://", "https://")), f"a replica URL must be http(s), got {url!r}")
-    return url
 
 
 def _check(condition: bool, message: str) -> None:

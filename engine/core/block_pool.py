@@ -87,14 +87,16 @@ class BlockPool:
         parent_block_hash: BlockHash | None,
         token_ids: list[int] | None = None,
         lora: tuple[int | None, str | None] = (None, None),
+        cache_salt: str | None = None,
     ) -> None:
         """Publish newly filled blocks under their hashes. A hash already cached by another block
         (two requests computed the same prefix at once) leaves the duplicate uncached.
 
         `token_ids` are the blocks' tokens (block_size each); `lora` the (lora_id, lora_name) of
-        the adapter they were computed with ((None, None): the base model). One BlockStored event
-        is recorded per run of consecutive newly cached blocks, so each event's parent is the
-        block just before its first: a consumer can chain hashes from the events alone."""
+        the adapter they were computed with ((None, None): the base model), `cache_salt` the
+        salt of the request's chain (None: unsalted). One BlockStored event is recorded per run
+        of consecutive newly cached blocks, so each event's parent is the block just before its
+        first: a consumer can chain hashes from the events alone."""
         runs: list[tuple[list[BlockHash], BlockHash | None, int]] = []
         run: list[BlockHash] = []
         parent = parent_block_hash
@@ -110,7 +112,7 @@ class BlockPool:
         bs = self.block_size
         for hashes, run_parent, start in runs:
             tokens = [] if token_ids is None else token_ids[start * bs : (start + len(hashes)) * bs]
-            event = BlockStored(hashes, run_parent, bs, tokens, lora[0], lora[1])
+            event = BlockStored(hashes, run_parent, bs, tokens, lora[0], lora[1], cache_salt)
             self._pending_events.append(event)
 
     def reset_prefix_cache(self) -> bool:

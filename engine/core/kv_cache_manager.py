@@ -8,7 +8,7 @@ from engine.core.block_pool import BlockPool
 from engine.core.kv_cache_block import KVCacheBlock
 from engine.core.kv_events import KVEvent
 from engine.core.request import Request
-from pagedock.kv.block_hash import BlockHash, lora_root_hash
+from pagedock.kv.block_hash import BlockHash, lora_root_hash, request_root
 
 
 @dataclass
@@ -145,6 +145,7 @@ class KVCacheManager:
             parent,
             request.all_token_ids[num_cached * bs : num_full * bs],
             (request.lora_id, request.lora_name),  # the KV events name the adapter
+            request.cache_salt,  # and the salt, for consumers that re-hash token ids
         )
         self.num_cached_blocks[request_id] = num_full
 
@@ -177,8 +178,11 @@ class KVCacheManager:
 
     def _root_of(self, request: Request) -> BlockHash:
         """Where the request's hash chain starts: the engine's root, or its adapter's, so KV
-        never crosses from one adapter (or the base model) to another."""
-        name = request.lora_name
+        never crosses from one adapter (or the base model) to another; salted by its
+        `cache_salt`, so it never crosses from one salt (a tenant) to another either."""
+        return request_root(self._adapter_root(request.lora_name), request.cache_salt)
+
+    def _adapter_root(self, name: str | None) -> BlockHash:
         if name is None:
             return self.root_hash
         root = self._lora_roots.get(name)

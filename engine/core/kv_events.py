@@ -30,6 +30,9 @@ class BlockStored:
     """The LoRA adapter the blocks were computed with: its load's id (vLLM's `lora_id`) and its
     name; both None for the base model (the hashes chain from the adapter's own root)."""
     lora_name: str | None = None
+    cache_salt: str | None = None
+    """The salt of the request the blocks were computed for (their chain's root is salted);
+    None: unsalted. vLLM-format consumers read it from `extra_keys` to re-hash as we do."""
 
 
 @dataclass(frozen=True)

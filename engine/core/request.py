@@ -76,12 +76,14 @@ class Request:
         timing: RequestTiming | None = None,
         output_token_ids: Sequence[int] = (),
         lora_name: str | None = None,
+        cache_salt: str | None = None,
     ) -> None:
         """`sampling_params.max_tokens` must be resolved (the InputProcessor does it). `timing`:
         a record shared with sibling completions (n > 1), carrying the arrival; None: arrived
         now. `output_token_ids`: tokens generated before, elsewhere (a continuation: see
         engine/inputs/continuation.py); they count as output for every rule that reads it.
-        `lora_name`: the LoRA adapter it runs with (None: the base model)."""
+        `lora_name`: the LoRA adapter it runs with (None: the base model); `cache_salt`: the
+        salt its block hashes chain from (pagedock/kv/block_hash.py)."""
         if sampling_params.max_tokens is None:
             raise ValueError("a Request's max_tokens must be resolved (InputProcessor.process)")
         self.request_id = request_id
@@ -103,6 +105,7 @@ class Request:
         self.block_hashes: list[BlockHash] = []
         self.stop_reason: int | str | None = None
         self.lora_name = lora_name
+        self.cache_salt = cache_salt
         # The id of its adapter's load (engine/lora/adapter_registry.py), set as the engine
         # queues it; None: the base model.
         self.lora_id: int | None = None
@@ -123,6 +126,7 @@ class Request:
             timing=timing,
             output_token_ids=request.prior_output_token_ids,
             lora_name=None if request.lora_request is None else request.lora_request.name,
+            cache_salt=request.cache_salt,
         )
 
     @property

@@ -3,9 +3,10 @@
 
 The prior tokens are output, not prompt. The scheduler recomputes their KV like a preempted
 request's and every rule that reads a request's output counts them: max_tokens, min_tokens,
-penalties, the seeded sampler's position (ModelRunner._skip_draws) and, in the output path, stop
-strings and held-back text (IncrementalDetokenizer.replay). Outputs carry only what is generated
-from here on.
+penalties, the seeded sampler's position (engine/sampling/step_seed.py: O(1), no replayed draws)
+and, in the output path, stop strings and held-back text (IncrementalDetokenizer.replay). Outputs
+carry only what is generated from here on. Only the fleet's routers may send one, when the engine
+has an internal key (pagedock/http/internal_key.py).
 """
 
 from __future__ import annotations

@@ -75,6 +75,9 @@ class EngineRequest:
     """Lower is scheduled first."""
     lora_request: AdapterRef | None = None
     """The LoRA adapter to run with, one the engine serves; None: the base model."""
+    cache_salt: str | None = None
+    """vLLM's: its prefix-cache blocks are shared only with requests of the same salt (and
+    adapter) (pagedock/kv/block_hash.py); None: with every unsalted request."""
 
     @property
     def max_tokens(self) -> int:

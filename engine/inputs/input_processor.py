@@ -20,6 +20,7 @@ from engine.inputs.continuation import check_continuation
 from engine.inputs.engine_request import AdapterRef, EngineRequest, UnknownAdapterError
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.errors import InvalidRequestError, PromptTooLongError
+from pagedock.limits import MAX_CACHE_SALT_CHARS
 
 if TYPE_CHECKING:
     from pagedock.text.tokenizer import Tokenizer
@@ -55,15 +56,18 @@ class InputProcessor:
         prior_output_token_ids: Sequence[int] = (),
         grammar: object | None = None,
         lora_request: AdapterRef | None = None,
+        cache_salt: str | None = None,
     ) -> EngineRequest:
         """Check the request and resolve it; InvalidRequestError (PromptTooLongError when it
         cannot fit the context) for anything the engine would refuse.
 
         `prompt`: text (tokenized here) or token ids; `prompt_text`: for ids, the text they were
         made from (kept for the outputs). `prior_output_token_ids`: a continuation. `grammar`:
-        the params' constraint compiled ahead, or None (engine/inputs/engine_request.py)."""
+        the params' constraint compiled ahead, or None (engine/inputs/engine_request.py).
+        `cache_salt`: vLLM's, a non-empty string of at most MAX_CACHE_SALT_CHARS."""
         params = params or SamplingParams()
         self.check_adapter(lora_request)
+        _check_cache_salt(cache_salt)
         text, token_ids = self._prompt_ids(prompt)
         _check_stop_token_ids(params, self.vocab_size)
         max_tokens = _resolve_max_tokens(len(token_ids), params, self.max_model_len)
@@ -81,6 +85,7 @@ class InputProcessor:
             grammar=grammar,
             priority=priority,
             lora_request=lora_request,
+            cache_salt=cache_salt,
         )
 
     def check_adapter(self, lora_request: AdapterRef | None) -> None:
@@ -135,6 +140,22 @@ def _check_prompt_ids(token_ids: list[int], vocab_size: int) -> None:
         raise InvalidRequestError(
             f"token ids must be integers in [0, {vocab_size}); got {bad[:5]}", "prompt"
         )
+
+
+def _check_cache_salt(cache_salt: str | None) -> None:
+    """The HTTP models check the same (pagedock/protocol/openai.py); this holds for the offline
+    API too."""
+    if cache_salt is None:
+        return
+    if not isinstance(cache_salt, str) or not 0 < len(cache_salt) <= MAX_CACHE_SALT_CHARS:
+        raise InvalidRequestError(
+            f"cache_salt must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters",
+            "cache_salt",
+        )
+    try:  # it is published in vLLM-format KV events (msgpack): it must be UTF-8
+        cache_salt.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequestError("cache_salt must be valid Unicode", "cache_salt") from None
 
 
 def _check_stop_token_ids(params: SamplingParams, vocab_size: int) -> None:

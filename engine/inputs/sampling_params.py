@@ -14,9 +14,11 @@ from pagedock.limits import (
     MAX_INT32,
     MAX_LOGPROBS,
     MAX_N,
+    MAX_SCHEMA_PROPERTIES,
     MAX_STOP_STRING_CHARS,
     MAX_STOP_STRINGS,
     MAX_STRUCTURED_OUTPUT_CHARS,
+    MAX_STRUCTURED_OUTPUT_DEPTH,
     MAX_TOKEN_ID_LIST,
     SEED_MAX,
     SEED_MIN,
@@ -67,6 +69,14 @@ class StructuredOutputsParams:
     def _validate_values(self) -> None:
         if self.json is not None and not isinstance(self.json, dict):
             _fail("structured_outputs.json must be a JSON schema object", _PARAM)
+        if self.json is not None and _nesting_depth(self.json) > MAX_STRUCTURED_OUTPUT_DEPTH:
+            _fail_too_deep()
+        if self.json is not None and (count := _num_properties(self.json)) > MAX_SCHEMA_PROPERTIES:
+            _fail(
+                f"the structured-outputs JSON schema has {count} properties; at most "
+                f"{MAX_SCHEMA_PROPERTIES} are accepted (compiling grows with their cube)",
+                _PARAM,
+            )
         if self.choice is not None:
             if not self.choice or len(self.choice) > MAX_CHOICES:
                 _fail(f"structured_outputs.choice takes 1 to {MAX_CHOICES} strings", _PARAM)
@@ -127,6 +137,43 @@ def _parse_schema_text(text: str) -> Any:
         return _json.loads(text)
     except _json.JSONDecodeError as e:
         _fail(f"structured_outputs.json is not valid JSON: {e}", _PARAM)
+    except RecursionError:  # nested deeper than the parser's stack: far past the limit
+        _fail_too_deep()
+
+
+def _nesting_depth(value: object) -> int:
+    """Levels of nested dicts and lists in a JSON value (0 for a scalar), counted level by level
+    without recursion, and no further than one past MAX_STRUCTURED_OUTPUT_DEPTH."""
+    depth, level = 0, [value]
+    while depth <= MAX_STRUCTURED_OUTPUT_DEPTH:
+        containers = [v for v in level if isinstance(v, (dict, list))]
+        if not containers:
+            break
+        depth += 1
+        level = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
+    return depth
+
+
+def _num_properties(schema: object) -> int:
+    """Entries of every `properties` object in a schema (nested ones too), without recursion."""
+    count, pending = 0, [schema]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            properties = value.get("properties")
+            count += len(properties) if isinstance(properties, dict) else 0
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return count
+
+
+def _fail_too_deep() -> NoReturn:
+    _fail(
+        "the structured-outputs JSON schema is nested too deeply: at most "
+        f"{MAX_STRUCTURED_OUTPUT_DEPTH} levels of objects and arrays are accepted",
+        _PARAM,
+    )
 
 
 @dataclass

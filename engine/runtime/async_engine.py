@@ -157,6 +157,7 @@ class AsyncEngine:
         prompt_text: str | None = None,
         prior_output_token_ids: list[int] | None = None,
         lora_request: AdapterRef | None = None,
+        cache_salt: str | None = None,
     ) -> RequestStream:
         """Queue a request; its stream once the engine accepted it. InvalidRequestError (bad
         input), QueueFullError (admission), EngineDeadError. `prompt_text`: what the ids were
@@ -165,7 +166,7 @@ class AsyncEngine:
         the compiler's pool: never on the event loop or the engine thread. Then the engine's
         input processor checks the request, here, and the engine thread queues what it made."""
         grammar = await self._compile_grammar(params)
-        self._check_admission()
+        self.check_admission()
         request = self.input_processor.process(
             request_id,
             prompt_token_ids,
@@ -176,6 +177,7 @@ class AsyncEngine:
             prior_output_token_ids=prior_output_token_ids or (),
             grammar=grammar,
             lora_request=lora_request,
+            cache_salt=cache_salt,
         )
         return await self._add(request)
 
@@ -201,13 +203,18 @@ class AsyncEngine:
         if constraint is None:
             return None
         guided = self.engine.guided
-        future = asyncio.wrap_future(guided.submit(constraint))
+        compiling = guided.submit(constraint)
+        future = asyncio.wrap_future(compiling)
         try:
             # shield: the compilation is shared with every request of the same constraint, so
-            # this request giving up (timeout, client gone) must not cancel it.
+            # this request giving up (timeout, client gone) must not cancel it; give_up cancels
+            # it once nobody waits.
             return await asyncio.wait_for(asyncio.shield(future), guided.timeout_s)
         except TimeoutError:
             raise guided.timeout_error(constraint) from None
+        finally:
+            if not compiling.done():
+                guided.give_up(compiling)
 
     def abort(self, request_id: str) -> None:
         """Stop a request at the next step boundary and free its blocks; a no-op once finished."""
@@ -263,15 +270,18 @@ class AsyncEngine:
         every batch after `seq` is a change to exactly this set."""
         return await self.call(lambda engine: engine.kv_snapshot())
 
-    def _check_admission(self) -> None:
+    def check_admission(self, num_requests: int = 1) -> None:
+        """QueueFullError unless `num_requests` more may wait (a batch is admitted whole or not
+        at all); EngineDeadError when the loop is not running."""
         if self._dead is not None or not self._running:
             raise EngineDeadError("the engine loop is not running")
         if self.max_waiting is None:
             return
         waiting = self.stats.num_waiting + self._pending_adds
-        if waiting >= self.max_waiting:
+        if waiting + num_requests > self.max_waiting:
+            batch = f" and this request adds {num_requests}" if num_requests > 1 else ""
             raise QueueFullError(
-                f"the server is at capacity: {waiting} requests are waiting (limit "
+                f"the server is at capacity: {waiting} requests are waiting{batch} (limit "
                 f"{self.max_waiting}); retry shortly"
             )
 

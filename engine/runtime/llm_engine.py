@@ -91,7 +91,7 @@ class LLMEngine:
             self.loras.registry if config.enable_lora else None,
         )
         self.guided = GuidedDecoding(
-            self.tokenizer, self.model_config.vocab_size, self.eos_token_ids
+            self.tokenizer, self.model_config.vocab_size, self.eos_token_ids, config
         )
         self.output_processor = OutputProcessor(self.tokenizer)
         self.parallel = ParallelSampling()
@@ -146,9 +146,10 @@ class LLMEngine:
         arrival_time: float | None = None,
         *,
         lora_request: AdapterRef | None = None,
+        cache_salt: str | None = None,
     ) -> None:
-        """Queue a request (text or token ids); its outputs come from `step()`. The input
-        processor checks it first: InvalidRequestError, PromptTooLongError."""
+        """Queue a request (text or token ids; `cache_salt`: vLLM's); its outputs come from
+        `step()`. The input processor checks it first: InvalidRequestError, PromptTooLongError."""
         request = self.input_processor.process(
             request_id,
             prompt,
@@ -156,6 +157,7 @@ class LLMEngine:
             priority=priority,
             arrival_time=arrival_time,
             lora_request=lora_request,
+            cache_salt=cache_salt,
         )
         self.output_processor.add_request(self.add_engine_request(request))
 

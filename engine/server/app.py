@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from engine.server.body_limit import BodyLimitMiddleware
 from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import install_error_handlers
-from engine.server.routes import api_routes, lora_routes, open_routes
+from engine.server.routes import api_routes, kv_event_routes, lora_routes, open_routes
 from pagedock.http.auth import docs_urls
 
 logger = logging.getLogger("pagedock.server")
@@ -40,6 +40,7 @@ def build_app(ctx: ServerContext) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(api_routes(ctx))
+    app.include_router(kv_event_routes(ctx))
     if ctx.allow_runtime_lora_updating:
         app.include_router(lora_routes(ctx))
     app.include_router(open_routes(ctx))

@@ -11,16 +11,19 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine.kernels.cpu_kernels import cpu_kernel_path
 from engine.server.drain import drain_report
+from engine.server.kv_events.ndjson_stream import KVEventResponse
 from engine.server.openai.chat import create_chat_completion
 from engine.server.openai.completions import create_completion
 from engine.server.openai.context import ServerContext
-from engine.server.openai.guards import admitting_guard
+from engine.server.openai.guards import admitting_guard, require_trusted_continuation
 from engine.server.openai.lora_adapters import load_lora_adapter, unload_lora_adapter
 from engine.server.openai.prompt_work import in_prompt_pool
 from engine.server.openai.render import render_chat_request, render_completion_request
 from engine.server.openai.tokenize import detokenize, tokenize
 from engine.startup_stages import STARTUP_STAGES
 from pagedock.http.auth import api_key_guard
+from pagedock.http.errors import APIError
+from pagedock.http.internal_key import internal_key_guard
 from pagedock.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -62,12 +65,14 @@ def api_routes(ctx: ServerContext) -> APIRouter:
         "/v1/chat/completions", response_model=ChatCompletionResponse, responses={**_ERRORS, **_SSE}
     )
     async def chat_completions(body: ChatCompletionRequest, raw_request: Request) -> Response:
+        require_trusted_continuation(ctx, body, raw_request)
         return await create_chat_completion(ctx, body, raw_request)
 
     @router.post(
         "/v1/completions", response_model=CompletionResponse, responses={**_ERRORS, **_SSE}
     )
     async def completions(body: CompletionRequest, raw_request: Request) -> Response:
+        require_trusted_continuation(ctx, body, raw_request)
         return await create_completion(ctx, body, raw_request)
 
     @router.get("/v1/models", response_model=ModelList, responses=_ERRORS)
@@ -84,6 +89,16 @@ def api_routes(ctx: ServerContext) -> APIRouter:
     async def detokenize_route(body: DetokenizeRequest) -> DetokenizeResponse:
         return detokenize(ctx, body)
 
+    return router
+
+
+def kv_event_routes(ctx: ServerContext) -> APIRouter:
+    """The routers' KV event stream: behind the internal key when one is set (else the API key),
+    new streams refused while draining and beyond --max-kv-event-subscribers."""
+    key = ctx.options.internal_api_key
+    auth = internal_key_guard(key) if key else api_key_guard(ctx.options.api_key)
+    router = APIRouter(dependencies=[Depends(auth), Depends(admitting_guard(ctx))])
+
     @router.get(
         "/v1/kv/events",
         responses={
@@ -92,7 +107,16 @@ def api_routes(ctx: ServerContext) -> APIRouter:
         },
     )
     async def kv_events() -> StreamingResponse:
-        return StreamingResponse(ctx.kv_hub.stream(), media_type="application/x-ndjson")
+        consumer = ctx.kv_hub.subscribe()
+        if consumer is None:
+            raise APIError(
+                503,
+                f"{ctx.kv_hub.max_consumers} KV event streams are open already "
+                "(--max-kv-event-subscribers); retry shortly",
+                code="too_many_kv_event_subscribers",
+                headers={"Retry-After": "1", "Connection": "close"},
+            )
+        return KVEventResponse(ctx.kv_hub, consumer)
 
     return router
 
@@ -101,11 +125,15 @@ def _add_render_routes(router: APIRouter, ctx: ServerContext) -> None:
     """vLLM's render endpoints: token ids without running the model (for endpoint pickers)."""
 
     @router.post("/v1/chat/completions/render", response_model=RenderedRequest, responses=_ERRORS)
-    async def render_chat(body: ChatCompletionRequest) -> RenderedRequest:
+    async def render_chat(body: ChatCompletionRequest, raw_request: Request) -> RenderedRequest:
+        require_trusted_continuation(ctx, body, raw_request)
         return await in_prompt_pool(ctx, render_chat_request, ctx, body)
 
     @router.post("/v1/completions/render", response_model=list[RenderedRequest], responses=_ERRORS)
-    async def render_completion(body: CompletionRequest) -> list[RenderedRequest]:
+    async def render_completion(
+        body: CompletionRequest, raw_request: Request
+    ) -> list[RenderedRequest]:
+        require_trusted_continuation(ctx, body, raw_request)
         return await in_prompt_pool(ctx, render_completion_request, ctx, body)
 
 

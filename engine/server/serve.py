@@ -62,7 +62,12 @@ def build_context(
         kv_publisher=kv_publisher,
         engine=async_engine,
         metrics=metrics,
-        kv_hub=KVEventHub(async_engine, uuid.uuid4().hex, engine.root_hash),
+        kv_hub=KVEventHub(
+            async_engine,
+            uuid.uuid4().hex,
+            engine.root_hash,
+            max_consumers=options.max_kv_event_subscribers,
+        ),
         tokenizer=engine.tokenizer,
         served_model_name=engine.served_model_name,
         model_root=str(engine.model_path),

@@ -8,6 +8,7 @@ import concurrent.futures
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from engine.config import EngineConfig
 from engine.inputs.sampling_params import StructuredOutputsParams
 from engine.structured_outputs.grammar_compiler import GrammarCompiler
 from pagedock.errors import InvalidRequestError
@@ -20,10 +21,19 @@ if TYPE_CHECKING:
 
 class GuidedDecoding:
     def __init__(
-        self, tokenizer: Tokenizer | None, vocab_size: int, eos_token_ids: list[int]
+        self,
+        tokenizer: Tokenizer | None,
+        vocab_size: int,
+        eos_token_ids: list[int],
+        config: EngineConfig | None = None,
     ) -> None:
         self.vocab_size = vocab_size
         self.eos_token_ids = eos_token_ids
+        budget_ms = (
+            EngineConfig.max_grammar_mask_ms if config is None else config.max_grammar_mask_ms
+        )
+        self.max_mask_s = budget_ms / 1e3 or None
+        """One token's mask budget, a row (StructuredOutputManager); None: unbounded."""
         self.compiler = (
             GrammarCompiler(tokenizer, vocab_size, eos_token_ids) if tokenizer is not None else None
         )
@@ -37,6 +47,10 @@ class GuidedDecoding:
     def submit(self, params: StructuredOutputsParams) -> concurrent.futures.Future[Any]:
         """Start compiling (any thread); the future's error is an InvalidRequestError."""
         return self._compiler().submit(params)
+
+    def give_up(self, future: concurrent.futures.Future[Any]) -> None:
+        """A caller of `submit` stops waiting (GrammarCompiler.give_up)."""
+        self._compiler().give_up(future)
 
     @property
     def timeout_s(self) -> float:
@@ -72,7 +86,9 @@ class GuidedDecoding:
                 StructuredOutputManager,
             )
 
-            self.manager = StructuredOutputManager(self.vocab_size)
+            self.manager = StructuredOutputManager(
+                self.vocab_size, self.max_mask_s, self._compiler().condemn
+            )
             runner.structured_outputs = self.manager
         stop = sorted({*self.eos_token_ids, *stop_token_ids})
         for request_id in request_ids:

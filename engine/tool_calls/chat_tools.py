@@ -59,7 +59,11 @@ class ToolCalling:
                 "it cannot be combined with response_format or structured_outputs",
                 "tool_choice",
             )
-        return replace(params, structured_outputs=StructuredOutputsParams(json=self.schema))
+        try:
+            guided = StructuredOutputsParams(json=self.schema)
+        except InvalidRequestError as e:  # the tools' parameters: name them, not the field
+            raise InvalidRequestError(f"the forced tool call's schema: {e}", "tools") from None
+        return replace(params, structured_outputs=guided)
 
     def message(self, text: str, echo: str = "") -> tuple[ChatResponseMessage, bool]:
         """A finished choice's message, and whether it calls tools."""

@@ -15,6 +15,7 @@ from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.sampling.sampler import Sampler, SamplingTensors
 from engine.sampling.sampling_batch import build_sampling_tensors
+from engine.sampling.step_seed import step_seed
 from engine.structured_outputs.structured_output_manager import StructuredOutputManager
 from engine.worker.cuda_graph_runner import DecodeGraphRunner, GraphCapture, is_graphable
 from engine.worker.huge_pages import zeroed_tensor
@@ -119,16 +120,11 @@ class ModelRunner:
 
     def _sample(self, logits: torch.Tensor, sampling: list[ScheduledRequest]) -> ModelRunnerOutput:
         """Sample the step's rows in one batch; if that fails, each row alone (`_sample_each`)."""
-        saved: list[tuple[torch.Generator, torch.Tensor]] = []
         try:
-            tensors = self._sampling_tensors(sampling)
-            saved = [(g, g.get_state()) for g in tensors.generators if g is not None]
-            tokens = self.sampler(logits, tensors)
+            tokens = self.sampler(logits, self._sampling_tensors(sampling))
         except Exception:
+            # Seeded rows are seeded for their position again: their tokens are a good step's.
             logger.exception("sampling %d requests together failed; each alone", len(sampling))
-            # Seeded rows redraw from where they stood, so their tokens are those of a good step.
-            for gen, state in saved:
-                gen.set_state(state)
             return self._sample_each(logits, sampling)
         output = ModelRunnerOutput({s.request_id: t for s, t in zip(sampling, tokens, strict=True)})
         return self._advance_grammars(output)
@@ -167,44 +163,36 @@ class ModelRunner:
     def _advance_grammars(self, output: ModelRunnerOutput) -> ModelRunnerOutput:
         """Each guided request's matcher consumes its sampled token. The scheduler appends every
         sampled token (a request aborted meanwhile is released whole), so matcher and output
-        tokens stay in step. A token the grammar rejects (a bug, never a client's doing) fails
-        that request alone."""
+        tokens stay in step. A token the grammar rejects fails that request alone: the client's
+        doing when the grammar dead-ends there (a 400), else a bug. So does a constraint whose
+        mask went over its time budget (the client's doing: its token is dropped, its request
+        fails with the reason)."""
         manager = self.structured_outputs
         if manager is None or manager.num_live == 0:
             return output
+        for request_id, reason in manager.take_failures().items():
+            output.sampled.pop(request_id, None)
+            output.errors[request_id] = reason
         guided = [(r, t) for r, t in output.sampled.items() if manager.is_guided(r)]
         for request_id, token in guided:
             accepted, terminated = manager.accept(request_id, token.token_id)
             if not accepted:
                 del output.sampled[request_id]
-                output.errors[request_id] = (
-                    f"internal error: the grammar rejected sampled token {token.token_id}"
-                )
+                output.errors[request_id] = manager.rejection(request_id, token.token_id)
             token.ends_grammar = terminated
         return output
 
     def _generator_for(self, s: ScheduledRequest) -> torch.Generator | None:
+        """A seeded request's generator, seeded for this step's position (its output tokens so
+        far, a continuation's included): O(1) at any position, and the same draws however often
+        the step is sampled (engine/sampling/step_seed.py)."""
         seed = s.sampling_params.seed
         if seed is None or s.sampling_params.is_greedy:
             return None
         gen = self.generators.get(s.request_id)
         if gen is None:
-            gen = torch.Generator(device="cpu").manual_seed(seed)
-            self._skip_draws(gen, len(s.output_token_ids))
-            self.generators[s.request_id] = gen
-        return gen
-
-    def _skip_draws(self, gen: torch.Generator, num_steps: int) -> None:
-        """Advance a new generator past the draws of `num_steps` earlier sampling steps: a
-        continuation's tokens generated before (on another replica) consumed them there, so its
-        seeded draws go on exactly where the original's stood. Each step draws one float32 noise
-        row of the vocabulary's width (Sampler._exponential_noise), so one row per step replays
-        it."""
-        if num_steps == 0:
-            return
-        row = torch.empty(self.config.vocab_size, dtype=torch.float32)
-        for _ in range(num_steps):
-            row.exponential_(generator=gen)
+            gen = self.generators[s.request_id] = torch.Generator(device="cpu")
+        return gen.manual_seed(step_seed(seed, len(s.output_token_ids)))
 
 
 def kv_cache_bytes_per_block(

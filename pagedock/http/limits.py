@@ -10,7 +10,9 @@ limited.
 
 uvicorn's own connection cap (`limit_concurrency`) answers a plain-text 503 that OpenAI clients
 can't parse; here a connection over the cap is served by an app that answers every request on it
-with OpenAI's error object, a Retry-After and `Connection: close`.
+with OpenAI's error object, a Retry-After and `Connection: close` — except the health probe
+(UNCAPPED_PATHS), which is served as usual and then closed: a flood of idle connections must not
+fail the kubelet's probes (and restart the pod) or make routers drop the replica.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import asyncio
 import logging
 from typing import Any
 
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from pagedock.http.errors import error_json
 
 logger = logging.getLogger("pagedock.http")
+
+UNCAPPED_PATHS = frozenset({"/health"})
+"""Paths served on a connection over the cap too (cheap, and what probes and routers ask)."""
 
 
 async def _over_the_cap(scope: Scope, receive: Receive, send: Send) -> None:
@@ -42,6 +47,26 @@ async def _over_the_cap(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _over_the_cap_app(app: ASGIApp) -> ASGIApp:
+    """The app of a connection over the cap: UNCAPPED_PATHS by `app`, with `Connection: close`
+    (the connection ends after its answer), every other request _over_the_cap."""
+
+    async def over_the_cap_app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in UNCAPPED_PATHS:
+            await _over_the_cap(scope, receive, send)
+            return
+
+        async def send_and_close(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0].lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await app(scope, receive, send_and_close)
+
+    return over_the_cap_app
+
+
 class _LimitedProtocol(H11Protocol):
     read_timeout_s: float = 30.0
     max_connections: int = 0
@@ -55,7 +80,7 @@ class _LimitedProtocol(H11Protocol):
         super().connection_made(transport)
         if self.max_connections and len(self.connections) > self.max_connections:
             logger.debug("a connection over the cap of %d: answered 503", self.max_connections)
-            self.app = _over_the_cap
+            self.app = _over_the_cap_app(self.app)
         self._arm()
 
     def data_received(self, data: bytes) -> None:

@@ -4,11 +4,12 @@
     payload (msgpack): [ts, [event, ...], dp_rank]        (dp_rank omitted when None)
     event, map form:   {"type": "BlockStored", "block_hashes": [u64], "parent_block_hash": u64|nil,
                         "token_ids": [int], "block_size": int, "lora_id": int|nil, "medium": "GPU",
-                        "lora_name": str|nil}
+                        "lora_name": str|nil, "extra_keys": [[str]|nil]  (salted chains only)}
                        {"type": "BlockRemoved", "block_hashes": [u64], "medium": "GPU"}
                        {"type": "AllBlocksCleared"}
     event, array form: ["BlockStored", hashes, parent, token_ids, block_size, lora_id, medium,
-                        lora_name] (the positional form older vLLM sent; decoders take both)
+                        lora_name, extra_keys?] (the positional form older vLLM sent; decoders
+                        take both)
     replay (ROUTER):   request [8-byte start seq]; answer one [topic, seq, payload] per buffered
                        batch with seq >= start, then [b"", seq -1, b""]
 
@@ -16,6 +17,10 @@ vLLM's own struct has no defaults for `lora_id`, `medium` and `lora_name`, so ev
 Blocks computed with a LoRA adapter carry its id (the adapter's load, 1-based, vLLM's lora_int_id)
 and its name; a consumer that re-hashes `token_ids` starts such a chain from a root of the
 adapter's own, so an adapter's blocks never match the base model's or another adapter's.
+A request's `cache_salt` is in vLLM's `extra_keys` (one entry per block: the adapter's name on
+each, then the salt on a chain's first block), the only place a consumer can read it: the
+engine sends the field for salted chains (older consumers ignore a trailing field), and a
+consumer salts the chain's root with it (pagedock/kv/block_hash.py) as the engine did.
 The engine publishes its block hashes as uint64 (the low 64 bits of pagedock's sha256); a
 consumer treats them as opaque ids and re-hashes `token_ids` itself. The decoder here (the
 router's) is lenient the way llm-d's and Dynamo's are: both event forms, bytes or int hashes,
@@ -139,9 +144,11 @@ def block_stored(
     *,
     lora_id: int | None = None,
     lora_name: str | None = None,
+    extra_keys: list[list[str] | None] | None = None,
 ) -> dict[str, Any] | list[Any]:
-    """Blocks computed with a LoRA adapter name it (`lora_id`, `lora_name`); None: the base."""
-    values = {
+    """Blocks computed with a LoRA adapter name it (`lora_id`, `lora_name`); None: the base.
+    `extra_keys` (block_extra_keys) is sent when not None."""
+    values: dict[str, Any] = {
         "block_hashes": block_hashes,
         "parent_block_hash": parent_block_hash,
         "token_ids": token_ids,
@@ -150,7 +157,23 @@ def block_stored(
         "medium": MEDIUM_GPU,
         "lora_name": lora_name,
     }
+    if extra_keys is not None:
+        values["extra_keys"] = extra_keys
     return _tagged("BlockStored", values, encoding)
+
+
+def block_extra_keys(
+    num_blocks: int, first_of_chain: bool, lora_name: str | None, cache_salt: str | None
+) -> list[list[str] | None] | None:
+    """vLLM's `extra_keys` of a stored run: each block's adapter name, and the salt on the
+    chain's first block; None (the field left out) for an unsalted chain."""
+    if cache_salt is None:
+        return None
+    adapter = [lora_name] if lora_name else []
+    keys: list[list[str] | None] = [adapter or None for _ in range(num_blocks)]
+    if first_of_chain and num_blocks:
+        keys[0] = [*adapter, cache_salt]
+    return keys
 
 
 def block_removed(block_hashes: list[int], encoding: str = "map") -> dict[str, Any] | list[Any]:
@@ -186,6 +209,8 @@ class StoredEvent:
     lora_name: str | None = None
     medium: str | None = None
     lora_id: int | None = None
+    extra_keys: list[Any] | None = None
+    """vLLM's per-block extra hash keys (None: none); `chain_salt` reads the salt out of them."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +235,7 @@ _POSITIONS = {
         "lora_id",
         "medium",
         "lora_name",
+        "extra_keys",
     ),
     "BlockRemoved": ("block_hashes", "medium"),
     "AllBlocksCleared": (),
@@ -256,10 +282,30 @@ def decode_event(raw: Any) -> WireEvent | None:
             lora_name=values.get("lora_name"),
             medium=values.get("medium"),
             lora_id=values.get("lora_id"),
+            extra_keys=values.get("extra_keys"),
         )
     if kind == "BlockRemoved":
         return RemovedEvent(list(values["block_hashes"]), values.get("medium"))
     return ClearedEvent()
+
+
+class UnhashableKeys(ValueError):
+    """A chain's first block has extra keys the router cannot re-hash (multimodal ones)."""
+
+
+def chain_salt(event: StoredEvent) -> str | None:
+    """The cache_salt a chain's first stored block names in its extra keys (after its adapter's
+    name), or None; UnhashableKeys for keys other than these."""
+    extra = event.extra_keys
+    first = extra[0] if isinstance(extra, list) and extra else None
+    keys = list(first) if isinstance(first, (list, tuple)) else []
+    if keys and event.lora_name is not None and keys[0] == event.lora_name:
+        keys = keys[1:]
+    if not keys:
+        return None
+    if len(keys) == 1 and isinstance(keys[0], str):
+        return keys[0]
+    raise UnhashableKeys(f"extra keys {keys!r} name more than a cache_salt")
 
 
 def _event_fields(raw: Any) -> tuple[str, dict[str, Any]] | None:

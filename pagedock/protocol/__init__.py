@@ -37,7 +37,6 @@ from pagedock.protocol.completions import (
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
-    PromptInput,
 )
 from pagedock.protocol.lora import LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest
 from pagedock.protocol.models import ModelCard, ModelList, VersionResponse
@@ -64,6 +63,7 @@ from pagedock.protocol.openai import (
     random_id,
     response_exclusions,
 )
+from pagedock.protocol.prompt_input import PromptInput
 from pagedock.protocol.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from pagedock.limits import MAX_REQUEST_SEQUENCES
 from pagedock.protocol.openai import (
     MAX_INT32,
     MAX_N,
     MAX_TOP_LOGPROBS,
     OpenAIModel,
     SamplingFields,
-    TokenId,
     UsageInfo,
     now_s,
     random_id,
 )
-
-# A prompt: text, token ids, or a batch of either.
-PromptInput = str | list[str] | list[TokenId] | list[list[TokenId]]
+from pagedock.protocol.prompt_input import PromptInput, num_prompts
 
 
 class CompletionRequest(SamplingFields):
@@ -30,6 +28,17 @@ class CompletionRequest(SamplingFields):
     best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
     suffix: str | None = None
 
+    @model_validator(mode="after")
+    def _bounded_work(self) -> CompletionRequest:
+        """Every prompt runs n times, each an engine request: bounded before any is queued."""
+        sequences = num_prompts(self.prompt) * self.n
+        if sequences > MAX_REQUEST_SEQUENCES:
+            raise ValueError(
+                f"{num_prompts(self.prompt)} prompts x n={self.n} would generate {sequences} "
+                f"sequences; one request may generate at most {MAX_REQUEST_SEQUENCES}"
+            )
+        return self
+
     def unsupported_field(self) -> str | None:
         if self.suffix:
             return "suffix"
@@ -38,6 +47,15 @@ class CompletionRequest(SamplingFields):
         if self.echo and self.logprobs is not None:
             return "echo"  # echo with logprobs needs prompt logprobs, which the engine lacks
         return super().unsupported_field()
+
+    def unsupported_message(self, field: str) -> str:
+        if field == "echo":  # echo alone is served: say what is not
+            return (
+                "`echo` with `logprobs` is not supported: it reports the prompt's "
+                "log-probabilities, which this server does not compute; send `echo` or "
+                "`logprobs`, not both"
+            )
+        return super().unsupported_message(field)
 
 
 class CompletionLogprobs(OpenAIModel):

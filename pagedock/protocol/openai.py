@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pagedock.limits import (
+    MAX_CACHE_SALT_CHARS,
     MAX_CONTINUATION_TOKENS,
     MAX_INT32,
     MAX_LOGPROBS,
@@ -150,6 +151,9 @@ class SamplingFields(OpenAIModel):
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     priority: int = 0
+    # vLLM's: prefix-cache blocks are shared only among requests with the same salt
+    # (pagedock/kv/block_hash.py); a non-empty string when given.
+    cache_salt: Annotated[str, Field(min_length=1, max_length=MAX_CACHE_SALT_CHARS)] | None = None
     # vLLM's: the prompt's token ids and each choice's (each chunk's) generated ids in the response.
     return_token_ids: bool = False
     continuation: Continuation | None = None
@@ -167,6 +171,10 @@ class SamplingFields(OpenAIModel):
         if self.logit_bias:
             return "logit_bias"
         return None
+
+    def unsupported_message(self, field: str) -> str:
+        """Why `field` (what unsupported_field named) is refused, for the client."""
+        return f"`{field}` is not supported by this server; remove it from the request"
 
     def removed_guided_field(self) -> str | None:
         """The first of vLLM's removed `guided_*` fields the request sets, or None."""

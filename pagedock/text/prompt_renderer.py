@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from pagedock.errors import InvalidRequestError
 from pagedock.protocol.chat import Conversation, unsupported_message_field
-from pagedock.protocol.completions import PromptInput
+from pagedock.protocol.prompt_input import PromptInput
 from pagedock.protocol.tools import check_tools
 
 if TYPE_CHECKING:

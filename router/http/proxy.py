@@ -49,7 +49,9 @@ T = TypeVar("T")
 _FORWARDED_REQUEST_HEADERS = ("content-type", "accept", "x-request-id", "user-agent")
 _FORWARDED_RESPONSE_HEADERS = ("retry-after", "www-authenticate", "x-request-id")
 REPLICA_HEADER = "x-pagedock-replica"  # which replica served the request (debugging, tests)
-# The prompt tokens the router expected the replica to hold (how good its cache view is).
+# The prompt tokens the router expected the replica to hold (how good its cache view is): only
+# with --predicted-cached-tokens-header (benchmarks, tests). It would tell a client which
+# prefixes are cached, block by block; the router's metrics carry it for everyone else.
 PREDICTED_CACHED_HEADER = "x-pagedock-predicted-cached-tokens"
 DISPATCH_HEADER = "x-pagedock-dispatch-seq"  # this router's dispatch order (held requests, tests)
 # HTTP allows tab in a field value; other C0 controls and DEL are refused by the upstream client
@@ -156,7 +158,8 @@ class Proxy:
         else:
             replica.end(request_id)
             response = _buffered(upstream, content, replica, decision.model)
-        response.headers[PREDICTED_CACHED_HEADER] = str(cached_tokens)
+        if self.dispatcher.config.predicted_cached_tokens_header:
+            response.headers[PREDICTED_CACHED_HEADER] = str(cached_tokens)
         response.headers[DISPATCH_HEADER] = seq
         return response
 

@@ -5,7 +5,13 @@ decides the replicas it may go to and the chain its blocks are hashed on: the di
 its prompt's blocks, and the plan to resume its stream.
 
 The router never judges a request's content: a body it can't parse is None here, and is still
-forwarded (the engine answers it).
+forwarded (the engine answers it). One exception: a client's `continuation` is refused with a 400
+(ClientContinuation), never passed on: continuations are the router's own (its in-flight failover,
+router/http/stream_resume.py), and only it holds the engines' internal key for them.
+
+When the router salts by tenant, a body that parses is forwarded, hashed and resumed with its
+tenant's `cache_salt` (router/http/tenant_salt.py); one that does not is forwarded as it came,
+and the engine refuses it for the same reason the parser did.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from pagedock.http.errors import APIError
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
 from router.config import RouterConfig
 from router.http.stream_resume import ResumePlan, resume_plan
+from router.http.tenant_salt import forwarded_salt, with_cache_salt
 from router.kv.prompt_hasher import PromptBlocks, PromptHasher
 
 # Bodies up to this size are parsed and hashed on the event loop (tens of microseconds); larger
@@ -28,6 +36,19 @@ from router.kv.prompt_hasher import PromptBlocks, PromptHasher
 INLINE_PARSE_BYTES = 16_384
 
 GenerationRequest = ChatCompletionRequest | CompletionRequest
+
+
+class ClientContinuation(APIError):
+    """A client's request carries `continuation`, which only the router itself sends."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            400,
+            "`continuation` is set by pagedock's router only (to resume a stream on another "
+            "replica), never by a client: remove it from the request",
+            param="continuation",
+            code="continuation_not_allowed",
+        )
 
 
 @dataclass
@@ -40,6 +61,9 @@ class Parsed:
     """How to resume its stream on another replica; None: not resumable."""
     model: str | None
     """Its `model` field (of a body that does not validate too); None: not named."""
+    body: bytes
+    """The body to forward: the client's, with its tenant's `cache_salt` when the router salts
+    by tenant (router/http/tenant_salt.py)."""
 
 
 class RequestParser:
@@ -49,25 +73,36 @@ class RequestParser:
         self.pool = pool
         """Parses and hashes large bodies off the event loop."""
 
-    async def parse_and_hash(self, body: bytes, model: type[GenerationRequest]) -> Parsed:
+    async def parse_and_hash(
+        self, body: bytes, model: type[GenerationRequest], tenant: str | None = None
+    ) -> Parsed:
         """The parsed request, its prompt's blocks and, for a stream the router can resume
         mid-way, its plan; a large body is parsed off the event loop: a long prompt must not hold
-        up every other request's routing."""
+        up every other request's routing. `tenant`: the tag of the request's tenant when the
+        router salts by tenant (None: the body's own `cache_salt`, if any, is forwarded as is)."""
         if len(body) <= INLINE_PARSE_BYTES:
-            return self._parse_and_hash(body, model)
-        work = functools.partial(self._parse_and_hash, body, model)
+            return self._parse_and_hash(body, model, tenant)
+        work = functools.partial(self._parse_and_hash, body, model, tenant)
         return await asyncio.get_running_loop().run_in_executor(self.pool, work)
 
-    def _parse_and_hash(self, body: bytes, model: type[GenerationRequest]) -> Parsed:
+    def _parse_and_hash(
+        self, body: bytes, model: type[GenerationRequest], tenant: str | None
+    ) -> Parsed:
         """parse_and_hash's work; a body over --max-hash-bytes is routed by load alone (affinity
         for a huge prompt is not worth tokenizing it twice; the engine answers if it is too
-        long)."""
+        long); ClientContinuation for a request with `continuation`."""
         parsed = _parse(body, model)
+        if parsed is not None and parsed.continuation is not None:
+            raise ClientContinuation()
+        if parsed is not None and tenant is not None:
+            # Hashed and resumed as forwarded: under the tenant's salt.
+            parsed.cache_salt = forwarded_salt(tenant, parsed.cache_salt)
+            body = with_cache_salt(body, parsed.cache_salt)
         plan = resume_plan(parsed, body) if self.config.max_stream_resumes else None
         named = parsed.model if parsed is not None else _model_field(body)
         if len(body) > self.config.max_hash_bytes:
-            return Parsed(parsed, None, plan, named)
-        return Parsed(parsed, self._prompt_blocks(parsed), plan, named)
+            return Parsed(parsed, None, plan, named, body)
+        return Parsed(parsed, self._prompt_blocks(parsed), plan, named, body)
 
     def _prompt_blocks(self, parsed: GenerationRequest | None) -> PromptBlocks | None:
         if isinstance(parsed, ChatCompletionRequest):

@@ -22,6 +22,7 @@ import aiohttp
 from fastapi import Request
 
 from pagedock.http.errors import error_json
+from pagedock.http.internal_key import internal_key_headers
 from pagedock.protocol import CONTINUATION_HEADER
 from router.http.stream_resume import Resumable, Segment, StreamTranscript
 from router.http.upstream import UPSTREAM_ERRORS, AttemptFailed
@@ -122,6 +123,9 @@ class StreamFailover:
         """The stream's continuation from the best replica not tried yet, serving `weights`,
         that starts it."""
         body = resumable.plan.body(transcript.token_ids)
+        # The internal key: engines take a continuation from the fleet's routers only.
+        key = internal_key_headers(self.dispatcher.config.internal_api_key)
+        headers = {**resumable.headers, **key}
         grace_s = self.dispatcher.config.stall_eject_s
         for _ in range(self.dispatcher.config.max_attempts):
             chosen = self._next_replica(resumable, tried, weights)
@@ -135,7 +139,7 @@ class StreamFailover:
             try:
                 upstream, content = await unless_stalled(
                     replica,
-                    self._exchange(resumable.request, resumable.headers, body, replica, True),
+                    self._exchange(resumable.request, headers, body, replica, True),
                     grace_s,
                 )
             except (AttemptFailed, ReplicaStalled) as e:

@@ -41,18 +41,30 @@ _HANDOFF = HANDOFF_EVENT.encode().rstrip(b"\n")
 
 @dataclass
 class ResumePlan:
-    """A resumable stream's request: the client's JSON, and whether the client wants token ids."""
+    """A resumable stream's request, as its first replica gets it (the client's JSON with
+    `return_token_ids`), and whether the client wants token ids.
 
-    request: dict[str, Any]
+    NOTE: kept as bytes, not parsed: it lasts as long as the stream, and a parsed request costs
+    up to ten times its body (router/http/body_budget.py)."""
+
+    first_body: bytes
     client_wants_token_ids: bool
+
+    @classmethod
+    def of(cls, request: dict[str, Any], client_wants_token_ids: bool) -> ResumePlan:
+        """The plan for the client's `request` (parsed JSON)."""
+        first = {**request, "return_token_ids": True}
+        return cls(_dumps(first), client_wants_token_ids)
 
     def body(self, prior_token_ids: list[int] | None = None) -> bytes:
         """The request as a replica gets it: with token ids, and as a continuation of
         `prior_token_ids` when given."""
-        request = {**self.request, "return_token_ids": True}
-        if prior_token_ids:
-            request["continuation"] = {"token_ids": prior_token_ids}
-        return json.dumps(request, separators=(",", ":"), ensure_ascii=False).encode()
+        if not prior_token_ids:
+            return self.first_body
+        # NOTE: spliced, not re-parsed: `first_body` is a JSON object this module wrote, with
+        # return_token_ids and without continuation (a client's is refused before a plan).
+        continuation = _dumps({"token_ids": prior_token_ids})
+        return self.first_body[:-1] + b',"continuation":' + continuation + b"}"
 
 
 def resume_plan(
@@ -64,7 +76,11 @@ def resume_plan(
     if isinstance(parsed, CompletionRequest) and not _is_one_prompt(parsed.prompt):
         return None
     request = json.loads(body)
-    return ResumePlan(request, bool(request.get("return_token_ids")))
+    return ResumePlan.of(request, bool(request.get("return_token_ids")))
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _is_one_prompt(prompt: object) -> bool:

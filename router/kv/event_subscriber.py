@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from pagedock.http.internal_key import internal_key_headers
 from router.config import RouterConfig
 from router.kv.kv_index import KVIndex
 from router.kv.subscriber_base import KVEventSubscriber
@@ -106,9 +107,11 @@ class EventSubscriber(KVEventSubscriber):
         url = self.replica.url + "/v1/kv/events"
         timeout = httpx.Timeout(STREAM_READ_TIMEOUT_S, connect=self.config.connect_timeout_s)
         max_line = self.config.max_snapshot_blocks * BYTES_PER_SNAPSHOT_BLOCK + 4096
-        async with self.client.stream(
-            "GET", url, timeout=timeout, headers=self.config.replica_auth_headers()
-        ) as response:
+        headers = {
+            **self.config.replica_auth_headers(),
+            **internal_key_headers(self.config.internal_api_key),
+        }
+        async with self.client.stream("GET", url, timeout=timeout, headers=headers) as response:
             response.raise_for_status()
             async for line in bounded_lines(response.aiter_bytes(), max_line):
                 if not line.strip():

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 
 from pagedock.errors import ModelLoadError, PagedockError
-from pagedock.kv.block_hash import BlockHash, hash_blocks
+from pagedock.kv.block_hash import BlockHash, hash_blocks, request_root
 from pagedock.models.hub import HF_SCHEME
 from pagedock.models.registry import resolve_model
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
@@ -54,12 +54,18 @@ class PromptBlocks:
     token_ids: list[int]
     num_prompt_tokens: int
     """Tokens of every prompt of the request (a completions batch has several)."""
+    cache_salt: str | None = None
+    """The request's `cache_salt` as the engine reads it: its chains start from the salted root
+    (pagedock/kv/block_hash.py), as the engine's do."""
     _hashes: dict[tuple[bytes, int], list[BlockHash]] = field(default_factory=dict)
 
     def hashes(self, root: bytes, block_size: int) -> list[BlockHash]:
+        """The hashes of its full blocks on the chain a replica's `root` (the model's or an
+        adapter's) starts, salted by the request's salt."""
         key = (root, block_size)
         if key not in self._hashes:
-            self._hashes[key] = hash_blocks(self.token_ids, block_size, root)
+            salted = request_root(root, self.cache_salt)
+            self._hashes[key] = hash_blocks(self.token_ids, block_size, salted)
         return self._hashes[key]
 
 
@@ -76,7 +82,7 @@ class PromptHasher:
         except _TOKENIZE_ERRORS as e:
             logger.debug("cannot tokenize a chat request: %s", e)
             return None
-        return PromptBlocks(ids, len(ids))
+        return PromptBlocks(ids, len(ids), body.cache_salt)
 
     def completion(self, body: CompletionRequest) -> PromptBlocks | None:
         """A completions prompt (text, ids, or a batch): the first prompt's blocks, all tokens."""
@@ -87,4 +93,5 @@ class PromptHasher:
             return None
         if not prompts:
             return None
-        return PromptBlocks(prompts[0].token_ids, sum(len(p.token_ids) for p in prompts))
+        num_prompt_tokens = sum(len(p.token_ids) for p in prompts)
+        return PromptBlocks(prompts[0].token_ids, num_prompt_tokens, body.cache_salt)

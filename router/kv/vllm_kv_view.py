@@ -5,7 +5,10 @@ ids (as llm-d and Dynamo do): each BlockStored's `token_ids` are re-hashed with 
 hash, starting from the router's own root for a first block, or from the pagedock hash the parent
 id was mapped to. The id -> hash map turns BlockRemoved ids back into index entries. A store whose
 parent id is unknown (announced before the router subscribed, beyond the replay buffer) cannot be
-chained: its blocks are counted as unchained and stay out of the index.
+chained: its blocks are counted as unchained and stay out of the index. A salted chain's first
+block names its `cache_salt` in `extra_keys`: the chain then starts from the salted root, as a
+salted request's blocks are hashed (PromptBlocks); a first block with keys the router cannot
+re-hash (multimodal ones) is unchained too.
 
 SeqTracker is the stream's bookkeeping: which batch to apply, which is a duplicate (a replay and
 the live stream overlap), which means the publisher restarted (a live seq not above the previous
@@ -18,13 +21,15 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
-from pagedock.kv.block_hash import BlockHash, hash_block, root_hash
+from pagedock.kv.block_hash import BlockHash, hash_block, request_root, root_hash
 from pagedock.kv.vllm_events import (
     ClearedEvent,
     OpaqueHash,
     RemovedEvent,
     StoredEvent,
+    UnhashableKeys,
     WireEvent,
+    chain_salt,
 )
 from router.kv.kv_index import KVIndex
 
@@ -115,8 +120,7 @@ class VllmKVView:
                 f"{len(event.block_hashes)} blocks of {bs}"
             )
         self.block_size = bs
-        parent = event.parent_block_hash
-        prev = chain_root(event.lora_name) if parent is None else self._ids.get(parent)
+        prev = self._parent(event)
         if prev is None:
             self.unchained_blocks += len(event.block_hashes)
             return
@@ -129,6 +133,17 @@ class VllmKVView:
             self._refs[prev] += 1
             new.append(prev)
         self.index.store(self.replica, new)
+
+    def _parent(self, event: StoredEvent) -> BlockHash | None:
+        """The pagedock hash the run chains from: its parent's, or its chain's (salted) root;
+        None when it cannot be chained."""
+        parent = event.parent_block_hash
+        if parent is not None:
+            return self._ids.get(parent)
+        try:
+            return request_root(chain_root(event.lora_name), chain_salt(event))
+        except UnhashableKeys:
+            return None
 
     def _removed(self, event: RemovedEvent) -> None:
         if event.medium not in GPU_MEDIA:

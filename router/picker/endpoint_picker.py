@@ -18,7 +18,9 @@ plane where to send the request; it never proxies the request itself.
 
 No eligible endpoint (none healthy, or none in the subset hint) is an immediate 503, a model
 (a LoRA adapter) that no replica serves an immediate 404 `model_not_found`; a request whose best
-estimated time to first token exceeds --picker-shed-ttft-ms an immediate 429.
+estimated time to first token exceeds --picker-shed-ttft-ms an immediate 429. The bodies it
+collects count in the router's body budget (router/http/body_budget.py) until they are answered:
+one past it is an immediate 503 `router_memory_full`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from google.protobuf.struct_pb2 import Struct
 from pagedock.http.errors import error_json
 from pagedock.limits import MAX_BODY_BYTES
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
-from router.http.request_parser import GenerationRequest
+from router.http.body_budget import BodyLease
+from router.http.request_parser import ClientContinuation, GenerationRequest
 from router.picker import ext_proc
 from router.policies import RouteRequest
 from router.policies.dispatcher import Decision, ModelNotServed, NoReplicaError
@@ -68,6 +71,13 @@ class Refusal(Exception):
             headers["retry-after"] = "1"
         body = error_json(self.status, self.message, code=self.code)
         return ext_proc.immediate(self.status, body, headers, f"pagedock_{self.code}")
+
+
+def _forget_body(stream: RequestStream) -> None:
+    """The body is answered (handed back, or Envoy's to send on): the picker keeps none of it."""
+    stream.body.clear()
+    if stream.lease is not None:
+        stream.lease.release()
 
 
 def endpoint_of(url: str) -> str:
@@ -104,6 +114,8 @@ class RequestStream:
     pick: Pick | None = None
     finished: bool = False
     """An immediate response was sent: Envoy ends the stream."""
+    lease: BodyLease | None = None
+    """The body's share of the router's body budget, given back when the stream ends."""
 
 
 class EndpointPicker(pb_grpc.ExternalProcessorServicer):
@@ -116,7 +128,7 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.ProcessingResponse]:
         """One HTTP request's ext_proc stream (the gRPC method, hence its name)."""
-        stream = RequestStream()
+        stream = RequestStream(lease=self.ctx.body_budget.lease())
         try:
             async for request in request_iterator:
                 try:
@@ -131,6 +143,8 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
         finally:
             if stream.pick is not None:
                 stream.pick.replica.end(stream.request_id)
+            if stream.lease is not None:
+                stream.lease.release()
 
     async def _handle(
         self, stream: RequestStream, request: pb.ProcessingRequest
@@ -182,10 +196,14 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
             if stream.request_mode == ext_proc.FULL_DUPLEX:
                 return [ext_proc.request_body_piece(body.body, body.end_of_stream)]
             return [ext_proc.body_response()]
-        if len(stream.body) + len(body.body) > MAX_BODY_BYTES:
+        size = len(stream.body) + len(body.body)
+        if size > MAX_BODY_BYTES:
             raise Refusal(
                 413, f"the request body is larger than {MAX_BODY_BYTES} bytes", "request_too_large"
             )
+        if stream.lease is not None and not stream.lease.grow_to(size):
+            budget = self.ctx.body_budget
+            raise Refusal(503, budget.full_message(size), "router_memory_full")
         stream.body += body.body
         if not body.end_of_stream:
             return []
@@ -196,9 +214,10 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
     ) -> list[pb.ProcessingResponse]:
         common, metadata = await self._pick(stream, bytes(stream.body))
         if stream.request_mode == ext_proc.BUFFERED:
+            _forget_body(stream)
             return [ext_proc.body_response(common, metadata)]
         body = list(_handed_back(bytes(stream.body), end_of_stream=not trailers))
-        stream.body.clear()
+        _forget_body(stream)
         return [ext_proc.headers_response(common, metadata), *body]
 
     async def _pick(self, stream: RequestStream, body: bytes) -> tuple[pb.CommonResponse, Struct]:
@@ -235,7 +254,10 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
         # NOTE: by suffix: the picker sees the path before the route's rewrite (/llm/v1/...).
         path = stream.headers.get(":path", "").split("?", 1)[0].rstrip("/")
         model = next((m for suffix, m in BODY_MODELS.items() if path.endswith(suffix)), None)
-        parsed = await self.ctx.parser.parse_and_hash(body, model) if model and body else None
+        try:
+            parsed = await self.ctx.parser.parse_and_hash(body, model) if model and body else None
+        except ClientContinuation as e:
+            raise Refusal(e.status_code, e.message, "continuation_not_allowed") from e
         request = parsed.request if parsed else None
         session_key = stream.headers.get(self.ctx.config.session_header) or (
             request.user if request else None

@@ -7,6 +7,10 @@ Health (grpc.health.v1.Health, Check and Watch):
     readiness, envoy.service.ext_proc.v3.ExternalProcessor
                                                    SERVING while at least one replica is healthy
     anything else                                  NOT_FOUND (Check) / SERVICE_UNKNOWN (Watch)
+
+The ext_proc service sits behind StreamGuard (its key, stream cap and idle timeout,
+router/picker/stream_guard.py); the port serves TLS, mutual with a client CA, from
+--picker-tls-cert-file and --picker-tls-key-file.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
@@ -23,8 +28,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pagedock.errors import ConfigError
 from pagedock.limits import MAX_BODY_BYTES
 from router.picker.endpoint_picker import EndpointPicker
+from router.picker.stream_guard import StreamGuard
 
 if TYPE_CHECKING:
+    from router.picker_config import PickerConfig
     from router.server.context import RouterContext
 
 logger = logging.getLogger("pagedock.router.picker")
@@ -81,21 +88,47 @@ async def start_picker(ctx: RouterContext) -> grpc.aio.Server:
     # default is 4 MiB) plus room for the headers around it.
     limit = MAX_BODY_BYTES + 1024 * 1024
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit)])
-    ext_proc_grpc.add_ExternalProcessorServicer_to_server(EndpointPicker(ctx), server)
+    guarded = StreamGuard(EndpointPicker(ctx), ctx.config)
+    ext_proc_grpc.add_ExternalProcessorServicer_to_server(guarded, server)
     health_pb2_grpc.add_HealthServicer_to_server(PickerHealth(ctx), server)
     host = ctx.config.host
     address = (
         f"[{host}]:{ctx.config.picker_port}" if ":" in host else f"{host}:{ctx.config.picker_port}"
     )
+    credentials = server_credentials(ctx.config)
     try:
-        bound = server.add_insecure_port(address)
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError as e:
         raise ConfigError(f"the endpoint picker cannot listen on {address}: {e}") from e
     if not bound:
         raise ConfigError(f"the endpoint picker cannot listen on {address}")
     await server.start()
-    logger.info("endpoint picker (ext_proc) listening on %s", address)
+    tls = "plaintext" if credentials is None else "TLS"
+    logger.info("endpoint picker (ext_proc) listening on %s (%s)", address, tls)
     return server
+
+
+def server_credentials(config: PickerConfig) -> grpc.ServerCredentials | None:
+    """TLS (mutual with --picker-tls-client-ca-file) from the PEM files; None = plaintext."""
+    if config.picker_tls_cert_file is None or config.picker_tls_key_file is None:
+        return None
+    cert = _read_pem("picker_tls_cert_file", config.picker_tls_cert_file)
+    key = _read_pem("picker_tls_key_file", config.picker_tls_key_file)
+    client_ca = config.picker_tls_client_ca_file
+    ca = _read_pem("picker_tls_client_ca_file", client_ca) if client_ca is not None else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+def _read_pem(name: str, path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot read {path}: {e}") from e
 
 
 async def stop_picker(server: grpc.aio.Server) -> None:

@@ -120,11 +120,16 @@ class Replica:
         model; for a LoRA adapter, the adapter's root, derived as this replica's events derive it
         (a pagedock engine's from its root hash, or the root its /v1/models lists for an
         adapter loaded again with other weights; vLLM events' from their `lora_name`). None until
-        the replica's root is known (no affinity to claim)."""
-        if lora_name is None or self.root_hash is None:
-            return self.root_hash
+        the replica's root is known (no affinity to claim). A salted request's chain starts from
+        this root salted (PromptBlocks.hashes)."""
+        if self.root_hash is None:
+            return None
         if self.kind == "vllm":
+            # NOTE: even for the base model: a pagedock engine that publishes vLLM events names
+            # its own root in /health, but the router re-hashed those events from its own.
             return chain_root(lora_name)
+        if lora_name is None:
+            return self.root_hash
         listed = None if self.served_models is None else self.served_models.kv_root(lora_name)
         return listed or lora_root_hash(self.root_hash, lora_name)
 

@@ -15,7 +15,7 @@ import logging
 import httpx
 
 from router.config import RouterConfig
-from router.kv.hot_prefixes import HotPrefixes
+from router.kv.hot_prefixes import HotPrefix, HotPrefixes
 from router.replicas.replica import Replica
 
 logger = logging.getLogger("pagedock.router")
@@ -37,7 +37,7 @@ class Warmer:
         gate = asyncio.Semaphore(WARM_CONCURRENCY)
         try:
             async with asyncio.timeout(self.config.warm_timeout_s):
-                done = await asyncio.gather(*(self._one(replica, ids, gate) for ids in prompts))
+                done = await asyncio.gather(*(self._one(replica, p, gate) for p in prompts))
         except TimeoutError:
             logger.warning(
                 "warming %s took over %s s; it takes its share now",
@@ -48,8 +48,10 @@ class Warmer:
         logger.info("warmed %s with %d of %d hot prefixes", replica.url, sum(done), len(prompts))
         return sum(done)
 
-    async def _one(self, replica: Replica, token_ids: list[int], gate: asyncio.Semaphore) -> bool:
-        body = {"prompt": token_ids, "max_tokens": 1, "temperature": 0}
+    async def _one(self, replica: Replica, prefix: HotPrefix, gate: asyncio.Semaphore) -> bool:
+        body = {"prompt": list(prefix.token_ids), "max_tokens": 1, "temperature": 0}
+        if prefix.cache_salt is not None:  # onto the chain its tenant's requests look up
+            body["cache_salt"] = prefix.cache_salt
         headers = (
             {"authorization": f"Bearer {self.config.replica_api_key}"}
             if self.config.replica_api_key

@@ -2,8 +2,9 @@
 
 The router never judges a request's content: input it can't parse is still forwarded, so a client
 gets exactly the engine's answer to bad input. Its own errors are about routing (a missing API
-key 401, no replica ready within the hold timeout or a full hold queue 503 with Retry-After,
-every attempt failed 502), in OpenAI's shape through the same pagedock/http/errors.py and API-key
+key 401, no replica ready within the hold timeout, a full hold queue or no memory left for the
+request's body (router/http/body_budget.py) 503 with Retry-After, every attempt failed 502), in
+OpenAI's shape through the same pagedock/http/errors.py and API-key
 guard as the engine's server; a model (a LoRA adapter) that ready replicas list and none serves
 is its 404 `model_not_found`. Its own health does not depend on the replicas: with zero engines
 (scaled to zero) it stays live and ready, holding requests (router/http/hold_queue.py).
@@ -27,9 +28,12 @@ from pagedock.http.errors import APIError, install_api_error_handlers
 from pagedock.limits import MAX_BODY_BYTES  # the engine's default --max-body-bytes too
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
 from router.demand import demand_view
+from router.http.body_budget import BodyLease, BodyLeases, lease_of
 from router.http.hold_queue import HoldRefused
 from router.http.proxy import until_disconnect
 from router.http.root_path import RootPathMiddleware
+from router.http.stream_resume import ResumePlan
+from router.http.tenant_salt import salts_by_tenant, tenant_tag
 from router.kv.prompt_hasher import PromptBlocks
 from router.policies.dispatcher import Decision, ModelNotServed, NoReplicaError
 from router.replicas.served_models import merged_model_list
@@ -59,6 +63,7 @@ def build_app(ctx: RouterContext) -> FastAPI:
         title="pagedock router", version="1", lifespan=lifespan, **docs_urls(ctx.config.api_key)
     )
     install_api_error_handlers(app)
+    app.add_middleware(BodyLeases, budget=ctx.body_budget)
     if ctx.config.root_path:
         app.add_middleware(RootPathMiddleware, root_path=ctx.config.root_path)
     _add_api_routes(app, ctx)
@@ -106,7 +111,13 @@ def _add_open_routes(app: FastAPI, ctx: RouterContext) -> None:
         # NOTE: 200 with zero replicas: a router scaled to zero engines must stay in its Service
         # (and not be restarted) to hold the requests that bring the engines back.
         healthy = len(ctx.replica_set.healthy())
-        body = {"status": "ok", "healthy_replicas": healthy, "held_requests": len(ctx.hold)}
+        body = {
+            "status": "ok",
+            "healthy_replicas": healthy,
+            "held_requests": len(ctx.hold),
+            "held_body_bytes": ctx.hold.held_bytes,
+            "buffered_body_bytes": ctx.body_budget.used_bytes,
+        }
         return JSONResponse(body)
 
     @app.get("/router/demand")
@@ -128,18 +139,35 @@ async def _generate(
 ) -> Response:
     arrival = time.perf_counter()
     ctx.demand.arrived()
-    body = await _read_body(request)
-    parsed = await ctx.parser.parse_and_hash(body, model)
+    body = await _read_body(ctx, request)
+    # NOTE: held as its raw bytes, parsed once released: a parsed request costs up to ten times
+    # its body, and a held one may wait minutes (router/http/body_budget.py).
+    await _hold_until_ready(ctx, request, len(body))
+    body, decision, stream, plan = await _route(ctx, request, body, model)
+    return await ctx.proxy.forward(request, body, decision, stream, arrival, plan)
+
+
+async def _route(
+    ctx: RouterContext,
+    request: Request,
+    body: bytes,
+    model: type[ChatCompletionRequest | CompletionRequest],
+) -> tuple[bytes, Decision, bool, ResumePlan | None]:
+    """The body to forward, the decision where to, whether it streams, and the plan to resume
+    its stream; the parsed request ends here, before the request is forwarded."""
+    tenant = tenant_tag(request.headers) if salts_by_tenant(ctx.config) else None
+    parsed = await ctx.parser.parse_and_hash(body, model, tenant)
     session_key = request.headers.get(ctx.config.session_header) or (
         parsed.request.user if parsed.request else None
     )
-    await _hold_until_ready(ctx, request)
     decision = await _decide(ctx, parsed.blocks, session_key, parsed.model)
     if parsed.blocks is not None and decision.lora_name is None:
         # NOTE: warm start sends the base model only: an adapter's prefixes are not recorded.
-        ctx.hot.record(parsed.blocks.token_ids)
+        ctx.hot.record(parsed.blocks.token_ids, cache_salt=parsed.blocks.cache_salt)
     stream = bool(parsed.request and parsed.request.stream)
-    return await ctx.proxy.forward(request, body, decision, stream, arrival, parsed.plan)
+    # A resumable stream goes with its plan's body: the same bytes it keeps to resume with.
+    forwarded = parsed.plan.body() if parsed.plan is not None else parsed.body
+    return forwarded, decision, stream, parsed.plan
 
 
 async def _decide(
@@ -156,12 +184,12 @@ async def _decide(
         raise APIError(503, str(e), code="no_healthy_replica", headers={"Retry-After": "1"}) from e
 
 
-async def _hold_until_ready(ctx: RouterContext, request: Request) -> None:
+async def _hold_until_ready(ctx: RouterContext, request: Request, body_bytes: int = 0) -> None:
     """Wait in the hold queue while no replica is ready (a client that leaves, leaves it)."""
     if not len(ctx.hold) and ctx.replica_set.healthy():
         return  # the common case: no tasks to watch for a disconnect
     try:
-        await until_disconnect(request, ctx.hold.wait_for_replica())
+        await until_disconnect(request, ctx.hold.wait_for_replica(body_bytes))
     except HoldRefused as e:
         raise APIError(503, str(e), code=e.code, headers={"Retry-After": _retry_after(ctx)}) from e
 
@@ -190,25 +218,41 @@ def _demand(ctx: RouterContext) -> dict[str, Any]:
     return demand_view(ctx.demand, len(ctx.hold), now - oldest if oldest else 0.0, replicas)
 
 
-async def _read_body(request: Request) -> bytes:
-    """The body, refused with a 413 as soon as it passes the limit: a chunked body has no length
-    to check up front, so it is read as it streams in, never whole."""
+async def _read_body(ctx: RouterContext, request: Request) -> bytes:
+    """The body, refused with a 413 as soon as it passes the limit, and a 503 as soon as it
+    passes the router's body budget (by its Content-Length, before a byte of it is read): a
+    chunked body has no length to check up front, so it is read as it streams in, never whole."""
     too_large = APIError(
         413, f"the request body is larger than {MAX_BODY_BYTES} bytes", code="request_too_large"
     )
+    lease = lease_of(request.scope)
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise too_large
+    if length is not None and length.isdigit():
+        if int(length) > MAX_BODY_BYTES:
+            raise too_large
+        _take_budget(ctx, lease, int(length))
     chunks, size = [], 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > MAX_BODY_BYTES:
                 raise too_large
+            _take_budget(ctx, lease, size)
             chunks.append(chunk)
     except ClientDisconnect as e:  # gone (or cut off by the read deadline): no traceback per client
         raise APIError(400, "the client disconnected before sending the whole body") from e
     return b"".join(chunks)
+
+
+def _take_budget(ctx: RouterContext, lease: BodyLease, size: int) -> None:
+    """`size` bytes of this request's body in the router's body budget, or its 503 at once."""
+    if not lease.grow_to(size):
+        raise APIError(
+            503,
+            ctx.body_budget.full_message(size),
+            code="router_memory_full",
+            headers={"Retry-After": _retry_after(ctx)},
+        )
 
 
 def _replica_view(ctx: RouterContext, url: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import httpx
 
 from router.config import RouterConfig
 from router.demand import DemandTracker
+from router.http.body_budget import BodyBudget
 from router.http.hold_queue import HoldQueue
 from router.http.proxy import Proxy
 from router.http.request_parser import RequestParser
@@ -44,6 +45,8 @@ class RouterContext:
     demand: DemandTracker = field(init=False)
     hold: HoldQueue = field(init=False)
     """Requests waiting for a first ready replica (router/http/hold_queue.py)."""
+    body_budget: BodyBudget = field(init=False)
+    """The bytes of request bodies under way, bounded (router/http/body_budget.py)."""
     hot: HotPrefixes = field(init=False)
     """Recent hot prompt prefixes, to warm new replicas with (router/replicas/warmer.py)."""
     prompt_pool: ThreadPoolExecutor = field(init=False)
@@ -60,8 +63,12 @@ class RouterContext:
         self.client = httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
         self.replica_set = ReplicaSet(c, self.index, self.client, self.metrics)
         self.hold = HoldQueue(
-            c.hold_queue_size, c.hold_timeout_s, lambda: bool(self.replica_set.healthy())
+            c.hold_queue_size,
+            c.hold_timeout_s,
+            lambda: bool(self.replica_set.healthy()),
+            c.hold_queue_bytes,
         )
+        self.body_budget = BodyBudget(c.max_buffered_body_bytes)
         self.replica_set.on_ready = self.hold.release
         self.hot = HotPrefixes(c.hot_prefix_entries, c.block_size)
         self.replica_set.warmer = Warmer(c, self.hot, self.client)

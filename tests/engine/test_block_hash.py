@@ -35,3 +35,27 @@ def test_the_chain_is_sha256_over_little_endian_int32() -> None:
     root = root_hash("m")
     expected = hashlib.sha256(root + struct.pack("<16i", *range(16))).digest()
     assert hash_block(root, list(range(16))) == expected
+
+
+def test_a_salt_starts_a_chain_of_its_own() -> None:
+    from pagedock.kv.block_hash import request_root, salted_root_hash
+
+    root, tokens = root_hash("m"), list(range(32))
+    salted = hash_blocks(tokens, 16, salted_root_hash(root, "tenant-a"))
+    assert salted != hash_blocks(tokens, 16, root)
+    assert salted != hash_blocks(tokens, 16, salted_root_hash(root, "tenant-b"))
+    assert salted == hash_blocks(tokens, 16, salted_root_hash(root, "tenant-a"))
+    assert request_root(root, None) == root
+    assert request_root(root, "tenant-a") == salted_root_hash(root, "tenant-a")
+
+
+def test_a_salt_composes_with_an_adapters_root_and_never_meets_it() -> None:
+    from pagedock.kv.block_hash import lora_root_hash, salted_root_hash
+
+    root = root_hash("m")
+    # The salt keys the adapter's root: same salt, other adapter (or none), other chain.
+    on_sql = salted_root_hash(lora_root_hash(root, "sql"), "t")
+    assert on_sql not in {salted_root_hash(root, "t"), lora_root_hash(root, "sql")}
+    assert on_sql != salted_root_hash(lora_root_hash(root, "chat"), "t")
+    # Domain separation: a salt never reads as an adapter's name, nor the reverse.
+    assert salted_root_hash(root, "x") != lora_root_hash(root, "x")

@@ -3,6 +3,7 @@ cache, timeout), the bitmask and the sampler's use of it. The SmolLM2 tokenizer,
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from engine.structured_outputs.structured_output_manager import (
     unpack_bitmask,
 )
 from pagedock.errors import InvalidRequestError
-from pagedock.limits import MAX_STRUCTURED_OUTPUT_CHARS
+from pagedock.limits import MAX_STRUCTURED_OUTPUT_CHARS, MAX_STRUCTURED_OUTPUT_DEPTH
 from pagedock.text.tokenizer import Tokenizer, load_tokenizer
 
 
@@ -62,6 +63,29 @@ def test_an_oversized_constraint_is_refused() -> None:
         StructuredOutputsParams(regex="a" * (MAX_STRUCTURED_OUTPUT_CHARS + 1))
 
 
+def nested_schema(depth: int) -> dict[str, Any]:
+    """A schema of exactly `depth` levels of objects and arrays: {"items": {"items": ... {}}}."""
+    schema: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        schema = {"items": schema}
+    return schema
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_a_schema_nested_past_the_limit_is_refused_naming_it(as_text: bool) -> None:
+    StructuredOutputsParams(json=nested_schema(MAX_STRUCTURED_OUTPUT_DEPTH))
+    deep = nested_schema(MAX_STRUCTURED_OUTPUT_DEPTH + 1)
+    with pytest.raises(InvalidRequestError, match=f"at most {MAX_STRUCTURED_OUTPUT_DEPTH} levels"):
+        StructuredOutputsParams(json=json.dumps(deep) if as_text else deep)
+
+
+def test_schema_text_nested_past_the_parser_s_stack_is_refused_as_too_deep() -> None:
+    text = '{"items": ' * 5000 + "{}" + "}" * 5000  # json.loads alone: RecursionError
+    with pytest.raises(InvalidRequestError, match="nested too deeply") as e:
+        StructuredOutputsParams(json=text)
+    assert e.value.param == "structured_outputs"
+
+
 def test_choices_must_be_non_empty_strings() -> None:
     with pytest.raises(InvalidRequestError, match="choice"):
         StructuredOutputsParams(choice=[])
@@ -89,6 +113,8 @@ def test_sampling_params_take_only_a_structured_outputs_params() -> None:
         (StructuredOutputsParams(json={"type": "objekt"}), "objekt"),
         (StructuredOutputsParams(regex="a(b"), "parenthesis"),
         (StructuredOutputsParams(grammar="root ::= missing"), "missing"),
+        (StructuredOutputsParams(grammar="root ::= a\na ::= a"), "matches no text"),
+        (StructuredOutputsParams(grammar='root ::= a\na ::= a "x"'), "matches no text"),
     ],
 )
 def test_an_invalid_constraint_fails_naming_the_problem(
@@ -98,6 +124,10 @@ def test_an_invalid_constraint_fails_naming_the_problem(
         compiler.compile(params)
     assert e.value.param == "structured_outputs"
     assert ".cc:" not in str(e.value)  # xgrammar's C++ location is no use to a client
+
+
+def test_a_grammar_matching_only_the_empty_text_compiles(compiler: GrammarCompiler) -> None:
+    assert compiler.compile(StructuredOutputsParams(grammar='root ::= ""')) is not None
 
 
 def test_a_failure_is_not_cached(compiler: GrammarCompiler) -> None:

@@ -30,6 +30,7 @@ SPECS: dict[str, dict[str, Any]] = {
         },
         "autoscaling": {"enabled": True, "targetCPUUtilizationPercentage": 80},
         "apiKeySecret": {"name": "key"},
+        "internalKeySecret": {"name": "fleet", "key": "internal-key"},
         "scheduling": {
             "nodeSelector": {"gpu": "h100"},
             "tolerations": [
@@ -103,6 +104,22 @@ def test_defaults_give_a_working_cpu_deployment_with_router() -> None:
             "Deployment",
         ]
     )
+
+
+def test_engines_and_routers_read_the_internal_key_from_its_secret() -> None:
+    children = build_children(make_context(SPECS["gpu-everything"]))
+    ref = {"secretKeyRef": {"name": "fleet", "key": "internal-key"}}
+    for name in ("chat-engine", "chat-router"):
+        [container] = find(children, "Deployment", name)["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+        assert env["PAGEDOCK_INTERNAL_API_KEY"] == ref, name
+
+
+def test_without_an_internal_key_secret_no_container_gets_the_variable() -> None:
+    for child in build_children(make_context({})):
+        if child["kind"] == "Deployment":
+            [container] = child["spec"]["template"]["spec"]["containers"]
+            assert all(e["name"] != "PAGEDOCK_INTERNAL_API_KEY" for e in container.get("env", []))
 
 
 def test_gpu_engine_requests_gpus_and_tolerates_gpu_nodes() -> None:

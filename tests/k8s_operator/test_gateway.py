@@ -159,6 +159,26 @@ def test_without_named_peers_the_gateway_proxies_may_reach_the_engines() -> None
     assert "from" in engine_policy_rules(None)[0]  # no gateway: the router and scrapers only
 
 
+def test_named_data_plane_peers_alone_reach_the_picker_port() -> None:
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gw"}}}
+    policy = find(children({"dataPlanePeers": [peer]}), "NetworkPolicy", "chat-router")
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "router"
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"port": 8080, "protocol": "TCP"}]},  # the router's HTTP API: open as before
+        {"from": [peer], "ports": [{"port": 9002, "protocol": "TCP"}]},
+    ]
+
+
+def test_without_named_peers_no_policy_fences_the_router() -> None:
+    for gateway in ({}, None):
+        objs = children(gateway)
+        assert not [
+            o for o in objs if o["kind"] == "NetworkPolicy" and "router" in o["metadata"]["name"]
+        ]
+    refs = child_refs(BuildContext("chat", NAMESPACE, LLMDeploymentSpec(), OperatorSettings()))
+    assert ("NetworkPolicy", "chat-router", False) in refs  # deleted when the peers go
+
+
 @pytest.mark.parametrize(
     "gateway",
     [
@@ -266,3 +286,14 @@ async def test_missing_crds_are_named_and_the_rest_of_the_deployment_is_built(
     cluster.install("gateway.networking.k8s.io")
     await eventually(lambda: live(cluster, POOLS, "chat") and live(cluster, ROUTES, "chat"))
     await eventually(lambda: reason(cluster, "Ready") == "AllReady")
+
+
+def test_the_router_reads_the_picker_key_from_its_secret() -> None:
+    secret = {"name": "gw", "key": "picker-key"}
+    env = {
+        e["name"]: e.get("valueFrom")
+        for e in router_container(children(pickerKeySecret=secret))["env"]
+    }
+    assert env["PAGEDOCK_PICKER_API_KEY"] == {"secretKeyRef": {"name": "gw", "key": "picker-key"}}
+    without_gateway = router_container(children(None, pickerKeySecret=secret))
+    assert "PAGEDOCK_PICKER_API_KEY" not in {e["name"] for e in without_gateway["env"]}

@@ -132,3 +132,14 @@ def test_help_comes_from_the_field_docstring_and_names_the_env_var() -> None:
     parser = argparse.ArgumentParser()
     add_options(parser, Example, PREFIX, environ={})
     assert "TCP port. [env EXAMPLE_PORT; default 8000]" in " ".join(parser.format_help().split())
+
+
+@dataclass
+class Extended(Example):
+    timeout_s: float = 1.0
+    """Seconds to wait."""
+
+
+def test_a_subclass_keeps_the_help_of_its_bases_fields() -> None:
+    helps = {o.name: o.help for o in options(Extended, PREFIX)}
+    assert (helps["port"], helps["timeout_s"]) == ("TCP port.", "Seconds to wait.")

@@ -1,5 +1,6 @@
 """The read deadline: a request must arrive whole within the deadline of its first byte (and a new
-connection must start one); slow or silent clients are disconnected, long responses are not."""
+connection must start one); slow or silent clients are disconnected, long responses are not. The
+connection cap: a connection over it is answered 503, except the health probe."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
@@ -19,6 +21,7 @@ from tests.router.live import free_port
 
 pytestmark = pytest.mark.timeout(60)
 DEADLINE_S = 0.5
+MAX_CONNECTIONS = 2
 
 
 def make_app() -> FastAPI:
@@ -27,6 +30,10 @@ def make_app() -> FastAPI:
     @app.post("/echo")
     async def echo(request: Request) -> dict[str, int]:
         return {"bytes": len(await request.body())}
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
 
     @app.get("/slow-stream")
     async def slow_stream() -> StreamingResponse:
@@ -42,13 +49,18 @@ def make_app() -> FastAPI:
 
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
+    yield from serve(limited_protocol(DEADLINE_S, 0))
+
+
+@pytest.fixture(scope="module")
+def capped_port() -> Iterator[int]:
+    yield from serve(limited_protocol(30.0, MAX_CONNECTIONS))
+
+
+def serve(protocol: type) -> Iterator[int]:
     port = free_port()
     config = uvicorn.Config(
-        make_app(),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        http=limited_protocol(DEADLINE_S, 0),
+        make_app(), host="127.0.0.1", port=port, log_level="warning", http=protocol
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -120,3 +132,19 @@ def test_a_response_that_streams_longer_than_the_deadline_is_not_cut(port: int) 
     )
     assert received.startswith(b"HTTP/1.1 200")
     assert all(f"{i}\n".encode() in received for i in range(4))
+
+
+def test_health_is_served_on_a_connection_over_the_cap_and_nothing_else_is(
+    capped_port: int,
+) -> None:
+    idle = [socket.create_connection(("127.0.0.1", capped_port)) for _ in range(MAX_CONNECTIONS)]
+    try:
+        url = f"http://127.0.0.1:{capped_port}"
+        health = httpx.get(f"{url}/health", timeout=10)
+        assert health.status_code == 200 and health.headers["connection"] == "close"
+        refused = httpx.get(f"{url}/slow-stream", timeout=10)
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "too_many_connections"
+    finally:
+        for sock in idle:
+            sock.close()

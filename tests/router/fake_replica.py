@@ -81,6 +81,7 @@ class FakeReplica:
         self.models_asked = 0
         self.calls = 0
         self.last_headers: dict[str, str] = {}
+        self.last_body = b""
         self.stream_cancelled = threading.Event()
         self.frozen = threading.Event()
         self.health_down = threading.Event()
@@ -101,6 +102,7 @@ class FakeReplica:
             self.models_seen.append(model)
             self.calls += 1
             self.last_headers = dict(request.headers)
+            self.last_body = await request.body()
             while self.mode == "hang" or self.frozen.is_set():
                 await asyncio.sleep(0.05)
             if self.mode == "bad":

@@ -3,6 +3,7 @@ the `pagedock` command, on random free ports, always killed in teardown."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -143,11 +144,26 @@ def router_process(
         "0.5",
         "--log-level",
         "warning",
+        "--predicted-cached-tokens-header",  # the tests and benchmarks read it
         *extra,
     ]
     for url in replicas:
         args += ["--replica", url]
     return Process(args, log_dir / f"router-{port}.log")
+
+
+def vllm_events(replica: Process) -> str:
+    """Publish vLLM's ZMQ KV events (with a replay socket); the ports as --vllm-replica takes
+    them."""
+    events, replay = free_port(), free_port()
+    config = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{events}",
+        "replay_endpoint": f"tcp://*:{replay}",
+    }
+    replica.args += ["--kv-events-config", json.dumps(config)]
+    return f"{events}:{replay}"
 
 
 def replica_view(router: Process) -> dict[str, dict[str, Any]]:

@@ -401,3 +401,10 @@ async def test_a_model_no_replica_serves_is_a_404(picker: Picker) -> None:
         "not_found_error",
     )
     assert "retry-after" not in response_headers
+
+
+async def test_a_clients_continuation_is_a_400(picker: Picker) -> None:
+    body = completion(stream=True, continuation={"token_ids": [1, 2, 3]})
+    responses = await picker.exchange(headers(), *body_frames(body))
+    status, answer, _ = immediate_status(responses)
+    assert (status, answer["error"]["code"]) == (400, "continuation_not_allowed")

@@ -6,7 +6,6 @@ replica that computed it, and the same prompt for the base model is predicted no
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,10 +15,10 @@ import pytest
 from router.http.proxy import PREDICTED_CACHED_HEADER, REPLICA_HEADER
 from tests.router.live import (
     Process,
-    free_port,
     replica_process,
     replica_view,
     router_process,
+    vllm_events,
     wait_until,
 )
 
@@ -62,20 +61,6 @@ def router(
     finally:
         for p in [router, *replicas]:
             p.kill()
-
-
-def vllm_events(replica: Process) -> str:
-    """Publish vLLM's ZMQ KV events (with a replay socket); the ports as --vllm-replica takes
-    them."""
-    events, replay = free_port(), free_port()
-    config = {
-        "enable_kv_cache_events": True,
-        "publisher": "zmq",
-        "endpoint": f"tcp://*:{events}",
-        "replay_endpoint": f"tcp://*:{replay}",
-    }
-    replica.args += ["--kv-events-config", json.dumps(config)]
-    return f"{events}:{replay}"
 
 
 def ready(view: dict[str, Any]) -> bool:

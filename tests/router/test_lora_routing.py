@@ -243,7 +243,7 @@ def test_a_stream_is_resumed_only_on_a_replica_serving_its_adapter() -> None:
     d = dispatcher(replica("failed", "sql"), replica("base-only"), replica("also-sql", "sql"))
     decision = d.decide(prompt(), model="sql")
     failover = StreamFailover(d, d.replica_set, RouterMetrics("x"), no_exchange)
-    plan = ResumePlan({"model": "sql", "prompt": TOKENS, "stream": True}, False)
+    plan = ResumePlan.of({"model": "sql", "prompt": TOKENS, "stream": True}, False)
     resumable = Resumable(None, {}, decision, plan)  # type: ignore[arg-type]
     chosen = failover._next_replica(resumable, ["failed"], ROOT)
     assert chosen is not None and chosen[1].url == "also-sql"

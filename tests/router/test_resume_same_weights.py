@@ -37,7 +37,7 @@ def failover(*replicas: Replica) -> tuple[StreamFailover, Resumable]:
     replica_set.replicas = {r.url: r for r in replicas}
     dispatcher = Dispatcher(config, replica_set, index, make_policy(config))
     decision = dispatcher.decide(PromptBlocks(TOKENS, len(TOKENS)))
-    plan = ResumePlan({"prompt": TOKENS, "stream": True}, False)
+    plan = ResumePlan.of({"prompt": TOKENS, "stream": True}, False)
     resumable = Resumable(None, {}, decision, plan)  # type: ignore[arg-type]
     return StreamFailover(dispatcher, replica_set, RouterMetrics("x"), no_exchange), resumable
 

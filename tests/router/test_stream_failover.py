@@ -23,11 +23,13 @@ from tests.router.live import (
     replica_process,
     replica_view,
     router_process,
+    wait_synced,
     wait_until,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 MAX_TOKENS = 300
+INTERNAL_KEY = "fleet-internal-key"
 PROMPTS = ["Paged attention keeps", "Prefix caching reuses", "Continuous batching", "def add(a"]
 
 
@@ -46,6 +48,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         tmp_path_factory.mktemp("logs"),
     )
     replicas = [replica_process(model, logs, 256) for _ in range(2)]
+    for r in replicas:  # continuations and KV events for the router only, as in a real fleet
+        r.args += ["--internal-api-key", INTERNAL_KEY]
     # Round-robin: the streams of one burst spread over both replicas.
     # A health timeout that a loaded CI machine's replicas meet: only the frozen one misses it.
     router = router_process(
@@ -58,6 +62,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         "1",
         "--health-timeout-s",
         "3",
+        "--internal-api-key",
+        INTERNAL_KEY,
     )
     try:
         for p in replicas:
@@ -66,6 +72,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             p.wait_ready()
         router.start().wait_ready(timeout_s=30)
         wait_until(lambda: all(v["healthy"] for v in replica_view(router).values()), 30)
+        wait_synced(router, [r.url for r in replicas], 30)  # KV events: the internal key works
         yield Fleet(router, {r.url: r for r in replicas})
     finally:
         for p in [router, *replicas]:

@@ -16,7 +16,7 @@ def chunk(text: str, ids: list[int]) -> bytes:
 
 
 def transcript() -> StreamTranscript:
-    return StreamTranscript(ResumePlan({"prompt": "x", "stream": True}, False))
+    return StreamTranscript(ResumePlan.of({"prompt": "x", "stream": True}, False))
 
 
 def test_the_handoff_event_is_taken_not_relayed() -> None:

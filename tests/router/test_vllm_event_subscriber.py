@@ -21,10 +21,17 @@ import zmq
 
 from pagedock.errors import ConfigError
 from pagedock.kv.block_hash import hash_blocks
-from pagedock.kv.vllm_events import decode_payload
+from pagedock.kv.vllm_events import (
+    StoredEvent,
+    block_extra_keys,
+    block_stored,
+    chain_salt,
+    decode_payload,
+)
 from router.kv.kv_index import KVIndex
+from router.kv.prompt_hasher import PromptBlocks
 from router.kv.vllm_event_subscriber import VllmEventSubscriber
-from router.kv.vllm_kv_view import VLLM_ROOT, SeqTracker, VllmKVView
+from router.kv.vllm_kv_view import VLLM_ROOT, SeqTracker, VllmKVView, chain_root
 from router.metrics import RouterMetrics
 from router.replicas.replica import Replica
 from router.replicas.replica_set import ReplicaSet
@@ -355,3 +362,47 @@ async def test_the_replica_set_follows_a_vllm_replicas_zmq_events() -> None:
             finally:
                 await replicas.close()
                 fake.close()
+
+
+# ---- salted chains: the salt is in the first block's extra keys ----------------------------
+
+
+def salted(event: dict[str, Any], *keys: list[str] | None) -> dict[str, Any]:
+    return {**event, "extra_keys": list(keys)}
+
+
+def test_a_salted_chain_is_indexed_from_the_salted_root() -> None:
+    """vLLM names a request's cache_salt in its first block's extra keys; the router chains from
+    the root salted with it, as a salted request's prompt is hashed (PromptBlocks)."""
+    view, index = make_view()
+    first = salted(stored([901, 902], None, TOKENS[:8]), ["tenant:a"], None)
+    view.apply(decode_payload(payload(first)).events)
+    view.apply(decode_payload(payload(stored([903], 902, TOKENS[8:], form="array"))).events)
+    assert index.match(PD, ["r"]) == {"r": 0}  # not the unsalted chain
+    salted_blocks = PromptBlocks(TOKENS, len(TOKENS), "tenant:a").hashes(VLLM_ROOT, BS)
+    assert index.match(salted_blocks, ["r"]) == {"r": 3}
+
+
+def test_an_adapters_salted_chain_names_the_adapter_then_the_salt() -> None:
+    view, index = make_view()
+    event = {**stored([901], None, TOKENS[:4]), "lora_id": 1, "lora_name": "sql"}
+    view.apply(decode_payload(payload(salted(event, ["sql", "tenant:a"]))).events)
+    blocks = PromptBlocks(TOKENS[:4], 4, "tenant:a").hashes(chain_root("sql"), BS)
+    assert index.match(blocks, ["r"]) == {"r": 1}
+
+
+def test_extra_keys_other_than_a_salt_leave_the_chain_unindexed() -> None:
+    view, index = make_view()
+    event = salted(stored([901], None, TOKENS[:4]), ["image-uuid", "tenant:a"])
+    view.apply(decode_payload(payload(event)).events)
+    assert index.num_blocks("r") == 0 and view.unchained_blocks == 1
+
+
+def test_the_engine_names_the_salt_on_a_chains_first_block_only() -> None:
+    assert block_extra_keys(2, True, None, None) is None  # unsalted: the field is left out
+    assert block_extra_keys(2, True, None, "t") == [["t"], None]
+    assert block_extra_keys(2, False, None, "t") == [None, None]
+    assert block_extra_keys(2, True, "sql", "t") == [["sql", "t"], ["sql"]]
+    event = block_stored([1, 2], None, TOKENS[:8], BS, extra_keys=[["t"], None])
+    [decoded] = decode_payload(payload(event)).events
+    assert isinstance(decoded, StoredEvent) and chain_salt(decoded) == "t"

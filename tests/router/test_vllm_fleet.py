@@ -155,6 +155,7 @@ def start_router(policy: str, servers: list[VllmServer], log: Path) -> Process:
         str(vllm_model_dir()),
         "--block-size",
         str(BLOCK_SIZE),
+        "--predicted-cached-tokens-header",
         *replicas,
     ]
     return Process(args, log).start().wait_ready(120)

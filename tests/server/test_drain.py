@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
+from router.http.upstream_errors import Verdict, classify_upstream
 from tests.server.conftest import tiny_server_args
 from tests.server.server_process import ServerProcess, start_server
 
@@ -94,3 +96,28 @@ def test_drain_timeout_aborts_what_is_left_and_still_exits_zero(
     with streaming_then_sigterm(server, max_tokens=4000) as (_, lines):
         assert last_finish_reason(lines) == "abort"
     assert server.wait_exit(timeout_s=30) == 0
+
+
+def test_a_non_streamed_request_cut_by_the_drain_is_a_503_a_router_retries(
+    make_server: list[ServerProcess], long_tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Never a 200 with `finish_reason: abort`: a client would take the cut text as whole."""
+    server = start_draining_server(long_tiny_model_dir, tmp_path / "drain.log", drain_timeout=0.5)
+    make_server.append(server)
+    body = {"prompt": "abc", "max_tokens": 4000, "ignore_eos": True}
+    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=server.url, timeout=60) as client:
+        answer = pool.submit(client.post, "/v1/completions", json=body)
+        assert wait_until(lambda: in_flight_seconds(server) is not None, timeout_s=30)
+        server.terminate()
+        response = answer.result(timeout=60)
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "draining"
+    assert response.headers["retry-after"] == "1"
+    assert classify_upstream(503, response.content) is Verdict.REPLICA_FAILED
+    assert server.wait_exit(timeout_s=30) == 0
+
+
+def in_flight_seconds(server: ServerProcess) -> float | None:
+    """How long the oldest request in flight has run (GET /drain), None when there is none."""
+    seconds = httpx.get(f"{server.url}/drain", timeout=5).json()["oldest_in_flight_seconds"]
+    return None if seconds is None else float(seconds)

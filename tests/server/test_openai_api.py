@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import openai
 import pytest
 from openai import OpenAI
 
@@ -164,6 +165,17 @@ def test_echo_prepends_the_prompt(client: OpenAI, model_name: str) -> None:
         model=model_name, prompt="Paged attention", max_tokens=4, echo=True, **GREEDY
     )  # type: ignore[arg-type]
     assert echoed.choices[0].text == "Paged attention" + plain.choices[0].text
+
+
+def test_echo_with_logprobs_is_refused_naming_the_pair(client: OpenAI, model_name: str) -> None:
+    """Echo alone works (above): the 400 says the pair is what is not supported."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(
+            model=model_name, prompt="Paged", max_tokens=2, echo=True, logprobs=1, **GREEDY
+        )  # type: ignore[arg-type]
+    error = refused.value.body
+    assert isinstance(error, dict) and error["param"] == "echo"
+    assert error["message"].startswith("`echo` with `logprobs` is not supported")
 
 
 def test_same_seed_gives_same_sample(client: OpenAI, model_name: str) -> None:

@@ -25,7 +25,7 @@ POISONS = [
     ({"prompt": "hi", "seed": 2**64}, "seed"),
     ({"prompt": "hi", "stop": ["x"] * 65}, "stop"),
     ({"prompt": "hi", "stop": "x" * 1025}, "stop"),
-    ({"prompt": [5, 2**31]}, "prompt"),
+    ({"prompt": [5, 2**31]}, "prompt.1"),
     ({"prompt": [5, 600]}, "prompt"),
 ]
 

@@ -198,6 +198,38 @@ def test_array_form_decodes_with_the_positional_structs() -> None:
         publisher.close()
 
 
+class VStoredSalted(KVCacheEvent, tag="BlockStored"):
+    """vLLM's BlockStored with its per-block `extra_keys` (the adapter's name, then a chain's
+    first block's cache_salt)."""
+
+    block_hashes: list[ExternalBlockHash]
+    parent_block_hash: ExternalBlockHash | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[list[str] | None] | None = None
+
+
+class VSaltedBatch(EventBatch):
+    events: list[VStoredSalted | VRemoved | VCleared]
+
+
+def test_a_salted_chain_names_its_salt_in_the_first_blocks_extra_keys(
+    publisher: VllmKVPublisher,
+) -> None:
+    """A consumer that re-hashes token ids needs the salt the engine chained them from; an
+    unsalted chain's events are as before (no extra_keys)."""
+    first = BlockStored(H[:2], None, 16, TOKENS[:32], 1, "sql", cache_salt="tenant:a")
+    later = BlockStored(H[2:], H[1], 16, TOKENS[32:], cache_salt="tenant:a")
+    sub = subscribe(publisher.endpoints[0])
+    [frames] = publish_until_received(publisher, sub, [KVEventBatch(0, 1.0, [first, later])])
+    events = msgspec.msgpack.decode(frames[2], type=VSaltedBatch).events
+    assert [e.extra_keys for e in events] == [[["sql", "tenant:a"], ["sql"]], [None]]
+    sub.close()
+
+
 def test_seq_is_monotonic_from_zero(publisher: VllmKVPublisher) -> None:
     sub = subscribe(publisher.endpoints[0])
     frames = publish_until_received(publisher, sub, engine_batches() * 3)

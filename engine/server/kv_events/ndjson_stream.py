@@ -9,7 +9,9 @@
 
 A consumer applies batches in seq order to the snapshot's set. The engine never waits for a
 consumer: each has a bounded buffer, and one that falls behind loses its buffer and gets a fresh
-snapshot instead (taken on the engine thread, so snapshot and seq always agree).
+snapshot instead (taken on the engine thread, so snapshot and seq always agree). At most
+`max_consumers` streams are open at once (--max-kv-event-subscribers): one per router is the need,
+and a stream that is never read holds its connection for as long as its client likes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import json
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from engine.core.kv_events import (
     AllBlocksCleared,
@@ -104,10 +109,12 @@ class KVEventHub:
         root_hash: bytes,
         max_buffered_batches: int = 1024,
         heartbeat_s: float = 10.0,
+        max_consumers: int = 0,
     ) -> None:
         self.engine = engine
         self.instance_id = instance_id
         self.max_buffered_batches = max_buffered_batches
+        self.max_consumers = max_consumers  # 0 = no limit
         self.heartbeat_s = heartbeat_s
         self.consumers: set[KVEventConsumer] = set()
         self.root_hash = root_hash.hex()  # published so routers hash as we do
@@ -123,10 +130,20 @@ class KVEventHub:
             for consumer in self.consumers:
                 consumer.offer(batch.seq, line)
 
-    async def stream(self) -> AsyncIterator[bytes]:
-        """A consumer's lines: a snapshot, then batches; a fresh snapshot after falling behind."""
+    def subscribe(self) -> KVEventConsumer | None:
+        """A new consumer, fed from now on; None when `max_consumers` are open already."""
+        if self.max_consumers and len(self.consumers) >= self.max_consumers:
+            return None
         consumer = KVEventConsumer(self.max_buffered_batches)
         self.consumers.add(consumer)  # before the snapshot, so no batch after it is missed
+        return consumer
+
+    def unsubscribe(self, consumer: KVEventConsumer) -> None:
+        consumer.close()
+        self.consumers.discard(consumer)
+
+    async def stream(self, consumer: KVEventConsumer) -> AsyncIterator[bytes]:
+        """A consumer's lines: a snapshot, then batches; a fresh snapshot after falling behind."""
         try:
             while not consumer.closed:
                 snapshot = await self.engine.kv_snapshot()
@@ -141,6 +158,22 @@ class KVEventHub:
         """End every stream (shutdown): their HTTP responses complete."""
         for consumer in self.consumers:
             consumer.close()
+
+
+class KVEventResponse(StreamingResponse):
+    """One subscriber's stream. Its slot under the hub's cap is given back when the response
+    ends, however it ends: a client gone before the first line included (the body's generator,
+    never started, would not run its own cleanup)."""
+
+    def __init__(self, hub: KVEventHub, consumer: KVEventConsumer) -> None:
+        super().__init__(hub.stream(consumer), media_type="application/x-ndjson")
+        self._hub, self._consumer = hub, consumer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._hub.unsubscribe(self._consumer)
 
 
 def encode_snapshot(snapshot: KVSnapshot, instance_id: str, root_hash: str | None = None) -> bytes:

@@ -25,6 +25,7 @@ from pagedock.kv.vllm_events import (
     END_SEQ,
     KVEventsConfig,
     all_blocks_cleared,
+    block_extra_keys,
     block_removed,
     block_stored,
     encode_payload,
@@ -119,6 +120,9 @@ class VllmKVPublisher:
                 encoding,
                 lora_id=event.lora_id,
                 lora_name=event.lora_name,
+                extra_keys=block_extra_keys(
+                    len(hashes), parent is None, event.lora_name, event.cache_salt
+                ),
             )
         if isinstance(event, BlockRemoved):
             return block_removed([to_uint64(h) for h in event.block_hashes], encoding)

@@ -12,7 +12,12 @@ from engine.server.openai.errors import to_api_error
 from engine.server.openai.generation import ChoiceDelta, ChoiceState, Generation
 from engine.server.openai.guards import resolve_model
 from engine.server.openai.handoff import HandedOff, hands_off
-from engine.server.openai.logprobs import chat_logprobs
+from engine.server.openai.logprobs import (
+    answer_body,
+    answer_json,
+    chat_logprobs,
+    num_logprob_entries,
+)
 from engine.server.openai.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
 from engine.server.openai.sampling import (
     chat_sampling_params,
@@ -47,7 +52,15 @@ async def create_chat_completion(
     check_prompt_chars(ctx, chat_chars(body), "messages")
     prompt = await in_prompt_pool(ctx, render_chat, ctx.tokenizer, body)
     gen = await Generation.start(
-        ctx, raw_request, [prompt], params, body.priority, arrival_time, prior, adapter
+        ctx,
+        raw_request,
+        [prompt],
+        params,
+        body.priority,
+        arrival_time,
+        prior,
+        adapter,
+        body.cache_salt,
     )
     if body.stream:
         return sse_response(_stream(ctx, body, gen, tools, prior), continuation_headers(prior))
@@ -55,15 +68,31 @@ async def create_chat_completion(
         choices = await gen.collect()
     finally:
         gen.close()
+    usage = gen.usage()
+    entries = num_logprob_entries(choices, params.logprobs)
+    content = await answer_body(
+        entries, lambda: _response_json(ctx, body, gen, choices, tools, usage)
+    )
+    return Response(content, media_type="application/json")
+
+
+def _response_json(
+    ctx: ServerContext,
+    body: ChatCompletionRequest,
+    gen: Generation,
+    choices: list[ChoiceState],
+    tools: ToolCalling | None,
+    usage: UsageInfo,
+) -> bytes:
+    """The whole non-streamed answer as JSON (any thread: `gen` has finished)."""
     response = ChatCompletionResponse(
         id=f"chatcmpl-{gen.id}",
         model=gen.model,
         choices=[_choice(ctx, body, c, tools) for c in choices],
-        usage=gen.usage(),
-        prompt_token_ids=prompt.token_ids,
+        usage=usage,
+        prompt_token_ids=gen.prompts[0].token_ids,
     )
-    exclude = response_exclusions(True, body.return_token_ids)
-    return Response(response.model_dump_json(exclude=exclude), media_type="application/json")
+    return answer_json(response, response_exclusions(True, body.return_token_ids))
 
 
 def _choice(

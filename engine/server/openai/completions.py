@@ -10,10 +10,15 @@ from fastapi import Request, Response
 from engine.core.scheduler_output import SampledToken
 from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import to_api_error
-from engine.server.openai.generation import ChoiceDelta, Generation
+from engine.server.openai.generation import ChoiceDelta, ChoiceState, Generation
 from engine.server.openai.guards import resolve_model
 from engine.server.openai.handoff import HandedOff, hands_off
-from engine.server.openai.logprobs import completion_logprobs
+from engine.server.openai.logprobs import (
+    answer_body,
+    answer_json,
+    completion_logprobs,
+    num_logprob_entries,
+)
 from engine.server.openai.prompt_work import check_prompt_chars, in_prompt_pool, prompt_chars
 from engine.server.openai.sampling import (
     continuation_headers,
@@ -45,7 +50,15 @@ async def create_completion(
     prompts = await in_prompt_pool(ctx, completion_prompts, ctx.tokenizer, body.prompt)
     prior = continuation_token_ids(body, len(prompts))
     gen = await Generation.start(
-        ctx, raw_request, prompts, params, body.priority, arrival_time, prior, adapter
+        ctx,
+        raw_request,
+        prompts,
+        params,
+        body.priority,
+        arrival_time,
+        prior,
+        adapter,
+        body.cache_salt,
     )
     if body.stream:
         return sse_response(_stream(ctx, body, gen), continuation_headers(prior))
@@ -53,6 +66,20 @@ async def create_completion(
         choices = await gen.collect()
     finally:
         gen.close()
+    usage = gen.usage()
+    entries = num_logprob_entries(choices, body.logprobs)
+    content = await answer_body(entries, lambda: _response_json(ctx, body, gen, choices, usage))
+    return Response(content, media_type="application/json")
+
+
+def _response_json(
+    ctx: ServerContext,
+    body: CompletionRequest,
+    gen: Generation,
+    choices: list[ChoiceState],
+    usage: UsageInfo,
+) -> bytes:
+    """The whole non-streamed answer as JSON (any thread: `gen` has finished)."""
     response = CompletionResponse(
         id=f"cmpl-{gen.id}",
         model=gen.model,
@@ -67,11 +94,10 @@ async def create_completion(
             )
             for c in choices
         ],
-        usage=gen.usage(),
-        prompt_token_ids=prompts[0].token_ids if len(prompts) == 1 else None,
+        usage=usage,
+        prompt_token_ids=gen.prompts[0].token_ids if len(gen.prompts) == 1 else None,
     )
-    exclude = response_exclusions(True, body.return_token_ids)
-    return Response(response.model_dump_json(exclude=exclude), media_type="application/json")
+    return answer_json(response, response_exclusions(True, body.return_token_ids))
 
 
 async def _stream(

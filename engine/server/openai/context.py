@@ -36,6 +36,10 @@ class ServerOptions:
     api_key: str | None = None
     """When set, every route but /health, /metrics and /version needs
     `Authorization: Bearer KEY`."""
+    internal_api_key: str | None = None
+    """The fleet's internal key (docs/server.md#the-internal-key): when set, a body with
+    `continuation` and GET /v1/kv/events need it in the x-pagedock-internal-key header, which only
+    the routers send; unset, both are open to whoever --api-key lets in."""
     max_waiting: int | None = 1024
     """Requests allowed to wait for a batch slot; beyond it, 429 with Retry-After. 0 = no limit."""
     drain_timeout: float = 30.0
@@ -48,6 +52,9 @@ class ServerOptions:
     """Put prompt text in the per-request log line (debugging only: prompts are user data)."""
     max_connections: int = 2048
     """Open HTTP connections allowed at once; beyond it, 503 at once. 0 = no limit."""
+    max_kv_event_subscribers: int = 16
+    """Open GET /v1/kv/events streams allowed at once (one per router is the need); beyond it,
+    503 at once, so idle subscribers can't hold the connections requests need. 0 = no limit."""
     keep_alive_timeout_s: int = 5
     """Seconds an idle keep-alive connection stays open."""
     stall_timeout_s: float = 60.0
@@ -72,6 +79,13 @@ class ServerOptions:
     token ids on an unauthenticated port: expose it only to routers. None = off."""
 
     def __post_init__(self) -> None:
+        if self.max_kv_event_subscribers < 0:
+            raise ConfigError(
+                f"--max-kv-event-subscribers must be 0 (no limit) or more, got "
+                f"{self.max_kv_event_subscribers}"
+            )
+        if self.internal_api_key == "":
+            raise ConfigError("--internal-api-key is empty: set a random key, or leave it unset")
         if self.tool_call_parser:
             get_tool_call_parser(self.tool_call_parser)  # ConfigError naming the choices
         elif self.enable_auto_tool_choice:

@@ -3,10 +3,12 @@
 
 Bad input is always a 4xx: FastAPI's own validation errors (malformed JSON, wrong types) become a
 400 here instead of FastAPI's 422 with its own body, as OpenAI and vLLM answer. A 500 means a bug.
+Each such rejection is one JSON line of the request log (`request_rejected`), never a traceback.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -14,12 +16,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.inputs.engine_request import UnknownAdapterError
 from pagedock.errors import EngineDeadError, InvalidRequestError, PagedockError, PromptTooLongError
 from pagedock.http.errors import APIError, error_response, install_api_error_handlers
 
 logger = logging.getLogger("pagedock.server")
+request_logger = logging.getLogger("pagedock.requests")  # engine/server/request_log.py's
 
 
 class GenerationError(Exception):
@@ -29,6 +33,7 @@ class GenerationError(Exception):
 def to_api_error(error: Exception) -> APIError:
     """The HTTP meaning of an exception raised while serving a request."""
     from engine.runtime.async_engine import QueueFullError
+    from engine.structured_outputs.grammar_compiler import CompileQueueFullError
 
     if isinstance(error, APIError):
         return error
@@ -41,6 +46,8 @@ def to_api_error(error: Exception) -> APIError:
         return APIError(400, str(error), error.param)
     if isinstance(error, QueueFullError):
         return APIError(429, str(error), code="queue_full", headers={"Retry-After": "1"})
+    if isinstance(error, CompileQueueFullError):
+        return APIError(429, str(error), code="compile_queue_full", headers={"Retry-After": "1"})
     if isinstance(error, EngineDeadError):
         return APIError(503, str(error), code="engine_dead")
     if isinstance(error, GenerationError):
@@ -81,15 +88,44 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         message, param = validation_message(exc.errors())
-        return error_response(APIError(400, message, param))
+        return rejected(request, APIError(400, message, param))
 
     async def on_error(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(to_api_error(exc))
+        return rejected(request, to_api_error(exc))
 
-    install_api_error_handlers(app)  # APIError and Starlette's 404/405, as the router's
+    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, APIError)
+        return rejected(request, exc)
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        message = str(exc.detail)
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's own parse of the body
+            message = "the request body's JSON is nested too deeply to parse"
+        return rejected(request, APIError(exc.status_code, message, headers=exc.headers))
+
+    install_api_error_handlers(app)  # the router's answers, in OpenAI's shape; then, logged:
+    app.add_exception_handler(APIError, on_api_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     # Errors raised on purpose are answered by the exception middleware; anything else is a bug,
     # answered as a 500 (and logged) by the server-error middleware.
     app.add_exception_handler(PagedockError, on_error)
     app.add_exception_handler(GenerationError, on_error)
     app.add_exception_handler(Exception, on_error)
+
+
+def rejected(request: Request, error: APIError) -> JSONResponse:
+    """The error's answer; a 4xx (bad input, an unknown model, a full queue) is logged as one
+    line saying why."""
+    if error.status_code < 500:
+        record = {
+            "event": "request_rejected",
+            "path": request.url.path,
+            "status": error.status_code,
+            "param": error.param,
+            "code": error.code,
+            "message": error.message,
+        }
+        request_logger.info(json.dumps(record))
+    return error_response(error)

@@ -13,9 +13,10 @@ for `http.disconnect` on the request's receive channel.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from fastapi import Request
@@ -27,7 +28,8 @@ from engine.runtime.async_engine import RequestStream
 from engine.runtime.outputs import CompletionOutput, RequestOutput
 from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import GenerationError
-from engine.server.openai.handoff import HandedOff
+from engine.server.openai.handoff import HandedOff, cut_by_drain
+from pagedock.errors import InvalidRequestError, InvalidRequestFailure
 from pagedock.protocol import PromptTokensDetails, UsageInfo
 from pagedock.text.prompt_renderer import Prompt
 
@@ -91,6 +93,7 @@ class Generation:
         self.streams: list[RequestStream] = []
         self._num_cached_tokens: dict[int, int] = {}
         self._watcher: asyncio.Task[None] | None = None
+        self.closed = False
         self.hands_off = False
         """A stream a router can resume: aborted at the drain deadline, it is handed off
         (HandedOff) instead of finishing with `abort`."""
@@ -106,33 +109,53 @@ class Generation:
         arrival_time: float,
         prior_output_token_ids: list[int] | None = None,
         lora_request: AdapterRef | None = None,
+        cache_salt: str | None = None,
     ) -> Generation:
-        """Queue every prompt; on any failure, abort those already queued and re-raise.
+        """Queue every prompt at once (admitted together or refused with QueueFullError); on
+        any failure, abort those already queued and re-raise. The client's disconnect is watched
+        from the start, so a client that leaves while its prompts are queued stops them all.
         `prior_output_token_ids`: a continuation of the one choice (they count in its usage);
-        `lora_request`: the adapter the request's model names (None: the base model)."""
+        `lora_request`: the adapter the model names (None: the base model); `cache_salt`: vLLM's."""
         gen = cls(ctx, prompts, params.n, lora_request)
         ctx.metrics.request_durations.begin(gen.id, arrival_time)  # close() ends it, always
         params = replace(params, output_kind=RequestOutputKind.DELTA)
         if prior_output_token_ids:
             gen.choices[0].token_ids.extend(prior_output_token_ids)
+        gen._watcher = asyncio.create_task(gen._watch_disconnect(raw_request))
+        add = functools.partial(
+            ctx.engine.add_request,
+            params=params,
+            priority=priority,
+            arrival_time=arrival_time,
+            prior_output_token_ids=prior_output_token_ids,
+            lora_request=lora_request,
+            cache_salt=cache_salt,
+        )
         try:
-            for i, prompt in enumerate(prompts):
-                stream = await ctx.engine.add_request(
-                    f"{gen.id}-{i}",
-                    prompt.token_ids,
-                    params,
-                    priority=priority,
-                    arrival_time=arrival_time,
-                    prompt_text=prompt.text,
-                    prior_output_token_ids=prior_output_token_ids,
-                    lora_request=lora_request,
-                )
-                gen.streams.append(stream)
+            ctx.engine.check_admission(len(prompts))
+            await gen._queue_all(add)
         except BaseException:
             gen.close()
             raise
-        gen._watcher = asyncio.create_task(gen._watch_disconnect(raw_request))
+        if gen.closed:  # the client left while its prompts were queued
+            gen.close()
         return gen
+
+    async def _queue_all(self, add: Callable[..., Awaitable[RequestStream]]) -> None:
+        """Every prompt's engine request, queued together (one engine-loop round, not one per
+        prompt); the first failure is raised once all are back, with the queued ones in
+        `streams` for `close` to abort."""
+        queued = await asyncio.gather(
+            *(
+                add(f"{self.id}-{i}", p.token_ids, prompt_text=p.text)
+                for i, p in enumerate(self.prompts)
+            ),
+            return_exceptions=True,
+        )
+        self.streams = [s for s in queued if isinstance(s, RequestStream)]
+        failed = next((e for e in queued if isinstance(e, BaseException)), None)
+        if failed is not None:
+            raise failed
 
     async def deltas(self) -> AsyncIterator[list[ChoiceDelta]]:
         """What the outputs that arrived since the last look added, until every choice has
@@ -143,7 +166,7 @@ class Generation:
                 self._num_cached_tokens[prompt_index] = output.num_cached_tokens
                 for completion in output.outputs:
                     if completion.finish_reason == "error" or output.error:
-                        raise GenerationError(output.error or "the request failed in the engine")
+                        raise _failure(output.error)
                     if completion.finish_reason == "abort" and self._handed_off():
                         raise HandedOff(self.id)
                     index = prompt_index * self.n + completion.index
@@ -154,9 +177,14 @@ class Generation:
                 yield deltas
 
     async def collect(self) -> list[ChoiceState]:
+        """Every choice, finished; cut_by_drain()'s 503 when the drain deadline aborted one (a
+        cut answer is an error to retry, never a 200 that looks whole)."""
         async for _ in self.deltas():
             pass
-        return [self.choices[i] for i in sorted(self.choices)]
+        choices = [self.choices[i] for i in sorted(self.choices)]
+        if self.ctx.handing_off and any(c.finish_reason == "abort" for c in choices):
+            raise cut_by_drain()
+        return choices
 
     def usage(self) -> UsageInfo:
         prompt_tokens = sum(len(p.token_ids) for p in self.prompts)
@@ -174,6 +202,7 @@ class Generation:
 
     def close(self) -> None:
         """Stop watching the client and abort whatever has not finished (idempotent)."""
+        self.closed = True
         self.ctx.metrics.request_durations.end(self.id)
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
@@ -220,6 +249,14 @@ async def _pump(
     except Exception as e:
         merged.put_nowait(e)
     merged.put_nowait(None)
+
+
+def _failure(error: str | None) -> Exception:
+    """What a request that failed in the engine raises: the client's error (400) when its own
+    content caused it, else the engine's (500)."""
+    if isinstance(error, InvalidRequestFailure):
+        return InvalidRequestError(error, error.param)
+    return GenerationError(error or "the request failed in the engine")
 
 
 def _delta(index: int, completions: list[CompletionOutput]) -> ChoiceDelta:

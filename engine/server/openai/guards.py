@@ -1,13 +1,18 @@
 """Checks that run before a route's handler: draining, model name (the base model's or a LoRA
-adapter's). The API key's guard is pagedock/http/auth.py's, shared with the router."""
+adapter's), a continuation's origin. The API key's guard is pagedock/http/auth.py's, shared with
+the router."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from fastapi import Request
+
 from engine.inputs.engine_request import AdapterRef
 from engine.server.openai.context import ServerContext
 from pagedock.http.errors import APIError
+from pagedock.http.internal_key import check_continuation_allowed
+from pagedock.protocol.openai import SamplingFields
 
 
 def admitting_guard(ctx: ServerContext) -> Callable[[], Awaitable[None]]:
@@ -41,3 +46,12 @@ def resolve_model(ctx: ServerContext, model: str | None) -> AdapterRef | None:
         param="model",
         code="model_not_found",
     )
+
+
+def require_trusted_continuation(
+    ctx: ServerContext, body: SamplingFields, request: Request
+) -> None:
+    """A body with `continuation` only from the fleet's routers, when an internal key is set
+    (pagedock/http/internal_key.py): a 403 for anyone else."""
+    if body.continuation is not None:
+        check_continuation_allowed(ctx.options.internal_api_key, request)

@@ -1,20 +1,45 @@
 """Log-probabilities in the two shapes OpenAI uses: chat (`content: [{token, logprob, bytes,
 top_logprobs}]`) and legacy completions (parallel lists `tokens`, `token_logprobs`,
-`top_logprobs`, `text_offset`)."""
+`top_logprobs`, `text_offset`); and where a non-streamed answer carrying many of them is built.
+
+They dominate a large answer: every sampled token brings its top alternatives, each decoded to
+text, and n = 128 x top 20 x 256 tokens is 11 MB of JSON and over a second of CPU. Built on the
+event loop, that second stalls /health and every other stream. So such an answer is built in a
+thread (`answer_body`), and serialised a choice at a time (`answer_json`), never in one call that
+holds the GIL for the whole 11 MB (~0.1 s): the loop gets the GIL back between choices.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from engine.core.scheduler_output import SampledToken
-from pagedock.protocol import ChatChoiceLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
+from engine.server.openai.generation import ChoiceState
+from pagedock.protocol import (
+    ChatChoiceLogprobs,
+    ChatCompletionResponse,
+    ChatTokenLogprob,
+    CompletionLogprobs,
+    CompletionResponse,
+    TopLogprob,
+)
 
 if TYPE_CHECKING:
     from pagedock.text.tokenizer import Tokenizer
 
 # JSON has no -inf; OpenAI reports a token the model gives no chance at as -9999.
 _MIN_LOGPROB = -9999.0
+
+OFF_LOOP_MIN_LOGPROB_ENTRIES = 4096
+"""Log-probability entries (sampled tokens x (1 + alternatives)) from which an answer is built in
+a thread: ~4,096 entries take ~10 ms to build, the most the loop should wait on one answer."""
+
+# What an empty choice list serialises as: the one place the choices are spliced in. The key
+# cannot occur earlier unescaped (the fields before it are an id, numbers and escaped strings).
+_NO_CHOICES = '"choices":[]'
 
 
 def token_text(tokenizer: Tokenizer | None, token_id: int) -> str:
@@ -68,3 +93,31 @@ def _finite(logprob: float | None) -> float:
     if logprob is None or math.isnan(logprob):
         return _MIN_LOGPROB
     return max(logprob, _MIN_LOGPROB)
+
+
+def num_logprob_entries(choices: Sequence[ChoiceState], num_top: int | None) -> int:
+    """Entries an answer reports: each choice's tokens with `num_top` alternatives each (None:
+    no log-probabilities asked for)."""
+    if num_top is None:
+        return 0
+    return sum(len(c.logprobs) for c in choices) * (1 + num_top)
+
+
+async def answer_body(num_entries: int, build: Callable[[], bytes]) -> bytes:
+    """build(), in a thread when the answer has at least OFF_LOOP_MIN_LOGPROB_ENTRIES entries.
+    `build` reads only finished state (a collected generation), so any thread may run it."""
+    if num_entries < OFF_LOOP_MIN_LOGPROB_ENTRIES:
+        return build()
+    return await asyncio.to_thread(build)
+
+
+def answer_json(
+    response: CompletionResponse | ChatCompletionResponse, exclude: dict[str, Any] | None
+) -> bytes:
+    """response.model_dump_json(exclude=exclude), encoded, serialised one choice at a time.
+    `exclude` is response_exclusions()'s: a choice's own exclusions are under choices.__all__."""
+    exclude = exclude or {}
+    envelope = response.model_copy(update={"choices": []}).model_dump_json(exclude=exclude)
+    choice_exclude = exclude.get("choices", {}).get("__all__")
+    choices = ",".join(c.model_dump_json(exclude=choice_exclude) for c in response.choices)
+    return envelope.replace(_NO_CHOICES, f'"choices":[{choices}]', 1).encode()

@@ -14,7 +14,7 @@ from pagedock.errors import PromptTooLongError
 
 if TYPE_CHECKING:
     from engine.server.openai.context import ServerContext
-    from pagedock.protocol.completions import PromptInput
+    from pagedock.protocol.prompt_input import PromptInput
     from pagedock.text.prompt_renderer import ChatInput
 
 # NOTE: generous on purpose. A token of our tokenizers covers at least one character, so a text

@@ -19,10 +19,7 @@ def to_sampling_params(
 ) -> SamplingParams:
     unsupported = request.unsupported_field()
     if unsupported is not None:
-        raise InvalidRequestError(
-            f"`{unsupported}` is not supported by this server; remove it from the request",
-            unsupported,
-        )
+        raise InvalidRequestError(request.unsupported_message(unsupported), unsupported)
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     return SamplingParams(
         max_tokens=max_tokens,

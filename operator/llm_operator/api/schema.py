@@ -23,7 +23,12 @@ def openapi_schema(model: type[BaseModel]) -> JSONSchema:
 
 def _convert(node: JSONSchema, defs: dict[str, JSONSchema]) -> JSONSchema:
     node = _resolve(node, defs)
-    out: JSONSchema = {key: value for key, value in node.items() if key not in DROPPED_KEYS}
+    # NOTE: lists copied: a $defs entry used twice must not share one (YAML would alias it).
+    out: JSONSchema = {
+        key: list(value) if isinstance(value, list) else value
+        for key, value in node.items()
+        if key not in DROPPED_KEYS
+    }
     if out.get("default", 0) is None:
         del out["default"]
     if "properties" in node:

@@ -261,6 +261,10 @@ class LLMDeploymentSpec(SpecModel):
     """Horizontal autoscaling of the engine replicas."""
     api_key_secret: SecretKeyRef | None = None
     """A Secret holding the API key that router and engines then require."""
+    internal_key_secret: SecretKeyRef | None = None
+    """A Secret holding the fleet's internal key (routers to engines: continuations, KV events)."""
+    picker_key_secret: SecretKeyRef | None = None
+    """With gateway: a Secret holding the key the router's endpoint picker requires of it."""
     scheduling: SchedulingSpec = section(SchedulingSpec)
     """Where engine pods may run."""
     drain_timeout_seconds: int = Field(30, ge=0, le=3600)

@@ -14,7 +14,11 @@ from llm_operator.builders.gateway import (
     build_inference_pool,
     build_picker_service,
 )
-from llm_operator.builders.network import build_engine_network_policy, build_ingress
+from llm_operator.builders.network import (
+    build_engine_network_policy,
+    build_ingress,
+    build_picker_network_policy,
+)
 from llm_operator.builders.router import (
     build_router_deployment,
     build_router_role,
@@ -77,6 +81,8 @@ def _optional_builders(ctx: BuildContext) -> list[tuple[Builder, bool]]:
     optional.append((build_picker_service, gateway is not None))
     optional.append((build_inference_pool, gateway is not None))
     optional.append((build_http_route, gateway is not None and gateway.http_route is not None))
+    fenced = gateway is not None and bool(gateway.data_plane_peers)
+    optional.append((build_picker_network_policy, fenced))
     return optional
 
 

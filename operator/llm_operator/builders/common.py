@@ -52,6 +52,16 @@ def api_key_env(ctx: BuildContext, variable: str = "PAGEDOCK_API_KEY") -> list[O
     return [{"name": variable, "valueFrom": ref}]
 
 
+def internal_key_env(ctx: BuildContext) -> list[Obj]:
+    """The fleet's internal key from its Secret: what engines require for continuations and the
+    KV event stream, and what routers send there (pagedock/http/internal_key.py)."""
+    secret = ctx.spec.internal_key_secret
+    if secret is None:
+        return []
+    ref = {"secretKeyRef": {"name": secret.name, "key": secret.key}}
+    return [{"name": "PAGEDOCK_INTERNAL_API_KEY", "valueFrom": ref}]
+
+
 def http_probe(port: str, period_seconds: int, failure_threshold: int, timeout_seconds: int) -> Obj:
     return {
         "httpGet": {"path": "/health", "port": port},

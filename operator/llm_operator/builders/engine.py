@@ -11,6 +11,7 @@ from llm_operator.builders.common import (
     http_probe,
     http_service,
     image_pull_secrets,
+    internal_key_env,
     metadata,
     pod_security_context,
 )
@@ -152,6 +153,7 @@ def _engine_container(ctx: BuildContext, config_map: Obj) -> Obj:
         "envFrom": [{"configMapRef": {"name": config_map["metadata"]["name"]}}],
         "env": cache_env(ctx, COMPONENT)
         + api_key_env(ctx)
+        + internal_key_env(ctx)
         + tensor_parallel_env(ctx)
         + kv_events_env(ctx)
         + list(ctx.spec.env),

@@ -78,3 +78,12 @@ def build_http_route(ctx: BuildContext) -> Obj:
         "metadata": metadata(ctx, ctx.name, COMPONENT),
         "spec": {"parentRefs": parents, "hostnames": route.hostnames, "rules": [rule]},
     }
+
+
+def picker_key_env(ctx: BuildContext) -> list[Obj]:
+    """The key the picker requires of its ext_proc clients, from its Secret (with a gateway)."""
+    secret = ctx.spec.picker_key_secret
+    if secret is None or ctx.spec.gateway is None:
+        return []
+    ref = {"secretKeyRef": {"name": secret.name, "key": secret.key}}
+    return [{"name": "PAGEDOCK_PICKER_API_KEY", "valueFrom": ref}]

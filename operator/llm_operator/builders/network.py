@@ -1,9 +1,17 @@
-"""Traffic: the Ingress in front of the endpoint, and the NetworkPolicy that fences the engines."""
+"""Traffic: the Ingress in front of the endpoint, the NetworkPolicy that fences the engines, and
+the one that fences the router's endpoint-picker port behind a gateway."""
 
 from llm_operator.builders.common import Obj, metadata
 from llm_operator.builders.context import BuildContext
 from llm_operator.builders.kv_events import kv_events_ingress_rules
-from llm_operator.names import ENGINE_PORT, ROUTER_PORT, engine_name, router_name, selector_labels
+from llm_operator.names import (
+    ENGINE_PORT,
+    PICKER_PORT,
+    ROUTER_PORT,
+    engine_name,
+    router_name,
+    selector_labels,
+)
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server
 
@@ -70,5 +78,29 @@ def build_engine_network_policy(ctx: BuildContext) -> Obj:
             "podSelector": {"matchLabels": selector_labels(ctx.name, "engine")},
             "policyTypes": ["Ingress"],
             "ingress": rules + kv_events_ingress_rules(ctx),
+        },
+    }
+
+
+def build_picker_network_policy(ctx: BuildContext) -> Obj:
+    """The router pods' endpoint-picker port admits gateway.dataPlanePeers only (the gateway's
+    proxies are the picker's ext_proc clients); its HTTP port stays open to every pod, as
+    without a policy. Rendered only when peers are named: with none, any pod may reach both.
+
+    NOTE: whoever reaches the picker port takes destinations and adds to the in-flight count the
+    autoscaler reads (docs/gateway-api.md, Securing the picker port).
+    """
+    gateway = ctx.spec.gateway
+    peers = gateway.data_plane_peers if gateway is not None else []
+    picker_port = [{"port": PICKER_PORT, "protocol": "TCP"}]
+    http_port = [{"port": ROUTER_PORT, "protocol": "TCP"}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(ctx, router_name(ctx.name), "router"),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(ctx.name, "router")},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"ports": http_port}, {"from": list(peers), "ports": picker_port}],
         },
     }

@@ -9,10 +9,12 @@ from llm_operator.builders.common import (
     http_probe,
     http_service,
     image_pull_secrets,
+    internal_key_env,
     metadata,
     pod_security_context,
 )
 from llm_operator.builders.context import BuildContext
+from llm_operator.builders.gateway import picker_key_env
 from llm_operator.builders.model_cache import cache_env, cache_mounts, cache_volumes, hub_env
 from llm_operator.builders.model_source import ModelSource
 from llm_operator.names import (
@@ -145,6 +147,8 @@ def _router_container(ctx: BuildContext) -> Obj:
         "env": cache_env(ctx, COMPONENT)
         + api_key_env(ctx)
         + api_key_env(ctx, "PAGEDOCK_REPLICA_API_KEY")
+        + internal_key_env(ctx)
+        + picker_key_env(ctx)
         + hub_env(ctx),
         "resources": ctx.spec.router.resources or DEFAULT_RESOURCES,
         "securityContext": container_security_context(),
