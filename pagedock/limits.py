@@ -87,8 +87,8 @@ MAX_STRUCTURED_OUTPUT_DEPTH: Final = 64
 nested hundreds deep costs seconds to compile, or exhausts the parser's recursion."""
 MAX_SCHEMA_PROPERTIES: Final = 512
 """Properties in a structured-outputs JSON schema, all its objects together: compile time grows
-with their cube (measured on SmolLM2's vocabulary: 256 took 0.19 s, 512 took 0.79 s, 2,000 took
-78 s), and a compilation can't be interrupted."""
+with their cube (SmolLM2's vocabulary: 256 took 0.12 s, 512 took 0.49 s, 1,024 took 3.6 s,
+benchmarks/results/request_costs.json), and a compilation can't be interrupted."""
 MAX_TOOLS: Final = 128
 """Tools per chat request (OpenAI's limit): each is rendered into the prompt."""
 MAX_TOOLS_JSON_CHARS: Final = MAX_STRUCTURED_OUTPUT_CHARS

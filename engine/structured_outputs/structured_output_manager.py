@@ -10,9 +10,9 @@ tokens (only their KV is recomputed), so the matcher stays as it is and the resu
 next mask continues the same grammar; nothing is rebuilt or rolled back.
 
 NOTE: a mask is computed on the engine thread, and some constraints cost more with every token
-(`(.|..|...){1,5000}`: 335 ms for the first mask on a 49k vocabulary, seconds a few tokens on,
-against ~0.1 ms for a typical JSON schema; on a small vocabulary it starts under 10 ms and
-grows). The fill can't be interrupted, so the budget is
+(`(.|..|...){1,5000}`: 341 ms for the first mask on a 49k vocabulary, seconds a few tokens on,
+against 0.006 ms for a typical JSON schema, benchmarks/results/request_costs.json; on a small
+vocabulary it starts under 10 ms and grows). The fill can't be interrupted, so the budget is
 enforced after it: rows are filled a grammar at a time, the first row alone, and a grammar whose
 fill took longer than `max_mask_s` a row (ten times that for a batch of rows) fails its requests
 with a 400 after that step: one row's stall, never the stream of ever longer steps that held
