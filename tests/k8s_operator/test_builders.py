@@ -206,6 +206,22 @@ def test_the_cpu_gemm_and_kv_cache_dtypes_are_passed_only_when_not_auto() -> Non
     assert args[args.index("--kv-cache-dtype") + 1] == "bfloat16"
 
 
+def test_the_router_s_byte_budgets_are_passed_only_when_set() -> None:
+    def router_args(spec: dict[str, Any]) -> list[str]:
+        router = find(build_children(make_context(spec)), "Deployment", "chat-router")
+        args: list[str] = router["spec"]["template"]["spec"]["containers"][0]["args"]
+        return args
+
+    assert "--hold-queue-bytes" not in router_args({})
+    assert "--max-buffered-body-bytes" not in router_args({})
+    budgets = {"holdQueueBytes": 64 * 2**20, "maxBufferedBodyBytes": 512 * 2**20}
+    args = router_args({"router": budgets})
+    assert args[args.index("--hold-queue-bytes") + 1] == str(64 * 2**20)
+    assert args[args.index("--max-buffered-body-bytes") + 1] == str(512 * 2**20)
+    with pytest.raises(ValueError, match="maxBufferedBodyBytes"):
+        make_context({"router": {"maxBufferedBodyBytes": 2**20}})
+
+
 def test_router_runs_k8s_discovery_against_the_engine_service() -> None:
     router = find(build_children(make_context({})), "Deployment", "chat-router")
     args = router["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 from llm_operator.api.autoscaling import AutoscalingSpec
 from llm_operator.api.gateway import GatewaySpec
 from llm_operator.api.model import ModelSpec
+from llm_operator.api.router import RouterSpec
 from llm_operator.api.types import Quantity, RawObject, SpecModel, cel_rules, section
 from llm_operator.names import MAX_NAME_LENGTH
 from pagedock.limits import (
@@ -24,7 +25,6 @@ from pagedock.limits import (
     CpuGemmDtype,
     Dtype,
     KvCacheDtype,
-    RoutingPolicy,
 )
 
 
@@ -135,28 +135,6 @@ class ResourcesSpec(SpecModel):
     shm_size: Quantity = "1Gi"
     """In-memory /dev/shm per engine rank (NCCL's buffers between the ranks' GPUs live there);
     the volume holds engine.tensorParallelSize times this."""
-
-
-class RouterSpec(SpecModel):
-    enabled: bool = True
-    """Run the prefix-aware router in front of the engines."""
-    replicas: int = Field(1, ge=1)
-    """Router pods."""
-    policy: RoutingPolicy = "prefix-aware"
-    """How the router picks an engine replica."""
-    image: str | None = None
-    """Router image; the operator's default when unset."""
-    resources: RawObject | None = None
-    """Resource requirements of the router container (a core/v1 ResourceRequirements)."""
-    hold_queue_size: int = Field(256, ge=0)
-    """Requests each router pod holds while no engine is ready (scaled to zero, starting);
-    beyond it, 503 with Retry-After. 0 = none held."""
-    hold_timeout_seconds: int = Field(300, ge=1, le=3600)
-    """Seconds a held request waits for an engine before its 503 (cover a cold start)."""
-    warm_prefixes: int = Field(8, ge=0, le=256)
-    """Hottest prompt prefixes a new engine is sent before it takes its share; 0 = none."""
-    warm_timeout_seconds: int = Field(30, ge=1, le=600)
-    """Longest time warming may hold a new engine back."""
 
 
 class IngressSpec(SpecModel):

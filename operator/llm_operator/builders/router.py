@@ -65,6 +65,7 @@ def router_args(ctx: BuildContext) -> list[str]:
         str(ctx.spec.router.warm_prefixes),
         "--warm-timeout-s",
         str(ctx.spec.router.warm_timeout_seconds),
+        *_byte_budgets(ctx),
         "--host",
         "0.0.0.0",
         "--port",
@@ -204,3 +205,13 @@ def build_router_role_binding(ctx: BuildContext) -> Obj:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ctx.namespace}],
     }
+
+
+def _byte_budgets(ctx: BuildContext) -> list[str]:
+    """The router's byte budgets the spec sets (unset: the router's defaults)."""
+    router = ctx.spec.router
+    flags = [
+        ("--hold-queue-bytes", router.hold_queue_bytes),
+        ("--max-buffered-body-bytes", router.max_buffered_body_bytes),
+    ]
+    return [arg for flag, value in flags if value is not None for arg in (flag, str(value))]
