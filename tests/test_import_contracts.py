@@ -29,7 +29,7 @@ HEAVY = ("torch", "triton")
 FOUNDATION: tuple[tuple[str, ...], ...] = (
     ("pagedock",),  # limits, errors, options, the `pagedock` command
     ("pagedock.protocol",),
-    ("pagedock.http", "pagedock.kv", "pagedock.models"),
+    ("pagedock.http", "pagedock.kv", "pagedock.models", "pagedock.tenancy"),
     ("pagedock.text",),
 )
 PROGRAMS: dict[str, tuple[tuple[str, ...], ...]] = {
