@@ -19,6 +19,7 @@ from pagedock.limits import (
     ROUTING_POLICIES,
 )
 from pagedock.options import option_meta
+from router.flow_config import FlowConfig
 from router.picker_config import PickerConfig
 from router.replica_urls import normalize_url, vllm_replica
 
@@ -27,7 +28,7 @@ REPLICA_KINDS = ("pagedock", "vllm")
 
 
 @dataclass
-class RouterConfig(PickerConfig):
+class RouterConfig(PickerConfig, FlowConfig):
     replicas: list[str] = field(
         default_factory=list, metadata=option_meta(flag="--replica", metavar="URL")
     )
@@ -191,6 +192,7 @@ class RouterConfig(PickerConfig):
         self._check_hold_and_warm()
         self._check_picker()
         self._check_picker_limits()
+        self._check_flow()
         self._check_keys()
 
     def _check_replicas(self) -> None:

@@ -55,7 +55,7 @@ PROGRAMS: dict[str, tuple[tuple[str, ...], ...]] = {
     ),
     "router": (
         ("router",),  # config, metrics, demand
-        ("router.kv", "router.replicas.discovery"),
+        ("router.kv", "router.replicas.discovery", "router.flow"),
         ("router.replicas",),
         ("router.policies",),
         ("router.http",),

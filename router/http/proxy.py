@@ -33,6 +33,8 @@ from fastapi.responses import StreamingResponse
 from starlette.types import Receive
 
 from pagedock.http.errors import APIError
+from pagedock.http.internal_key import internal_key_headers
+from pagedock.tenancy.tenants import TENANT_HEADER
 from router.demand import DemandTracker
 from router.http.stream_failover import StreamFailover, sse_error_event
 from router.http.stream_resume import Resumable, ResumePlan, Segment
@@ -249,6 +251,11 @@ class Proxy:
         )
         if authorization:
             headers["authorization"] = authorization
+        tenant = getattr(request.state, "tenant", None)
+        if tenant is not None:
+            # The engines' fair queues and per-tenant metrics; they trust it with the internal key.
+            headers[TENANT_HEADER] = tenant
+            headers |= internal_key_headers(self.dispatcher.config.internal_api_key)
         for name, value in headers.items():
             if _CONTROL_CHARACTER.search(value):
                 raise APIError(400, f"the {name} header contains a control character", param=name)

@@ -26,9 +26,10 @@ from pydantic import ValidationError
 
 from pagedock.http.errors import APIError
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.tenancy.tenants import Tenant
 from router.config import RouterConfig
 from router.http.stream_resume import ResumePlan, resume_plan
-from router.http.tenant_salt import forwarded_salt, with_cache_salt
+from router.http.tenant_salt import forwarded_salt, with_fields
 from router.kv.prompt_hasher import PromptBlocks, PromptHasher
 
 # Bodies up to this size are parsed and hashed on the event loop (tens of microseconds); larger
@@ -74,19 +75,28 @@ class RequestParser:
         """Parses and hashes large bodies off the event loop."""
 
     async def parse_and_hash(
-        self, body: bytes, model: type[GenerationRequest], tenant: str | None = None
+        self,
+        body: bytes,
+        model: type[GenerationRequest],
+        tenant: str | None = None,
+        owner: Tenant | None = None,
     ) -> Parsed:
         """The parsed request, its prompt's blocks and, for a stream the router can resume
         mid-way, its plan; a large body is parsed off the event loop: a long prompt must not hold
         up every other request's routing. `tenant`: the tag of the request's tenant when the
-        router salts by tenant (None: the body's own `cache_salt`, if any, is forwarded as is)."""
+        router salts by tenant (None: the body's own `cache_salt`, if any, is forwarded as is).
+        `owner`: the request's tenant, whose priority bounds the request's (vLLM's `priority`)."""
         if len(body) <= INLINE_PARSE_BYTES:
-            return self._parse_and_hash(body, model, tenant)
-        work = functools.partial(self._parse_and_hash, body, model, tenant)
+            return self._parse_and_hash(body, model, tenant, owner)
+        work = functools.partial(self._parse_and_hash, body, model, tenant, owner)
         return await asyncio.get_running_loop().run_in_executor(self.pool, work)
 
     def _parse_and_hash(
-        self, body: bytes, model: type[GenerationRequest], tenant: str | None
+        self,
+        body: bytes,
+        model: type[GenerationRequest],
+        tenant: str | None,
+        owner: Tenant | None = None,
     ) -> Parsed:
         """parse_and_hash's work; a body over --max-hash-bytes is routed by load alone (affinity
         for a huge prompt is not worth tokenizing it twice; the engine answers if it is too
@@ -94,10 +104,8 @@ class RequestParser:
         parsed = _parse(body, model)
         if parsed is not None and parsed.continuation is not None:
             raise ClientContinuation()
-        if parsed is not None and tenant is not None:
-            # Hashed and resumed as forwarded: under the tenant's salt.
-            parsed.cache_salt = forwarded_salt(tenant, parsed.cache_salt)
-            body = with_cache_salt(body, parsed.cache_salt)
+        if parsed is not None:
+            body = _with_tenant(parsed, body, tenant, owner)
         plan = resume_plan(parsed, body) if self.config.max_stream_resumes else None
         named = parsed.model if parsed is not None else _model_field(body)
         if len(body) > self.config.max_hash_bytes:
@@ -110,6 +118,22 @@ class RequestParser:
         if isinstance(parsed, CompletionRequest):
             return self.hasher.completion(parsed)
         return None
+
+
+def _with_tenant(
+    parsed: GenerationRequest, body: bytes, tenant: str | None, owner: Tenant | None
+) -> bytes:
+    """The body as forwarded: under its tenant's salt (hashed and resumed so too), at the
+    priority its tenant allows."""
+    changes: dict[str, object] = {}
+    if tenant is not None:
+        parsed.cache_salt = changes["cache_salt"] = forwarded_salt(tenant, parsed.cache_salt)
+    if owner is not None:
+        asked = parsed.priority if "priority" in parsed.model_fields_set else None
+        priority = owner.effective_priority(asked)
+        if priority != asked:
+            parsed.priority = changes["priority"] = priority
+    return with_fields(body, changes) if changes else body
 
 
 def _parse(body: bytes, model: type[GenerationRequest]) -> GenerationRequest | None:

@@ -34,15 +34,20 @@ TAG_HEX_CHARS = 32
 def salts_by_tenant(config: RouterConfig) -> bool:
     """--cache-salt-by-tenant, resolved: unset, on exactly when clients need a key."""
     if config.cache_salt_by_tenant is None:
-        return config.api_key is not None
+        return config.api_key is not None or config.tenants is not None
     return config.cache_salt_by_tenant
 
 
-def tenant_tag(headers: Headers) -> str:
-    """The tenant of a request: a digest of the credential its Authorization header carries."""
-    value = headers.get("authorization", "")
-    scheme, _, credential = value.partition(" ")
-    key = credential.strip() if scheme.lower() == "bearer" else value
+def tenant_tag(headers: Headers, tenant_name: str | None = None) -> str:
+    """The tenant of a request: a digest of its tenant's name when the router has a tenants file
+    (all of a tenant's keys share its blocks), else of the credential its Authorization header
+    carries."""
+    if tenant_name is not None:
+        key = f"name:{tenant_name}"
+    else:
+        value = headers.get("authorization", "")
+        scheme, _, credential = value.partition(" ")
+        key = credential.strip() if scheme.lower() == "bearer" else value
     digest = hashlib.sha256(_TENANT_DOMAIN + key.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()[:TAG_HEX_CHARS]
 
@@ -59,8 +64,13 @@ def forwarded_salt(tag: str, client_salt: str | None) -> str:
 def with_cache_salt(body: bytes, salt: str) -> bytes:
     """The JSON object `body` with its `cache_salt` set to `salt` (any earlier one replaced).
     Only for a body the request's model parsed: it is a JSON object."""
+    return with_fields(body, {"cache_salt": salt})
+
+
+def with_fields(body: bytes, changes: dict[str, object]) -> bytes:
+    """The JSON object `body` with `changes` set (a parsed body: it is a JSON object)."""
     fields = json.loads(body)
-    fields["cache_salt"] = salt
+    fields.update(changes)
     try:  # UTF-8 as it came: \u escapes would make a long non-ASCII prompt up to twice as long
         return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
     except UnicodeEncodeError:  # a lone surrogate (a JSON escape) has no UTF-8: keep it escaped

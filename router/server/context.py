@@ -9,8 +9,12 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from pagedock.tenancy.quota import QuotaBook
 from router.config import RouterConfig
 from router.demand import DemandTracker
+from router.flow.flow_controller import FlowController
+from router.flow.flow_metrics import FlowMetrics
+from router.flow.tenant_resolver import TenantResolver
 from router.http.body_budget import BodyBudget
 from router.http.hold_queue import HoldQueue
 from router.http.proxy import Proxy
@@ -53,6 +57,12 @@ class RouterContext:
     """Parses and hashes large request bodies off the event loop (two threads: bounded work)."""
     parser: RequestParser = field(init=False)
     """Parses and hashes request bodies, for the HTTP API and the endpoint picker alike."""
+    tenants: TenantResolver = field(init=False)
+    """Who each request belongs to (router/flow/tenant_resolver.py)."""
+    quotas: QuotaBook = field(init=False)
+    flow: FlowController = field(init=False)
+    """Priority bands and fair shares while the fleet is busy (router/flow/flow_controller.py)."""
+    flow_metrics: FlowMetrics = field(init=False)
     _discovery_task: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
@@ -69,7 +79,11 @@ class RouterContext:
             c.hold_queue_bytes,
         )
         self.body_budget = BodyBudget(c.max_buffered_body_bytes)
-        self.replica_set.on_ready = self.hold.release
+        self.tenants = TenantResolver(c)
+        self.quotas = QuotaBook()
+        self.flow = FlowController(c, lambda: len(self.replica_set.healthy()))
+        self.flow_metrics = FlowMetrics(self.metrics.registry, self.tenants.known_priorities())
+        self.replica_set.on_ready = self._replica_ready
         self.hot = HotPrefixes(c.hot_prefix_entries, c.block_size)
         self.replica_set.warmer = Warmer(c, self.hot, self.client)
         self.dispatcher = Dispatcher(c, self.replica_set, self.index, make_policy(c))
@@ -79,6 +93,11 @@ class RouterContext:
         )
         self.prompt_pool = ThreadPoolExecutor(2, thread_name_prefix="pagedock-prompt")
         self.parser = RequestParser(c, self.hasher, self.prompt_pool)
+
+    def _replica_ready(self) -> None:
+        """A replica turned ready: held requests go, and flow queues get its slots."""
+        self.hold.release()
+        self.flow.pump()
 
     @classmethod
     def from_config(cls, config: RouterConfig) -> RouterContext:

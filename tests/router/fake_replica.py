@@ -80,12 +80,27 @@ class FakeReplica:
         self.models_seen: list[str | None] = []
         self.models_asked = 0
         self.calls = 0
+        self.completion_tokens: int | None = None
+        """When set, an `ok` answer reports this many completion tokens in its `usage`."""
         self.last_headers: dict[str, str] = {}
         self.last_body = b""
         self.stream_cancelled = threading.Event()
         self.frozen = threading.Event()
         self.health_down = threading.Event()
         self.app = self._build()
+
+    def _completion(self) -> dict[str, Any]:
+        answer: dict[str, Any] = {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "created": 0,
+            "model": "fake",
+            "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
+        }
+        if self.completion_tokens is not None:
+            n = self.completion_tokens
+            answer["usage"] = {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}
+        return answer
 
     def _build(self) -> FastAPI:
         app = FastAPI()
@@ -154,15 +169,7 @@ class FakeReplica:
                     500,
                 )
             if self.mode in ("ok", "inf_load", "locked"):
-                return JSONResponse(
-                    {
-                        "id": "cmpl-1",
-                        "object": "text_completion",
-                        "created": 0,
-                        "model": "fake",
-                        "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
-                    }
-                )
+                return JSONResponse(self._completion())
             return StreamingResponse(self._events(), media_type="text/event-stream")
 
         @app.get("/health")
