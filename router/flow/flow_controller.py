@@ -2,6 +2,11 @@
 between tenants, instead of piling into the engines' queues.
 
     a slot free, nobody waiting   the request goes at once
+    its tenant below its share    it goes at once too (--fairness vtc): a tenant holding fewer
+                                  slots than its fair share (the slots over the tenants with
+                                  requests under way or waiting) never waits for a heavier one;
+                                  the slots may be exceeded by one request per such tenant,
+                                  taken back as the heavy tenants' requests end
     all slots taken               it waits in its band (its vLLM priority: lower goes first),
                                   behind its own tenant's earlier requests
     a slot frees                  the most urgent band with waiters goes; within it the tenant
@@ -71,6 +76,7 @@ class FlowTicket:
         self.released = True
         if self.holds_slot:
             self.controller.in_flight -= 1
+            self.controller.forget(self.tenant)
             self.controller.pump()
 
 
@@ -92,6 +98,8 @@ class FlowController:
         self.in_flight = 0
         """Admitted requests holding a slot (only while slots are limited)."""
         self.bands: dict[int, Band] = {}
+        self.tenant_in_flight: dict[str, int] = {}
+        """Slots each tenant holds (only tenants holding some)."""
 
     @property
     def limited(self) -> bool:
@@ -109,6 +117,8 @@ class FlowController:
         it is shed for a lighter tenant, or it waited --flow-queue-ttl-s."""
         request = FlowRequest(tenant, priority, cost_tokens, time.monotonic())
         if not self.limited or (not self.waiting() and self._has_slot()):
+            return self._grant(request)
+        if self._below_share(request.tenant):
             return self._grant(request)
         self._enqueue(request)
         granted = request.granted
@@ -140,9 +150,30 @@ class FlowController:
     def _has_slot(self) -> bool:
         return self.in_flight < self.config.max_inflight_per_replica * self.num_replicas()
 
+    def _below_share(self, tenant: str) -> bool:
+        """Does `tenant` hold fewer slots than its fair share, with nothing of its own waiting?"""
+        if self.config.fairness != "vtc" or self._is_waiting(tenant):
+            return False
+        active = set(self.tenant_in_flight) | {t for b in self.bands.values() for t in b.flows}
+        slots = self.config.max_inflight_per_replica * self.num_replicas()
+        share = slots // len(active | {tenant})
+        return self.tenant_in_flight.get(tenant, 0) < share
+
+    def _is_waiting(self, tenant: str) -> bool:
+        return any(tenant in b.flows for b in self.bands.values())
+
+    def forget(self, tenant: str) -> None:
+        """One slot of `tenant`'s given back."""
+        left = self.tenant_in_flight[tenant] - 1
+        if left:
+            self.tenant_in_flight[tenant] = left
+        else:
+            del self.tenant_in_flight[tenant]
+
     def _grant(self, request: FlowRequest) -> FlowTicket:
         if self.limited:
             self.in_flight += 1
+            self.tenant_in_flight[request.tenant] = self.tenant_in_flight.get(request.tenant, 0) + 1
         self.vtc.charge(request.tenant, request.cost_tokens)
         waited = time.monotonic() - request.arrived
         return FlowTicket(self, request.tenant, request.priority, waited, self.limited)

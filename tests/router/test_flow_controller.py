@@ -136,3 +136,28 @@ async def test_a_client_that_leaves_leaves_its_queue_and_its_slot() -> None:
     granted_then_gone.cancel()  # ...as its client leaves: given back
     await asyncio.gather(granted_then_gone, return_exceptions=True)
     assert flow.in_flight == 0 and flow.waiting() == 0
+
+
+async def test_a_tenant_below_its_share_never_waits_for_a_heavier_one() -> None:
+    flow = make_flow(max_inflight_per_replica=4)
+    heavy = [await flow.admit("heavy", 0, 10) for _ in range(4)]
+    waiting_heavy = await queued(flow, "heavy")
+    light = await flow.admit("light", 10, 10)  # its share is 4 // 2: it goes at once
+    assert light.holds_slot and flow.in_flight == 5 and not waiting_heavy.done()
+    heavy[0].release()  # the overshoot is taken back before the heavy tenant gets a slot
+    assert flow.in_flight == 4 and not waiting_heavy.done()
+    heavy[1].release()
+    assert (await waiting_heavy).tenant == "heavy"
+    second_light = await flow.admit("light", 10, 10)
+    assert flow.tenant_in_flight == {"heavy": 3, "light": 2}
+    third_light = await queued(flow, "light")  # at its share now: it waits like anyone
+    assert not third_light.done()
+    second_light.release()
+    light.release()
+    assert (await third_light).tenant == "light"
+
+
+async def test_fcfs_has_no_shares() -> None:
+    flow = make_flow(max_inflight_per_replica=2, fairness="fcfs")
+    [await flow.admit("heavy", 0, 10) for _ in range(2)]
+    assert not (await queued(flow, "light")).done()
