@@ -5,8 +5,9 @@ between tenants, instead of piling into the engines' queues.
     its tenant below its share    it goes at once too (--fairness vtc): a tenant holding fewer
                                   slots than its fair share (the slots over the tenants with
                                   requests under way or waiting) never waits for a heavier one;
-                                  the slots may be exceeded by one request per such tenant,
-                                  taken back as the heavy tenants' requests end
+                                  the slots may be exceeded by up to such tenants' shares (at
+                                  most twice the slots under way), taken back as the heavy
+                                  tenants' requests end
     all slots taken               it waits in its band (its vLLM priority: lower goes first),
                                   behind its own tenant's earlier requests
     a slot frees                  the most urgent band with waiters goes; within it the tenant
