@@ -5,6 +5,7 @@ OWNER_LABEL = "pagedock.dev/llmdeployment"
 CONFIG_HASH_ANNOTATION = "pagedock.dev/config-hash"
 LAST_APPLIED_ANNOTATION = "pagedock.dev/last-applied"
 DRAIN_OBSERVATION_ANNOTATION = "pagedock.dev/drain-observation"
+TENANTS_HASH_ANNOTATION = "pagedock.dev/tenants-hash"
 ENGINE_PORT = 8000
 ROUTER_PORT = 8080
 PICKER_PORT = 9002  # the router's endpoint picker (gRPC ext_proc), the Inference Extension's usual
@@ -19,6 +20,11 @@ def engine_name(name: str) -> str:
 
 def router_name(name: str) -> str:
     return f"{name}-router"
+
+
+def tenants_name(name: str) -> str:
+    """The ConfigMap of the tenants file (spec.tenancy)."""
+    return f"{name}-tenants"
 
 
 def picker_name(name: str) -> str:

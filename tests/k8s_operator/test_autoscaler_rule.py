@@ -117,3 +117,8 @@ def test_requests_the_engines_report_count_when_they_bypass_the_routers() -> Non
     obs = Observation(0, 0, 1, 0.0, 1, 1, num_engine_requests=8)
     assert obs.concurrency == 8
     assert decide(make_spec(), ScalerState(), obs).replicas == 2
+
+
+def test_requests_waiting_in_the_routers_flow_queues_are_demand() -> None:
+    obs = Observation(0, 1, 8, 0.0, 2, 2, num_queued=7)
+    assert obs.concurrency == 16  # one held, seven queued for a slot, eight in flight

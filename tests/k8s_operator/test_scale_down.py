@@ -39,6 +39,7 @@ def test_several_routers_demand_is_summed_and_the_idle_time_is_the_shortest() ->
     two = {
         "num_held": 3,
         "num_inflight": 0,
+        "num_flow_queued": 4,
         "idle_seconds": 2,
         "replicas": [{"url": "http://10.0.0.1:8000", "inflight": 0, "prefix_hit_score": 5}],
     }
@@ -51,6 +52,7 @@ def test_several_routers_demand_is_summed_and_the_idle_time_is_the_shortest() ->
         2,
     )
     assert demand.prefix_hit_scores == {"10.0.0.1": 15.0}
+    assert demand.num_queued == 4  # waiting in a router's flow queue: demand too
     assert combine([]) is None
 
 

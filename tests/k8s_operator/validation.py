@@ -36,6 +36,9 @@ def _close_objects(node: dict[str, Any]) -> None:
         if key == "x-kubernetes-preserve-unknown-fields":
             continue
         node.pop(key)
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if node.get(exclusive) is True:  # OpenAPI v3.0's form; JSON Schema's is the number
+            node[exclusive] = node.pop(bound)
     if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
         node.setdefault("additionalProperties", False)
     for child in node.get("properties", {}).values():

@@ -3,6 +3,7 @@ carry the router's flag names (`hold_queue_size` -> `--hold-queue-size`)."""
 
 from pydantic import Field
 
+from llm_operator.api.flow_control import FlowControlSpec
 from llm_operator.api.types import RawObject, SpecModel
 from pagedock.limits import MAX_BODY_BYTES, RoutingPolicy
 
@@ -34,3 +35,6 @@ class RouterSpec(SpecModel):
     """Bytes of request bodies each router pod keeps at once (held, parsed, forwarded); a body
     past it gets a 503 at once, before it is parsed. Unset: the router's default (256 MiB, for a
     512Mi pod); raise it with the router's memory."""
+    flow_control: FlowControlSpec | None = None
+    """The router's flow queues (priority bands, fair sharing between tenants; docs/tenants.md);
+    each field unset keeps the router's default."""

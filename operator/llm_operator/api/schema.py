@@ -3,8 +3,9 @@
 Structural means: every node has a `type` (or `x-kubernetes-int-or-string` /
 `x-kubernetes-preserve-unknown-fields`), no `$ref`, no `anyOf` of types, no
 `additionalProperties` beside `properties`, no `null` type. This converter inlines `$defs`,
-folds `X | None` into an optional X, folds `int | str` into int-or-string, and drops what
-Kubernetes does not take (titles, null defaults).
+folds `X | None` into an optional X, folds `int | str` into int-or-string, writes exclusive bounds
+the OpenAPI v3.0 way (`minimum: 0, exclusiveMinimum: true`; JSON Schema's is a number), and drops
+what Kubernetes does not take (titles, null defaults).
 """
 
 from typing import Any
@@ -31,6 +32,9 @@ def _convert(node: JSONSchema, defs: dict[str, JSONSchema]) -> JSONSchema:
     }
     if out.get("default", 0) is None:
         del out["default"]
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if not isinstance(out.get(exclusive, True), bool):
+            out[bound], out[exclusive] = out[exclusive], True
     if "properties" in node:
         out["properties"] = {k: _convert(v, defs) for k, v in node["properties"].items()}
     if "items" in node:

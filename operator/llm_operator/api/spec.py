@@ -17,6 +17,7 @@ from llm_operator.api.autoscaling import AutoscalingSpec
 from llm_operator.api.gateway import GatewaySpec
 from llm_operator.api.model import ModelSpec
 from llm_operator.api.router import RouterSpec
+from llm_operator.api.tenancy import TenancySpec
 from llm_operator.api.types import Quantity, RawObject, SpecModel, cel_rules, section
 from llm_operator.names import MAX_NAME_LENGTH
 from pagedock.limits import (
@@ -243,6 +244,8 @@ class LLMDeploymentSpec(SpecModel):
     """A Secret holding the fleet's internal key (routers to engines: continuations, KV events)."""
     picker_key_secret: SecretKeyRef | None = None
     """With gateway: a Secret holding the key the router's endpoint picker requires of it."""
+    tenancy: TenancySpec | None = None
+    """Tenants (their API keys in Secrets), priorities, quotas, fair sharing (docs/tenants.md)."""
     scheduling: SchedulingSpec = section(SchedulingSpec)
     """Where engine pods may run."""
     drain_timeout_seconds: int = Field(30, ge=0, le=3600)

@@ -31,6 +31,8 @@ class AutoscalerStatus(BaseModel):
     """Requests the routers hold for want of a ready engine."""
     num_inflight: int | None = None
     """Requests in flight through the routers."""
+    num_queued: int | None = None
+    """Requests waiting in the routers' flow queues for a slot (docs/tenants.md)."""
     num_routers: int | None = None
     """Router pods that answered the last poll."""
     last_scale_time: str | None = Field(None, json_schema_extra={"format": "date-time"})

@@ -131,6 +131,7 @@ class Autoscaler:
             ready_replicas=ready,
             current_replicas=spec.replicas,
             num_engine_requests=demand.num_engine_requests,
+            num_queued=demand.num_queued,
         )
 
     async def _scale(
@@ -180,6 +181,7 @@ class Autoscaler:
             "panicking": decision.panicking,
             "numHeld": demand.num_held,
             "numInflight": demand.num_inflight,
+            "numQueued": demand.num_queued,
             "numRouters": demand.num_routers,
         }
         if scaled:

@@ -1,8 +1,9 @@
 """The built-in autoscaler's rule, a pure function of its inputs and its own past (Knative KPA
 style, with the HPA's scale-down stabilization):
 
-    concurrency  = requests held by the routers + the larger of the requests in flight through
-                   them and the requests the engines report running or waiting
+    concurrency  = requests held by the routers + requests waiting in their flow queues + the
+                   larger of the requests in flight through them and the requests the engines
+                   report running or waiting
     stable_want  = ceil(mean concurrency over the stable window / targetConcurrency)
     panic_want   = ceil(mean concurrency over the panic window  / targetConcurrency)
     panic        when panic_want >= panicThreshold% of the ready replicas (at least 1); it lasts
@@ -43,10 +44,12 @@ class Observation:
     """spec.replicas as it stands."""
     num_engine_requests: int = 0
     """Running + waiting, as the engines report them (clients that bypass the routers too)."""
+    num_queued: int = 0
+    """Waiting in the routers' flow queues for a slot (with --max-inflight-per-replica)."""
 
     @property
     def concurrency(self) -> int:
-        return self.num_held + max(self.num_inflight, self.num_engine_requests)
+        return self.num_held + self.num_queued + max(self.num_inflight, self.num_engine_requests)
 
 
 @dataclass(frozen=True)

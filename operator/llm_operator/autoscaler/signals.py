@@ -36,6 +36,8 @@ class RouterDemand:
     num_engine_requests: int = 0
     """Requests the engines themselves report running or waiting (each engine once: the most any
     router saw), which also counts clients that reach an engine without a router."""
+    num_queued: int = 0
+    """Requests waiting in the routers' flow queues for a slot (docs/tenants.md)."""
 
 
 def ready_pod_ips(pods: list[Obj]) -> list[str]:
@@ -75,6 +77,7 @@ def combine(views: list[Obj]) -> RouterDemand | None:
         prefix_hit_scores=dict(scores),
         engine_inflight=dict(inflight),
         num_engine_requests=round(sum(reported.values())),
+        num_queued=sum(int(v.get("num_flow_queued", 0)) for v in views),
     )
 
 

@@ -32,6 +32,7 @@ from llm_operator.builders.scaling import (
     build_router_pdb,
     build_scaled_object,
 )
+from llm_operator.builders.tenancy.config_map import build_tenants_config_map
 
 Builder = Callable[[BuildContext], Obj]
 ROUTER_BUILDERS: tuple[Builder, ...] = (
@@ -74,6 +75,7 @@ def _optional_builders(ctx: BuildContext) -> list[tuple[Builder, bool]]:
     optional: list[tuple[Builder, bool]] = [(b, spec.router.enabled) for b in ROUTER_BUILDERS]
     optional.append((build_router_pdb, spec.router.enabled and spec.router.replicas >= 2))
     optional.append((build_ingress, spec.ingress.enabled))
+    optional.append((build_tenants_config_map, spec.tenancy is not None))
     scaling = spec.autoscaling
     optional.append((build_hpa, scaling.enabled and scaling.mode == "hpa"))
     optional.append((build_scaled_object, scaling.enabled and scaling.mode == "keda"))

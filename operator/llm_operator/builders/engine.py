@@ -26,6 +26,7 @@ from llm_operator.builders.model_cache import (
     ephemeral_storage,
     gpu_node_tolerations,
 )
+from llm_operator.builders.tenancy.pod import tenants_annotations, tenants_mounts, tenants_volumes
 from llm_operator.builders.tensor_parallel import shm_size_limit, tensor_parallel_env
 from llm_operator.drain_timing import PRE_STOP_SLEEP_SECONDS
 from llm_operator.names import (
@@ -113,6 +114,7 @@ def _pod_annotations(ctx: BuildContext, config_map: Obj) -> dict[str, str]:
         "prometheus.io/port": str(ENGINE_PORT),
         "prometheus.io/path": "/metrics",
         CONFIG_HASH_ANNOTATION: config_hash(config_map),
+        **tenants_annotations(ctx, COMPONENT),
     }
 
 
@@ -188,9 +190,19 @@ def _resources(ctx: BuildContext) -> Obj:
 
 def _volumes(ctx: BuildContext) -> list[Obj]:
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size_limit(ctx)}}
-    return [*cache_volumes(ctx, COMPONENT), shm, *ctx.model_source.volumes()]
+    return [
+        *cache_volumes(ctx, COMPONENT),
+        shm,
+        *ctx.model_source.volumes(),
+        *tenants_volumes(ctx, COMPONENT),
+    ]
 
 
 def _volume_mounts(ctx: BuildContext) -> list[Obj]:
     shm = {"name": "dshm", "mountPath": "/dev/shm"}
-    return [*cache_mounts(ctx, COMPONENT), shm, *ctx.model_source.volume_mounts()]
+    return [
+        *cache_mounts(ctx, COMPONENT),
+        shm,
+        *ctx.model_source.volume_mounts(),
+        *tenants_mounts(ctx, COMPONENT),
+    ]

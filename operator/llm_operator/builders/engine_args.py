@@ -2,6 +2,7 @@
 
 from llm_operator.builders.adapter_source import lora_enabled
 from llm_operator.builders.context import BuildContext
+from llm_operator.builders.tenancy.pod import engine_tenancy_args
 from llm_operator.names import ENGINE_PORT
 
 
@@ -28,6 +29,7 @@ def engine_args(ctx: BuildContext) -> list[str]:
         args.append("--no-chunked-prefill")
     args += _optional_args(ctx)
     args += lora_args(ctx)
+    args += engine_tenancy_args(ctx)
     args += ["--drain-timeout", str(ctx.drain_timing.drain_timeout_seconds)]
     args += ["--served-model-name", ctx.served_model_name]
     return args + list(engine.extra_args)

@@ -17,6 +17,12 @@ from llm_operator.builders.context import BuildContext
 from llm_operator.builders.gateway import picker_key_env
 from llm_operator.builders.model_cache import cache_env, cache_mounts, cache_volumes, hub_env
 from llm_operator.builders.model_source import ModelSource
+from llm_operator.builders.tenancy.pod import (
+    tenants_annotations,
+    tenants_args,
+    tenants_mounts,
+    tenants_volumes,
+)
 from llm_operator.names import (
     PICKER_PORT,
     ROUTER_PORT,
@@ -66,6 +72,8 @@ def router_args(ctx: BuildContext) -> list[str]:
         "--warm-timeout-s",
         str(ctx.spec.router.warm_timeout_seconds),
         *_byte_budgets(ctx),
+        *_flow_control(ctx),
+        *tenants_args(ctx, COMPONENT),
         "--host",
         "0.0.0.0",
         "--port",
@@ -92,7 +100,9 @@ def build_router_deployment(ctx: BuildContext) -> Obj:
         "terminationGracePeriodSeconds": ctx.spec.drain_timeout_seconds + 10,
         "containers": [_router_container(ctx)],
         "affinity": _spread_over_nodes(ctx),
-        "volumes": cache_volumes(ctx, COMPONENT) + _model_claim(ctx).volumes(),
+        "volumes": cache_volumes(ctx, COMPONENT)
+        + _model_claim(ctx).volumes()
+        + tenants_volumes(ctx, COMPONENT),
         "imagePullSecrets": image_pull_secrets(ctx),
     }
     return {
@@ -111,6 +121,7 @@ def build_router_deployment(ctx: BuildContext) -> Obj:
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(ROUTER_PORT),
                         "prometheus.io/path": "/metrics",
+                        **tenants_annotations(ctx, COMPONENT),
                     },
                 },
                 "spec": pod,
@@ -153,7 +164,9 @@ def _router_container(ctx: BuildContext) -> Obj:
         + hub_env(ctx),
         "resources": ctx.spec.router.resources or DEFAULT_RESOURCES,
         "securityContext": container_security_context(),
-        "volumeMounts": cache_mounts(ctx, COMPONENT) + _model_claim(ctx).volume_mounts(),
+        "volumeMounts": cache_mounts(ctx, COMPONENT)
+        + _model_claim(ctx).volume_mounts()
+        + tenants_mounts(ctx, COMPONENT),
         "startupProbe": http_probe("http", 5, 120, 3),
         "readinessProbe": http_probe("http", 5, 3, 3),
         "livenessProbe": http_probe("http", 20, 3, 5),
@@ -215,3 +228,17 @@ def _byte_budgets(ctx: BuildContext) -> list[str]:
         ("--max-buffered-body-bytes", router.max_buffered_body_bytes),
     ]
     return [arg for flag, value in flags if value is not None for arg in (flag, str(value))]
+
+
+def _flow_control(ctx: BuildContext) -> list[str]:
+    """The router's flow-queue flags the spec sets (unset: the router's defaults)."""
+    flow = ctx.spec.router.flow_control
+    if flow is None:
+        return []
+    flags = [
+        ("--max-inflight-per-replica", flow.max_inflight_per_replica),
+        ("--flow-queue-size", flow.queue_size),
+        ("--flow-queue-ttl-s", flow.queue_ttl_seconds),
+        ("--flow-starvation-s", flow.starvation_seconds),
+    ]
+    return [arg for flag, value in flags if value is not None for arg in (flag, f"{value:g}")]
