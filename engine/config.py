@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from engine.tenancy_config import TenancyConfig
 from pagedock.errors import ConfigError
 from pagedock.limits import (
     ATTENTION_BACKENDS,
@@ -24,7 +25,7 @@ DEFAULT_CPU_KV_CACHE_MEMORY = 2 * 1024**3
 
 
 @dataclass
-class EngineConfig:
+class EngineConfig(TenancyConfig):
     model: str = DEFAULT_MODEL
     """Built-in model name, local .gguf file, or local HF directory."""
     dtype: str = "auto"
@@ -145,6 +146,7 @@ class EngineConfig:
         self._check_numerics_and_placement()
         self._check_cache_and_scheduling()
         self._check_lora()
+        self._check_tenancy()
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
 

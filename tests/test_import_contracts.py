@@ -49,7 +49,7 @@ PROGRAMS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("engine.executor",),
         ("engine.runtime",),
         ("engine.tool_calls",),
-        ("engine.server.kv_events",),
+        ("engine.server.kv_events", "engine.server.tenancy"),
         ("engine.server.openai",),
         ("engine.server",),
     ),

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.inputs.engine_request import EngineRequest
+from engine.inputs.engine_request import DEFAULT_TENANT, EngineRequest
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.kv.block_hash import BlockHash, hash_blocks
 
@@ -77,13 +77,15 @@ class Request:
         output_token_ids: Sequence[int] = (),
         lora_name: str | None = None,
         cache_salt: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
         """`sampling_params.max_tokens` must be resolved (the InputProcessor does it). `timing`:
         a record shared with sibling completions (n > 1), carrying the arrival; None: arrived
         now. `output_token_ids`: tokens generated before, elsewhere (a continuation: see
         engine/inputs/continuation.py); they count as output for every rule that reads it.
         `lora_name`: the LoRA adapter it runs with (None: the base model); `cache_salt`: the
-        salt its block hashes chain from (pagedock/kv/block_hash.py)."""
+        salt its block hashes chain from (pagedock/kv/block_hash.py); `tenant`: who it belongs to
+        (the fair queue's, engine/core/fair_queue.py)."""
         if sampling_params.max_tokens is None:
             raise ValueError("a Request's max_tokens must be resolved (InputProcessor.process)")
         self.request_id = request_id
@@ -106,6 +108,7 @@ class Request:
         self.stop_reason: int | str | None = None
         self.lora_name = lora_name
         self.cache_salt = cache_salt
+        self.tenant = tenant
         # The id of its adapter's load (engine/lora/adapter_registry.py), set as the engine
         # queues it; None: the base model.
         self.lora_id: int | None = None
@@ -127,6 +130,7 @@ class Request:
             output_token_ids=request.prior_output_token_ids,
             lora_name=None if request.lora_request is None else request.lora_request.name,
             cache_salt=request.cache_salt,
+            tenant=request.tenant,
         )
 
     @property

@@ -1,5 +1,6 @@
 """The waiting queue, by policy: first come first served, or by priority (lower value first), and
-which waiting request to admit next."""
+which waiting request to admit next. Shared fairly between tenants, a queue of these per tenant
+(engine/core/fair_queue.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ class RequestQueue(Protocol):
     def remove(self, request: Request) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[Request]: ...
+    def select(self, lora_slots: LoRASlots | None = None) -> Request | None:
+        """The request to admit next (see next_waiting); None when none can run now."""
+        ...
+
+    def charge(self, tenant: str, num_tokens: int) -> None:
+        """`num_tokens` were computed for `tenant`'s requests (what fair sharing counts)."""
+        ...
 
 
 class FCFSQueue:
@@ -55,6 +63,12 @@ class FCFSQueue:
 
     def __iter__(self) -> Iterator[Request]:
         return iter(self._queue)
+
+    def select(self, lora_slots: LoRASlots | None = None) -> Request | None:
+        return next_waiting(self, "fcfs", lora_slots)
+
+    def charge(self, tenant: str, num_tokens: int) -> None:
+        pass  # arrival order: what a tenant was served changes nothing
 
 
 class PriorityQueue:
@@ -86,6 +100,12 @@ class PriorityQueue:
 
     def __iter__(self) -> Iterator[Request]:
         return (entry[3] for entry in sorted(self._heap))
+
+    def select(self, lora_slots: LoRASlots | None = None) -> Request | None:
+        return next_waiting(self, "priority", lora_slots)
+
+    def charge(self, tenant: str, num_tokens: int) -> None:
+        pass  # priority, then arrival: what a tenant was served changes nothing
 
 
 def make_request_queue(policy: str) -> RequestQueue:

@@ -1,26 +1,25 @@
 """Continuous batching: every step re-forms the batch under a token budget.
 
-Each step, running requests go first: their decodes (a token each), then their prefill chunks,
-the shortest remaining first, so a long prompt never holds a decode back; then waiting requests
-join while budget, sequence slots and KV blocks last. Prefill and decode share one step. A step
-with running decodes takes a fifth of the token budget in prefill (all of it while prompts
-awaiting their first token are at least half the decodes), or with an inter-token target
-(EngineConfig.max_step_ms) as many prefill tokens as the learned step cost fits under it,
-stretched while those prompts outnumber the decodes (engine/core/step_time.py). When the pool
-runs dry for a running request, the lowest-priority (then newest) running request is preempted by
-recompute: its blocks are freed and it returns to the front of the queue. With LoRA, a request
-for an adapter is admitted only with one of the max_loras adapter slots (engine/lora/slots.py).
-"""
+Each step, running requests go first: their decodes (a token each), then their prefill chunks, the
+shortest remaining first, so a long prompt never holds a decode back; then waiting requests join in
+the waiting queue's order (fair between tenants: engine/core/fair_queue.py) while budget, sequence
+slots and KV blocks last; prefill and decode share the step. A step with running decodes takes a
+fifth of the token budget in prefill (all of it while prompts awaiting their first token are at
+least half the decodes), or with an inter-token target (max_step_ms) as many prefill tokens as the
+learned step cost fits under it, stretched while those prompts outnumber the decodes
+(engine/core/step_time.py). When the pool runs dry for a running request, the lowest-priority (then
+newest) running request is preempted by recompute: its blocks are freed and it returns to the front
+of the queue. With LoRA, a request for an adapter is admitted only with an adapter slot."""
 
 from __future__ import annotations
 
 import time
 
 from engine.config import EngineConfig
+from engine.core.fair_queue import make_waiting_queue
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.kv_events import KVEvent
 from engine.core.request import Request, RequestStatus
-from engine.core.request_queue import make_request_queue, next_waiting
 from engine.core.scheduler_output import (
     EngineCoreOutput,
     ModelRunnerOutput,
@@ -51,7 +50,7 @@ class Scheduler:
             num_kv_blocks, config.block_size, root_hash, config.enable_prefix_caching
         )
         self.requests: dict[str, Request] = {}
-        self.waiting = make_request_queue(config.scheduling_policy)
+        self.waiting = make_waiting_queue(config.scheduling_policy, config.fairness)
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
         self.num_preemptions = 0
@@ -190,7 +189,7 @@ class Scheduler:
 
     def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest]) -> None:
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = next_waiting(self.waiting, self.config.scheduling_policy, self.lora_slots)
+            request = self.waiting.select(self.lora_slots)
             if request is None:
                 break  # every waiting request's adapter waits for a LoRA slot
             computed_blocks, num_computed = self.kv_cache_manager.get_computed_blocks(request)
@@ -285,6 +284,7 @@ class Scheduler:
                 core_outputs.append(EngineCoreOutput(request.request_id, [], "error", error=error))
                 continue
             request.num_computed_tokens += item.num_new_tokens
+            self.waiting.charge(request.tenant, item.num_new_tokens)
             self.kv_cache_manager.cache_blocks(request)
             sampled = runner_output.sampled.get(item.request_id)
             if sampled is not None:

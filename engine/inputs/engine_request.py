@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.errors import InvalidRequestError
 
+DEFAULT_TENANT = "default"
+"""The tenant of a request nobody named one for (offline, or a server without tenants)."""
+
 
 @dataclass(frozen=True)
 class AdapterRef:
@@ -78,6 +81,10 @@ class EngineRequest:
     cache_salt: str | None = None
     """vLLM's: its prefix-cache blocks are shared only with requests of the same salt (and
     adapter) (pagedock/kv/block_hash.py); None: with every unsalted request."""
+    tenant: str = DEFAULT_TENANT
+    """Who it belongs to: the waiting queue shares the engine fairly between tenants
+    (engine/core/fair_queue.py); a bounded set of names (the server's tenants file, or at most
+    64 a router named)."""
 
     @property
     def max_tokens(self) -> int:

@@ -17,7 +17,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from engine.inputs.continuation import check_continuation
-from engine.inputs.engine_request import AdapterRef, EngineRequest, UnknownAdapterError
+from engine.inputs.engine_request import (
+    DEFAULT_TENANT,
+    AdapterRef,
+    EngineRequest,
+    UnknownAdapterError,
+)
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.errors import InvalidRequestError, PromptTooLongError
 from pagedock.limits import MAX_CACHE_SALT_CHARS
@@ -57,6 +62,7 @@ class InputProcessor:
         grammar: object | None = None,
         lora_request: AdapterRef | None = None,
         cache_salt: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> EngineRequest:
         """Check the request and resolve it; InvalidRequestError (PromptTooLongError when it
         cannot fit the context) for anything the engine would refuse.
@@ -64,7 +70,8 @@ class InputProcessor:
         `prompt`: text (tokenized here) or token ids; `prompt_text`: for ids, the text they were
         made from (kept for the outputs). `prior_output_token_ids`: a continuation. `grammar`:
         the params' constraint compiled ahead, or None (engine/inputs/engine_request.py).
-        `cache_salt`: vLLM's, a non-empty string of at most MAX_CACHE_SALT_CHARS."""
+        `cache_salt`: vLLM's, a non-empty string of at most MAX_CACHE_SALT_CHARS. `tenant`: who
+        it belongs to (fair sharing)."""
         params = params or SamplingParams()
         self.check_adapter(lora_request)
         _check_cache_salt(cache_salt)
@@ -86,6 +93,7 @@ class InputProcessor:
             priority=priority,
             lora_request=lora_request,
             cache_salt=cache_salt,
+            tenant=tenant,
         )
 
     def check_adapter(self, lora_request: AdapterRef | None) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine.core.kv_events import KVEventBatch, KVSnapshot
 from engine.core.scheduler_stats import SchedulerStats
-from engine.inputs.engine_request import AdapterRef, EngineRequest
+from engine.inputs.engine_request import DEFAULT_TENANT, AdapterRef, EngineRequest
 from engine.inputs.sampling_params import SamplingParams
 from engine.lora.adapter_registry import ServedAdapter
 from engine.runtime.engine_loop import Command, EngineLoop, LoopCallbacks, OutputBatch, StepReport
@@ -147,6 +147,13 @@ class AsyncEngine:
     # ---- requests (event loop) ----------------------------------------------------------------
 
     async def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, **kw: Any
+    ) -> RequestStream:
+        """`prepare_request` (its keywords too), then `queue_request`."""
+        request = await self.prepare_request(request_id, prompt_token_ids, params, **kw)
+        return await self.queue_request(request)
+
+    async def prepare_request(
         self,
         request_id: str,
         prompt_token_ids: list[int],
@@ -158,16 +165,17 @@ class AsyncEngine:
         prior_output_token_ids: list[int] | None = None,
         lora_request: AdapterRef | None = None,
         cache_salt: str | None = None,
-    ) -> RequestStream:
-        """Queue a request; its stream once the engine accepted it. InvalidRequestError (bad
-        input), QueueFullError (admission), EngineDeadError. `prompt_text`: what the ids were
-        made from, for the outputs and the request log; `prior_output_token_ids`: a continuation
-        (engine/inputs/continuation.py). A structured-outputs constraint is compiled first, on
-        the compiler's pool: never on the event loop or the engine thread. Then the engine's
-        input processor checks the request, here, and the engine thread queues what it made."""
+        tenant: str = DEFAULT_TENANT,
+    ) -> EngineRequest:
+        """A request checked and ready to queue: InvalidRequestError (bad input), QueueFullError
+        (admission). `prompt_text`: what the ids were made from, for the outputs and the request
+        log; `prior_output_token_ids`: a continuation (engine/inputs/continuation.py); `tenant`:
+        who it belongs to. A structured-outputs constraint is compiled first, on the compiler's
+        pool: never on the event loop or the engine thread. Then the engine's input processor
+        checks the request, here."""
         grammar = await self._compile_grammar(params)
         self.check_admission()
-        request = self.input_processor.process(
+        return self.input_processor.process(
             request_id,
             prompt_token_ids,
             params,
@@ -178,11 +186,12 @@ class AsyncEngine:
             grammar=grammar,
             lora_request=lora_request,
             cache_salt=cache_salt,
+            tenant=tenant,
         )
-        return await self._add(request)
 
-    async def _add(self, request: EngineRequest) -> RequestStream:
-        """The add command: the engine thread queues the request (LLMEngine.add_engine_request)."""
+    async def queue_request(self, request: EngineRequest) -> RequestStream:
+        """The add command: the engine thread queues a prepared request
+        (LLMEngine.add_engine_request); its stream once it did. EngineDeadError."""
         request_id = request.request_id
         stream = RequestStream(request_id)
         self._streams[request_id] = stream

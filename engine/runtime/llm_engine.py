@@ -176,14 +176,14 @@ class LLMEngine:
             prior = request.prior_output_token_ids
             self.guided.register(self.runner, [request_id], compiled, params.stop_token_ids, prior)
             self.scheduler.add_request(self._core_request(request, timing))
-            return _new_request(request, timing, [request_id])
+            return NewRequest.of(request, timing, [request_id])
         children = [self._core_request(c, timing) for c in child_requests(request)]
         child_ids = [c.request_id for c in children]
         self.guided.register(self.runner, child_ids, compiled, params.stop_token_ids)
         defer = self.config.enable_prefix_caching
         for child in self.parallel.register(request_id, children, defer):
             self.scheduler.add_request(child)
-        return _new_request(request, timing, child_ids)
+        return NewRequest.of(request, timing, child_ids)
 
     def _core_request(self, request: EngineRequest, timing: RequestTiming) -> Request:
         core = Request.from_engine_request(request, self.eos_token_ids, timing)
@@ -329,19 +329,6 @@ class LLMEngine:
         self.kv_events.publish(self.scheduler.take_kv_events())
         hashes = self.scheduler.cached_block_hashes()
         return KVSnapshot(self.kv_events.last_seq, self.config.block_size, hashes)
-
-
-def _new_request(request: EngineRequest, timing: RequestTiming, child_ids: list[str]) -> NewRequest:
-    return NewRequest(
-        request_id=request.request_id,
-        prompt=request.prompt,
-        prompt_token_ids=request.prompt_token_ids,
-        params=request.sampling_params,
-        timing=timing,
-        child_ids=child_ids,
-        prior_output_token_ids=request.prior_output_token_ids,
-        lora_name=None if request.lora_request is None else request.lora_request.name,
-    )
 
 
 def _resolve_model(config: EngineConfig) -> tuple[Path, str, str | None]:

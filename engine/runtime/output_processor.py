@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from engine.core.request import RequestTiming
 from engine.core.scheduler_output import EngineCoreOutput, SampledToken
+from engine.inputs.engine_request import DEFAULT_TENANT, EngineRequest
 from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
 from engine.runtime.outputs import (
     CompletionOutput,
@@ -46,6 +47,25 @@ class NewRequest:
     """A continuation's tokens generated before (n == 1): its text state starts after them."""
     lora_name: str | None = None
     """The LoRA adapter it runs with (for the per-adapter metrics); None: the base model."""
+    tenant: str = DEFAULT_TENANT
+    priority: int = 0
+    """Who it belongs to and the priority it runs at (for the per-tenant metrics)."""
+
+    @classmethod
+    def of(cls, request: EngineRequest, timing: RequestTiming, child_ids: list[str]) -> NewRequest:
+        """What the output path must know of a request the engine queued."""
+        return cls(
+            request_id=request.request_id,
+            prompt=request.prompt,
+            prompt_token_ids=request.prompt_token_ids,
+            params=request.sampling_params,
+            timing=timing,
+            child_ids=child_ids,
+            prior_output_token_ids=request.prior_output_token_ids,
+            lora_name=None if request.lora_request is None else request.lora_request.name,
+            tenant=request.tenant,
+            priority=request.priority,
+        )
 
 
 @dataclass
@@ -250,6 +270,8 @@ class OutputProcessor:
                     reasons,
                     timing,
                     new.lora_name,
+                    new.tenant,
+                    new.priority,
                 )
             )
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from engine.core.request import RequestTiming
 from engine.core.scheduler_output import SampledToken
+from engine.inputs.engine_request import DEFAULT_TENANT
 
 
 @dataclass
@@ -70,6 +71,9 @@ class FinishedRequestStats:
     """Complete: nothing writes it any more."""
     lora_name: str | None = None
     """The LoRA adapter it ran with; None: the base model."""
+    tenant: str = DEFAULT_TENANT
+    priority: int = 0
+    """Who it belonged to and the priority it ran at (the per-tenant metrics' labels)."""
 
 
 @dataclass

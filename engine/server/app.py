@@ -36,7 +36,7 @@ def build_app(ctx: ServerContext) -> FastAPI:
         summary="OpenAI-compatible LLM inference server (paged KV cache, continuous batching)",
         version="1",
         lifespan=lifespan,
-        **docs_urls(ctx.options.api_key),
+        **docs_urls(_client_key(ctx)),
     )
     install_error_handlers(app)
     app.include_router(api_routes(ctx))
@@ -47,3 +47,9 @@ def build_app(ctx: ServerContext) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=ctx.options.max_body_bytes)
     app.state.ctx = ctx
     return app
+
+
+def _client_key(ctx: ServerContext) -> str | None:
+    """What docs_urls is told clients need: with a tenants file, a tenant's key (the schema and
+    docs pages, which map the API, are closed then as behind --api-key)."""
+    return ctx.options.api_key or ("a tenant's key" if ctx.tenants.table is not None else None)

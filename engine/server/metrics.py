@@ -12,6 +12,7 @@ adapter; with LoRA off the info gauge says `max_lora="0"` and no adapter, and th
 `pagedock:startup_stage_seconds{stage}` says when this process reached each start-up stage
 (engine/server/startup_stages.py); the first finished request marks `first_request_served`.
 `request_durations` keeps the last finished requests' durations for GET /drain (drain.py).
+`tenants` holds the per-tenant metrics (tenancy/tenant_metrics.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from engine.server.request_durations import RequestDurations
 from engine.server.startup_stages import StartupStagesCollector
+from engine.server.tenancy.tenant_metrics import TenantMetrics
 from engine.startup_stages import STARTUP_STAGES, mark_stage
 
 if TYPE_CHECKING:
@@ -134,6 +136,11 @@ class EngineMetrics:
         """The recent requests' durations and the open ones' arrivals (GET /drain)."""
         return RequestDurations()
 
+    @functools.cached_property
+    def tenants(self) -> TenantMetrics:
+        """The per-tenant metrics, in this registry (the server's start makes them)."""
+        return TenantMetrics(self.registry, self.model_name)
+
     def _picker_info_gauges(self) -> tuple[Gauge, Gauge]:
         """The Gateway API Inference Extension's model-server protocol: pickers read the cache
         geometry and the LoRA adapters from these two, with vLLM's names and labels."""
@@ -212,7 +219,9 @@ class EngineMetrics:
             self._e2e.labels(m).observe(end - timing.arrival_time)
             self.request_durations.observe_finished(timing)
             if timing.first_scheduled_time is not None:
-                self._queue.labels(m).observe(timing.first_scheduled_time - timing.arrival_time)
+                queue_s = timing.first_scheduled_time - timing.arrival_time
+                self._queue.labels(m).observe(queue_s)
+                self.tenants.observe_queue_time(finished.tenant, finished.priority, queue_s)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

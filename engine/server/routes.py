@@ -20,6 +20,7 @@ from engine.server.openai.lora_adapters import load_lora_adapter, unload_lora_ad
 from engine.server.openai.prompt_work import in_prompt_pool
 from engine.server.openai.render import render_chat_request, render_completion_request
 from engine.server.openai.tokenize import detokenize, tokenize
+from engine.server.tenancy.tenant_resolver import tenant_guard
 from engine.startup_stages import STARTUP_STAGES
 from pagedock.http.auth import api_key_guard
 from pagedock.http.errors import APIError
@@ -57,8 +58,11 @@ _SSE: dict[int | str, dict[str, Any]] = {
 
 
 def api_routes(ctx: ServerContext) -> APIRouter:
-    """Routes behind the API key (when one is set) that new work is refused on while draining."""
-    guards = [Depends(api_key_guard(ctx.options.api_key)), Depends(admitting_guard(ctx))]
+    """Routes for clients, that new work is refused on while draining: behind the API key (when
+    one is set), or with a tenants file behind a tenant's key (tenancy/tenant_resolver.py)."""
+    guards = [Depends(tenant_guard(ctx.tenants)), Depends(admitting_guard(ctx))]
+    if ctx.tenants.table is None:
+        guards.insert(0, Depends(api_key_guard(ctx.options.api_key)))
     router = APIRouter(dependencies=guards)
 
     @router.post(

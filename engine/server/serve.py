@@ -31,6 +31,7 @@ from engine.server.kv_events.vllm_publisher import VllmKVPublisher
 from engine.server.metrics import EngineMetrics
 from engine.server.openai.context import ServerContext, ServerOptions
 from engine.server.request_log import RequestLog
+from engine.server.tenancy.tenant_resolver import TenantResolver
 from engine.startup_stages import mark_stage
 from engine.worker.huge_pages import set_kv_cache_prefault
 from pagedock.errors import TensorParallelError
@@ -47,6 +48,13 @@ def build_context(
     metrics.set_cache_config(
         engine.config.block_size, engine.num_kv_blocks, engine.config.enable_prefix_caching
     )
+    tenants = TenantResolver(
+        engine.config.tenant_table(),
+        options.api_key,
+        options.internal_api_key,
+        engine.config.tenant_header,
+    )
+    metrics.tenants.set_known_priorities(tenants.known_priorities())
     max_waiting = options.max_waiting if options.max_waiting and options.max_waiting > 0 else None
     async_engine = AsyncEngine(engine, max_waiting, own_thread)
     async_engine.add_stats_listener(metrics.observe_stats)
@@ -73,6 +81,7 @@ def build_context(
         model_root=str(engine.model_path),
         max_model_len=engine.max_model_len,
         options=options,
+        tenants=tenants,
         allow_runtime_lora_updating=engine.config.allow_runtime_lora_updating,
         loras=engine.loras.registry,
     )
@@ -154,6 +163,8 @@ def _print_ready(ctx: ServerContext) -> None:
     o = ctx.options
     base = f"http://{o.host}:{o.port}"
     auth = " -H 'Authorization: Bearer $PAGEDOCK_API_KEY'" if o.api_key else ""
+    if not o.api_key and ctx.tenants.table is not None:
+        auth = " -H 'Authorization: Bearer <a tenant key>'"
     print(
         f"pagedock: serving {ctx.served_model_name} on {base} (max_model_len "
         f"{ctx.max_model_len}). Try:\n"

@@ -23,6 +23,7 @@ def make_request(
     request_id: str | None = None,
     priority: int = 0,
     arrival_time: float | None = None,
+    tenant: str = "default",
     **params: Any,
 ) -> Request:
     """A request; `prompt` is token ids, or a length (distinct ids per request)."""
@@ -38,6 +39,7 @@ def make_request(
         eos_token_ids=(EOS,),
         priority=priority,
         timing=None if arrival_time is None else RequestTiming(arrival_time),
+        tenant=tenant,
     )
 
 

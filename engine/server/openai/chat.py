@@ -25,6 +25,7 @@ from engine.server.openai.sampling import (
     continuation_token_ids,
 )
 from engine.server.openai.sse import SSE_DONE, sse_data, sse_error, sse_response
+from engine.server.tenancy.tenant_resolver import tenant_of
 from engine.tool_calls.chat_tools import TOOL_CALLS, ToolCalling, ToolDeltas
 from pagedock.protocol import (
     ChatChoice,
@@ -56,14 +57,15 @@ async def create_chat_completion(
         raw_request,
         [prompt],
         params,
-        body.priority,
+        ctx.tenants.priority(tenant_of(raw_request), body),
         arrival_time,
         prior,
         adapter,
         body.cache_salt,
     )
     if body.stream:
-        return sse_response(_stream(ctx, body, gen, tools, prior), continuation_headers(prior))
+        headers = {**gen.rate_limit_headers(), **(continuation_headers(prior) or {})}
+        return sse_response(_stream(ctx, body, gen, tools, prior), headers)
     try:
         choices = await gen.collect()
     finally:
@@ -73,7 +75,7 @@ async def create_chat_completion(
     content = await answer_body(
         entries, lambda: _response_json(ctx, body, gen, choices, tools, usage)
     )
-    return Response(content, media_type="application/json")
+    return Response(content, media_type="application/json", headers=gen.rate_limit_headers())
 
 
 def _response_json(

@@ -26,6 +26,7 @@ from engine.server.openai.sampling import (
     to_sampling_params,
 )
 from engine.server.openai.sse import SSE_DONE, sse_data, sse_error, sse_response
+from engine.server.tenancy.tenant_resolver import tenant_of
 from pagedock.protocol import (
     CompletionChoice,
     CompletionLogprobs,
@@ -54,14 +55,15 @@ async def create_completion(
         raw_request,
         prompts,
         params,
-        body.priority,
+        ctx.tenants.priority(tenant_of(raw_request), body),
         arrival_time,
         prior,
         adapter,
         body.cache_salt,
     )
     if body.stream:
-        return sse_response(_stream(ctx, body, gen), continuation_headers(prior))
+        headers = {**gen.rate_limit_headers(), **(continuation_headers(prior) or {})}
+        return sse_response(_stream(ctx, body, gen), headers)
     try:
         choices = await gen.collect()
     finally:
@@ -69,7 +71,7 @@ async def create_completion(
     usage = gen.usage()
     entries = num_logprob_entries(choices, body.logprobs)
     content = await answer_body(entries, lambda: _response_json(ctx, body, gen, choices, usage))
-    return Response(content, media_type="application/json")
+    return Response(content, media_type="application/json", headers=gen.rate_limit_headers())
 
 
 def _response_json(

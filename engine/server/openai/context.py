@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.lora.adapter_registry import LoRARegistry
+from engine.server.tenancy.tenant_resolver import TenantResolver
 from engine.tool_calls import get_tool_call_parser
 from pagedock.errors import ConfigError
 from pagedock.kv.vllm_events import KVEventsConfig
 from pagedock.limits import MAX_BODY_BYTES
+from pagedock.tenancy.quota import QuotaBook
 
 # Threads that render and tokenize prompts: a few, so huge prompts queue here rather than take
 # every thread of the default executor.
@@ -106,6 +108,9 @@ class ServerContext:
     model_root: str
     max_model_len: int
     options: ServerOptions
+    tenants: TenantResolver = field(default_factory=lambda: TenantResolver(None))
+    """Who each request belongs to and the priority it runs at (engine/server/tenancy/);
+    build_context makes it from the server's settings (the default: no tenants file)."""
     draining: bool = False
     handing_off: bool = False
     """True from the drain deadline: resumable streams aborted now are handed off
@@ -118,6 +123,8 @@ class ServerContext:
     """The LoRA adapters the engine serves (the engine's registry, readable from any thread):
     what a request's `model` may name besides the base model."""
     prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
+    quotas: QuotaBook = field(default_factory=QuotaBook)
+    """Each tenant's live counts against its quotas (engine/server/tenancy/)."""
 
 
 def _new_prompt_pool() -> ThreadPoolExecutor:

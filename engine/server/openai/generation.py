@@ -8,6 +8,10 @@ non-streaming responses are built from the same deltas, so their text is identic
 
 The client going away (streaming or not) aborts every engine request at once: a watcher task waits
 for `http.disconnect` on the request's receive channel.
+
+A generation holds its tenant's quota from admission (after its prompts are checked, before they
+are queued) until `close`, which every way a request ends goes through: the tokens its choices
+received are counted then (engine/server/tenancy/tenant_admission.py).
 """
 
 from __future__ import annotations
@@ -16,24 +20,29 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar, cast
 
 from fastapi import Request
 
 from engine.core.scheduler_output import SampledToken
-from engine.inputs.engine_request import AdapterRef
+from engine.inputs.engine_request import AdapterRef, EngineRequest
 from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
-from engine.runtime.async_engine import RequestStream
+from engine.runtime.async_engine import QueueFullError, RequestStream
 from engine.runtime.outputs import CompletionOutput, RequestOutput
 from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import GenerationError
 from engine.server.openai.handoff import HandedOff, cut_by_drain
+from engine.server.tenancy.tenant_admission import TenantAdmission, admit_tenant
+from engine.server.tenancy.tenant_resolver import tenant_of
 from pagedock.errors import InvalidRequestError, InvalidRequestFailure
 from pagedock.protocol import PromptTokensDetails, UsageInfo
+from pagedock.tenancy.tenants import Tenant
 from pagedock.text.prompt_renderer import Prompt
 
 logger = logging.getLogger("pagedock.server")
+T = TypeVar("T")
 
 
 @dataclass
@@ -97,6 +106,9 @@ class Generation:
         self.hands_off = False
         """A stream a router can resume: aborted at the drain deadline, it is handed off
         (HandedOff) instead of finishing with `abort`."""
+        self.admission: TenantAdmission | None = None
+        """Its hold on its tenant's quota, from admission until `close`."""
+        self.num_prior_tokens = 0
 
     @classmethod
     async def start(
@@ -111,29 +123,33 @@ class Generation:
         lora_request: AdapterRef | None = None,
         cache_salt: str | None = None,
     ) -> Generation:
-        """Queue every prompt at once (admitted together or refused with QueueFullError); on
-        any failure, abort those already queued and re-raise. The client's disconnect is watched
-        from the start, so a client that leaves while its prompts are queued stops them all.
-        `prior_output_token_ids`: a continuation of the one choice (they count in its usage);
-        `lora_request`: the adapter the model names (None: the base model); `cache_salt`: vLLM's."""
+        """Check every prompt, admit the request against its tenant's quota (a 429 otherwise:
+        engine/server/tenancy/), then queue every prompt at once (admitted together or refused
+        with QueueFullError); on any failure, abort those already queued and re-raise. The
+        client's disconnect is watched from the start, so a client that leaves while its prompts
+        are queued stops them all. `prior_output_token_ids`: a continuation of the one choice
+        (they count in its usage); `lora_request`: the adapter the model names (None: the base
+        model); `cache_salt`: vLLM's. The tenant is the one its route resolved."""
         gen = cls(ctx, prompts, params.n, lora_request)
         ctx.metrics.request_durations.begin(gen.id, arrival_time)  # close() ends it, always
         params = replace(params, output_kind=RequestOutputKind.DELTA)
         if prior_output_token_ids:
             gen.choices[0].token_ids.extend(prior_output_token_ids)
+            gen.num_prior_tokens = len(prior_output_token_ids)
         gen._watcher = asyncio.create_task(gen._watch_disconnect(raw_request))
-        add = functools.partial(
-            ctx.engine.add_request,
+        tenant = tenant_of(raw_request)
+        prepare = functools.partial(
+            ctx.engine.prepare_request,
             params=params,
             priority=priority,
             arrival_time=arrival_time,
             prior_output_token_ids=prior_output_token_ids,
             lora_request=lora_request,
             cache_salt=cache_salt,
+            tenant=tenant.name,
         )
         try:
-            ctx.engine.check_admission(len(prompts))
-            await gen._queue_all(add)
+            await gen._admit_and_queue(tenant, priority, prepare)
         except BaseException:
             gen.close()
             raise
@@ -141,21 +157,51 @@ class Generation:
             gen.close()
         return gen
 
-    async def _queue_all(self, add: Callable[..., Awaitable[RequestStream]]) -> None:
+    async def _admit_and_queue(
+        self, tenant: Tenant, priority: int, prepare: Callable[..., Awaitable[EngineRequest]]
+    ) -> None:
+        """Every prompt checked (all or none: the first failure is raised once all are back),
+        the tenant's quota admits the request, then every prompt is queued."""
+        metrics = self.ctx.metrics.tenants
+        try:
+            self.ctx.engine.check_admission(len(self.prompts))
+            requests = await _all_or_first_error(
+                prepare(f"{self.id}-{i}", p.token_ids, prompt_text=p.text)
+                for i, p in enumerate(self.prompts)
+            )
+        except QueueFullError:
+            metrics.observe_rejected(tenant.name, "queue_full")
+            raise
+        self.admission = admit_tenant(
+            self.ctx.quotas, metrics, tenant, priority, self.num_prompt_tokens
+        )
+        await self._queue_all(requests)
+
+    async def _queue_all(self, requests: list[EngineRequest]) -> None:
         """Every prompt's engine request, queued together (one engine-loop round, not one per
         prompt); the first failure is raised once all are back, with the queued ones in
         `streams` for `close` to abort."""
         queued = await asyncio.gather(
-            *(
-                add(f"{self.id}-{i}", p.token_ids, prompt_text=p.text)
-                for i, p in enumerate(self.prompts)
-            ),
-            return_exceptions=True,
+            *(self.ctx.engine.queue_request(r) for r in requests), return_exceptions=True
         )
         self.streams = [s for s in queued if isinstance(s, RequestStream)]
         failed = next((e for e in queued if isinstance(e, BaseException)), None)
         if failed is not None:
             raise failed
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """Each prompt's tokens once, whatever `n` (as usage counts them)."""
+        return sum(len(p.token_ids) for p in self.prompts)
+
+    @property
+    def num_generated_tokens(self) -> int:
+        """The tokens every choice received here (a continuation's earlier ones not counted)."""
+        return sum(len(c.token_ids) for c in self.choices.values()) - self.num_prior_tokens
+
+    def rate_limit_headers(self) -> dict[str, str]:
+        """The tenant's x-ratelimit-* headers, for the answer (none when it has no limits)."""
+        return {} if self.admission is None else self.admission.headers()
 
     async def deltas(self) -> AsyncIterator[list[ChoiceDelta]]:
         """What the outputs that arrived since the last look added, until every choice has
@@ -187,7 +233,7 @@ class Generation:
         return choices
 
     def usage(self) -> UsageInfo:
-        prompt_tokens = sum(len(p.token_ids) for p in self.prompts)
+        prompt_tokens = self.num_prompt_tokens
         completion_tokens = sum(len(c.token_ids) for c in self.choices.values())
         cached = sum(self._num_cached_tokens.values())
         return UsageInfo(
@@ -201,9 +247,12 @@ class Generation:
         return self.hands_off and self.ctx.handing_off
 
     def close(self) -> None:
-        """Stop watching the client and abort whatever has not finished (idempotent)."""
+        """Stop watching the client, abort whatever has not finished and count the tokens it
+        generated against its tenant (idempotent)."""
         self.closed = True
         self.ctx.metrics.request_durations.end(self.id)
+        if self.admission is not None:
+            self.admission.finish(self.num_generated_tokens)
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
         for stream in self.streams:
@@ -236,6 +285,15 @@ class Generation:
                 logger.debug("client of %s disconnected; aborting", self.id)
                 self.close()
                 return
+
+
+async def _all_or_first_error(works: Iterable[Awaitable[T]]) -> list[T]:
+    """Every result, once all are back; or the first failure, once all are back."""
+    results = await asyncio.gather(*works, return_exceptions=True)
+    failed = next((r for r in results if isinstance(r, BaseException)), None)
+    if failed is not None:
+        raise failed
+    return cast(list[T], results)
 
 
 async def _pump(
