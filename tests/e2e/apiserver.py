@@ -88,19 +88,42 @@ class ClusterApi(Emulator):
     """kmock's emulator as the e2e's API server; `requests_log` holds every resource request."""
 
     requests_log: list[ApiRequest]
+    serving: dict[int, aiohttp.web.BaseRequest]
+    """The requests being served now, by id (a watch, for as long as it streams)."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.requests_log = []
+        self.serving = {}
         for resource, info in RESOURCES.items():
             self.resources[resource] = info
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        # NOTE: the API server takes `watch=1` and `watch=True` (kubernetes_asyncio sends the
-        # latter); kmock knows only `watch=true`.
-        if raw_request.query.get("watch", "").lower() in ("1", "true"):
-            raw_request = raw_request.clone(rel_url=raw_request.rel_url.update_query(watch="true"))
-        return await super().__call__(raw_request)
+        self.serving[id(raw_request)] = raw_request
+        try:
+            # NOTE: the API server takes `watch=1` and `watch=True` (kubernetes_asyncio sends the
+            # latter); kmock knows only `watch=true`.
+            if raw_request.query.get("watch", "").lower() in ("1", "true"):
+                query = raw_request.rel_url.update_query(watch="true")
+                return await super().__call__(raw_request.clone(rel_url=query))
+            return await super().__call__(raw_request)
+        finally:
+            del self.serving[id(raw_request)]
+
+    def abort_serving(self) -> list[str]:
+        """Reset the connection of every request still being served, which ends it at once;
+        what each was (`GET <path> from <address> as <token>`).
+
+        NOTE: once every pod has stopped, such a request has no client left: its FIN was lost on
+        the way (as a bridge that changed its MAC once lost them: netns.py), and aiohttp's
+        shutdown would wait for it (60 s, then 60 s more once cancelled)."""
+        aborted = []
+        for request in list(self.serving.values()):
+            token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            aborted.append(f"{request.method} {request.path_qs} from {request.remote} as {token}")
+            if request.transport is not None:
+                request.transport.abort()
+        return aborted
 
     async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
         # NOTE: discovery (`/apis/apps/v1`) parses as a resource without a plural; RBAC lets every

@@ -4,6 +4,7 @@ with kubectl (apply, scale, delete) and sees (conditions, pods), plus a chat thr
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ import yaml
 from tests import eventually as polling
 from tests.e2e.apiserver import ClusterApi
 from tests.e2e.client import KubeClient
-from tests.e2e.kubelet import Kubelet
+from tests.e2e.kubelet import CLOSE_S, Kubelet
 from tests.e2e.netns import PodNetwork
 from tests.e2e.runtime import Runtime
+from tests.e2e.teardown import bounded
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -157,15 +159,29 @@ async def get_json(ip: str, port: int, path: str) -> Any:
 async def running_cluster(
     network: PodNetwork, runtime: Runtime, workdir: Path, node_cache: Path, time_scale: float
 ) -> AsyncIterator[Cluster]:
-    """The API server on the bridge's host address, with the kubelet stand-in running."""
-    async with ClusterApi() as api, kmock.Server(api, host=network.host_ip) as server:
-        url = str(server.url).rstrip("/")
-        kubelet = Kubelet(api, url, network, runtime, workdir, node_cache, time_scale)
-        cluster = Cluster(api, url, kubelet)
-        api.add_namespace("default")
-        kubelet.start()
+    """The API server on the bridge's host address, with the kubelet stand-in running. Its
+    teardown is bounded (teardown.py): a step that hangs is named in a warning and abandoned."""
+    async with ClusterApi() as api:
+        server = kmock.Server(api, host=network.host_ip)
+        await server.__aenter__()
         try:
-            yield cluster
+            url = str(server.url).rstrip("/")
+            kubelet = Kubelet(api, url, network, runtime, workdir, node_cache, time_scale)
+            cluster = Cluster(api, url, kubelet)
+            api.add_namespace("default")
+            kubelet.start()
+            try:
+                yield cluster
+            finally:
+                await kubelet.close()
+                await bounded(cluster.close(), CLOSE_S, "the scenario's API client")
         finally:
-            await kubelet.close()
-            await cluster.close()
+            await stop_server(api, server)
+
+
+async def stop_server(api: ClusterApi, server: kmock.Server) -> None:
+    """Every pod stopped: a request still being served has lost its client, and is ended."""
+    aborted = api.abort_serving()
+    if aborted:
+        warnings.warn(f"API requests served after their clients were gone: {aborted}", stacklevel=1)
+    await bounded(server.__aexit__(None, None, None), CLOSE_S, "the API server's shutdown")

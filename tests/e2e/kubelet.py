@@ -23,12 +23,15 @@ from tests.e2e.netns import PodNetwork
 from tests.e2e.pod import PodRunner
 from tests.e2e.podspec import Lookup, Obj
 from tests.e2e.runtime import Mount, Runtime
+from tests.e2e.teardown import bounded
 from tests.kubeconfig import write_kubeconfig
 
 logger = logging.getLogger("e2e.kubelet")
 KUBELET_TOKEN = "e2e:kubelet"
 SYNC_PERIOD_S = 0.5
-TEARDOWN_S = 60.0
+TEARDOWN_S = 60.0  # every pod's stop
+LOOP_STOP_S = 10.0  # the loop's current sync
+CLOSE_S = 10.0  # a client session
 
 
 def service_account_token(namespace: str, name: str) -> str:
@@ -58,6 +61,7 @@ class Kubelet:
         self._wake = asyncio.Event()
         self._hosts: dict[str, list[str]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
         self._stopping: set[asyncio.Task[None]] = set()
         self._stopped: list[PodRunner] = []  # deleted pods, kept for a teardown that hangs
         # False leaves new pods Pending, as a node still being provisioned would: a test can then
@@ -76,16 +80,17 @@ class Kubelet:
         self._task = asyncio.create_task(self._loop())
 
     async def close(self) -> None:
+        """Stop the loop, then every pod (each step bounded: teardown.py), then the client."""
+        self._closing = True  # NOTE: the loop ends on this even if the cancel below is lost
         if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await bounded(self._task, LOOP_STOP_S, "the kubelet's loop")
         self.time_scale = min(self.time_scale, 0.05)  # no long grace periods at teardown
         self.lifecycle_time_scale = None
         runners = [*self.runners.values(), *self._stopped]
         stops = [*(r.stop() for r in self.runners.values()), *self._stopping]
-        try:
-            await asyncio.wait_for(asyncio.gather(*stops, return_exceptions=True), TEARDOWN_S)
-        except TimeoutError:
+        stopping = asyncio.gather(*stops, return_exceptions=True)
+        if not await bounded(stopping, TEARDOWN_S, "pods stopping"):
             # A teardown that hangs would hold CI until its limit: name what was still running,
             # kill it, and go on (the scenario's own result stands).
             alive = [
@@ -101,7 +106,7 @@ class Kubelet:
                 for container in runner.containers:
                     container.kill()
         self.runners.clear()
-        await self.client.close()
+        await bounded(self.client.close(), CLOSE_S, "the kubelet's API client")
 
     def wake(self) -> None:
         self._wake.set()
@@ -112,14 +117,18 @@ class Kubelet:
         return [r for r in found if namespace in (None, r.namespace)]
 
     async def _loop(self) -> None:
-        while True:
+        while not self._closing:
             try:
                 await self.sync()
             except Exception:
                 logger.exception("kubelet sync failed")
             self._wake.clear()
+            # NOTE: not `asyncio.wait_for`: on Python 3.11, a cancel that comes in the same turn
+            # of the loop as the wake-up (a pod's status just published) is lost there, and the
+            # loop went on: close() waited for it forever (CI's 900 s teardown).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), SYNC_PERIOD_S)
+                async with asyncio.timeout(SYNC_PERIOD_S):
+                    await self._wake.wait()
 
     async def sync(self) -> None:
         await controllers.sync_deployments(self)

@@ -2,7 +2,7 @@
 it by a veth pair, each with its own IP in a /24; the host side of the bridge holds `.1`, where
 the API server listens. Names are unique per run so parallel runs and leftovers never collide.
 
-    host: bridge pdbr<id> 10.<a>.<b>.1/24
+    host: bridge pdbr<id> 10.<a>.<b>.1/24, MAC 02:70:64:<id>:01 (fixed)
             ├── veth pdv<id><n> ──── netns pd<id>-<n>: eth0 10.<a>.<b>.<n+1>/24, lo
             └── ...
 """
@@ -41,12 +41,19 @@ class PodNetwork:
         octet = int(self.run_id, 16) % 250 + 1
         self.subnet = ipaddress.ip_network(f"10.{200 + octet % 50}.{octet}.0/24")
         self.bridge = f"pdbr{self.run_id}"
+        self.bridge_mac = f"02:70:64:{self.run_id[:2]}:{self.run_id[2:]}:01"  # locally administered
         self.host_ip = str(self.subnet.network_address + 1)
         self._next_host = 2
         self.namespaces: dict[str, str] = {}  # netns name -> pod IP
 
     def open(self) -> None:
-        run_ip("link", "add", "name", self.bridge, "type", "bridge")
+        # NOTE: a bridge without an address of its own takes the lowest of its ports' MACs, and
+        # takes another when that port goes: every pod then still sends to the host at the MAC it
+        # cached (ARP), which nothing answers any more, until its neighbour entry is probed again
+        # (seconds). A pod's last packets, the FIN of its watches among them, were lost that way
+        # when another pod was removed just before, and the API server waited for requests whose
+        # client was gone (up to 2 x 60 s at its shutdown). An address set once never changes.
+        run_ip("link", "add", "name", self.bridge, "address", self.bridge_mac, "type", "bridge")
         run_ip("addr", "add", f"{self.host_ip}/{self.subnet.prefixlen}", "dev", self.bridge)
         run_ip("link", "set", self.bridge, "up")
 

@@ -181,8 +181,11 @@ class RouterCounter:
         """Read every second until `stop`, then once more."""
         while not stop.is_set():
             await self.read()
+            # NOTE: not `asyncio.wait_for`, which on Python 3.11 can lose a cancellation (the
+            # loop's teardown after a failed scenario then waits forever): kubelet.py.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await stop.wait()
         await self.read()
 
     async def read(self) -> float:
