@@ -7,7 +7,7 @@ A missing, malformed or wrong key is a 401 in OpenAI's shape with `WWW-Authentic
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends
@@ -19,6 +19,12 @@ INVALID_API_KEY_MESSAGE = "missing or invalid API key: send `Authorization: Bear
 
 # auto_error=False: a missing header is our 401 in OpenAI's shape, not FastAPI's 403.
 _bearer = HTTPBearer(auto_error=False, description="The API key, when one is set.")
+
+
+def bearer_key(headers: Mapping[str, str]) -> str | None:
+    """The credential of an `Authorization: Bearer KEY` header; None without one."""
+    scheme, _, credential = headers.get("authorization", "").partition(" ")
+    return credential.strip() if scheme.lower() == "bearer" and credential.strip() else None
 
 
 def check_api_key(expected: str | None, given: str | None) -> None:

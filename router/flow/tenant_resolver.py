@@ -16,7 +16,7 @@ import hmac
 
 from starlette.datastructures import Headers
 
-from pagedock.http.auth import check_api_key
+from pagedock.http.auth import bearer_key, check_api_key
 from pagedock.http.errors import APIError
 from pagedock.tenancy.tenants import Tenant, TenantTable, load_tenants
 from router.config import RouterConfig
@@ -37,9 +37,9 @@ class TenantResolver:
     def resolve(self, headers: Headers) -> Tenant:
         """The request's tenant, or the 401."""
         if self.table is None:
-            check_api_key(self.config.api_key, _bearer(headers))
+            check_api_key(self.config.api_key, bearer_key(headers))
             return DEFAULT_TENANT
-        key = _bearer(headers)
+        key = bearer_key(headers)
         api_key = self.config.api_key
         if api_key and key and hmac.compare_digest(key.encode(), api_key.encode()):
             return DEFAULT_TENANT
@@ -55,11 +55,6 @@ class TenantResolver:
                 headers={"WWW-Authenticate": "Bearer"},
             )
         return tenant
-
-
-def _bearer(headers: Headers) -> str | None:
-    scheme, _, credential = headers.get("authorization", "").partition(" ")
-    return credential.strip() if scheme.lower() == "bearer" and credential.strip() else None
 
 
 def _unknown_message(tenant_header: str | None) -> str:

@@ -29,6 +29,7 @@ from fastapi import Request
 from starlette.datastructures import Headers
 
 from engine.inputs.engine_request import DEFAULT_TENANT
+from pagedock.http.auth import bearer_key
 from pagedock.http.errors import APIError
 from pagedock.http.internal_key import has_internal_key
 from pagedock.protocol.openai import SamplingFields
@@ -76,7 +77,7 @@ class TenantResolver:
         return tenant.effective_priority(asked)
 
     def _listed(self, table: TenantTable, headers: Headers) -> Tenant:
-        key = _bearer(headers)
+        key = bearer_key(headers)
         if self.api_key and key and hmac.compare_digest(key.encode(), self.api_key.encode()):
             return _DEFAULT
         if self.tenant_header is not None:
@@ -119,11 +120,6 @@ def tenant_of(request: Request) -> Tenant:
     """The tenant `tenant_guard` resolved ("default" on a route without it)."""
     tenant: Tenant = getattr(request.state, "tenant", _DEFAULT)
     return tenant
-
-
-def _bearer(headers: Headers) -> str | None:
-    scheme, _, credential = headers.get("authorization", "").partition(" ")
-    return credential.strip() if scheme.lower() == "bearer" and credential.strip() else None
 
 
 def _unknown_message(tenant_header: str | None) -> str:
