@@ -64,9 +64,9 @@ def test_the_engine_rejects_an_unsupported_block_size() -> None:
 
 
 def test_engine_and_router_share_the_body_limit() -> None:
-    from router.server import app
+    from router.server import generation
 
-    assert ServerOptions().max_body_bytes == app.MAX_BODY_BYTES == MAX_BODY_BYTES
+    assert ServerOptions().max_body_bytes == generation.MAX_BODY_BYTES == MAX_BODY_BYTES
 
 
 def test_engine_router_and_operator_share_the_default_model() -> None:
