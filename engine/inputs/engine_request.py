@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.errors import InvalidRequestError
+from pagedock.tenancy.tenants import DEFAULT_TENANT_NAME
 
-DEFAULT_TENANT = "default"
+DEFAULT_TENANT = DEFAULT_TENANT_NAME
 """The tenant of a request nobody named one for (offline, or a server without tenants)."""
 
 

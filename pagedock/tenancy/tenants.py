@@ -37,6 +37,9 @@ from pagedock.errors import ConfigError
 TENANT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 """A tenant name is a metric label value and a log field: short, printable, no spaces."""
 _KEY_DOMAIN = b"pagedock-tenant-key-v1\x00"
+DEFAULT_TENANT_NAME = "default"
+"""The tenant of requests a tenants file does not name: every request without --tenants, and the
+--api-key holders beside one. Reserved: a file's tenant of that name would share its counters."""
 TENANT_HEADER = "x-pagedock-tenant"
 """The tenant's name, as the router forwards it to the engines (trusted with the internal key)."""
 
@@ -53,6 +56,16 @@ class _TenantEntry(BaseModel):
     requests_per_minute: Annotated[int, Field(gt=0)] | None = None
     tokens_per_minute: Annotated[int, Field(gt=0)] | None = None
     max_concurrency: Annotated[int, Field(gt=0)] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if name == DEFAULT_TENANT_NAME:
+            raise ValueError(
+                f"the tenant name {DEFAULT_TENANT_NAME!r} is reserved (the --api-key holders and "
+                "requests without a tenants file): name the tenant otherwise"
+            )
+        return name
 
 
 class _TenantsFile(BaseModel):

@@ -18,10 +18,10 @@ from starlette.datastructures import Headers
 
 from pagedock.http.auth import bearer_key, check_api_key
 from pagedock.http.errors import APIError
-from pagedock.tenancy.tenants import Tenant, TenantTable, load_tenants
+from pagedock.tenancy.tenants import DEFAULT_TENANT_NAME, Tenant, TenantTable, load_tenants
 from router.config import RouterConfig
 
-DEFAULT_TENANT = Tenant("default")
+DEFAULT_TENANT = Tenant(DEFAULT_TENANT_NAME)
 
 
 class TenantResolver:

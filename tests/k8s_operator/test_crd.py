@@ -161,7 +161,7 @@ def test_cel_rules_are_in_the_schema() -> None:
     assert any("tensorParallelSize" in rule for rule in rules)
     assert any("minReplicas >= 1" in rule for rule in rules)
     assert any("priorityClasses" in rule for rule in rules)
-    assert len(rules) == 17
+    assert len(rules) == 18
 
 
 def test_autoscaling_defaults_to_the_builtin_autoscaler_and_allows_zero() -> None:

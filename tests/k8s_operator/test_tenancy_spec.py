@@ -107,6 +107,7 @@ CROSS_FIELD = {
         tenancy(tenant("chat"), tenant("chat", "other-key")),
         "the name chat is declared twice",
     ),
+    "the reserved name": (tenancy(tenant("default")), "the name default is reserved"),
     "a tenant without keys or header": (
         tenancy({"name": "chat"}),
         "tenants chat: no apiKeySecrets, and no tenantHeader",
@@ -141,6 +142,7 @@ def test_the_api_server_checks_classes_keys_and_unique_names() -> None:
     assert "'tenant ' + t.name" in tenants_rule["messageExpression"]
     assert any("self.defaultPriority in self.priorityClasses" in text for text in rules)
     assert any("has(self.tenantHeader)" in text for text in rules)
+    assert "self.tenants.all(t, t.name != 'default')" in rules
     tenants = TENANCY["properties"]["tenants"]
     assert tenants["x-kubernetes-list-type"] == "map"
     assert tenants["x-kubernetes-list-map-keys"] == ["name"]

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from llm_operator.api.types import SpecModel
+from pagedock.tenancy.tenants import DEFAULT_TENANT_NAME
 
 # NOTE: a label value (metrics label, and a directory under the pods' keys folder), within the
 # tenants file's own pattern (pagedock.tenancy.tenants.TENANT_NAME_PATTERN).
@@ -49,6 +50,11 @@ CEL_RULES: Any = [
         "message": "defaultPriority names no class of priorityClasses",
         "messageExpression": "'defaultPriority ' + string(self.defaultPriority) + "
         "' is not in priorityClasses'",
+    },
+    {
+        "rule": f"self.tenants.all(t, t.name != '{DEFAULT_TENANT_NAME}')",
+        "message": f"the tenant name {DEFAULT_TENANT_NAME} is reserved (the router's own "
+        "--api-key holders): name the tenant otherwise",
     },
     {
         "rule": "has(self.tenantHeader) || "
@@ -109,6 +115,8 @@ class TenancySpec(SpecModel):
     @model_validator(mode="after")
     def _unique_tenant_names(self) -> "TenancySpec":
         names = [tenant.name for tenant in self.tenants]
+        if DEFAULT_TENANT_NAME in names:
+            raise ValueError(f"tenancy.tenants: the name {DEFAULT_TENANT_NAME} is reserved")
         duplicate = next((name for name in names if names.count(name) > 1), None)
         if duplicate is not None:
             raise ValueError(f"tenancy.tenants: the name {duplicate} is declared twice")

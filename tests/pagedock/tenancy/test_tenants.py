@@ -60,6 +60,7 @@ def test_a_request_never_runs_more_urgently_than_its_tenant() -> None:
         ([{"name": "a", "api_keys": ["k"]}, {"name": "b", "api_keys": ["k"]}], "share an API key"),
         ([{"name": "a", "priority": "gold"}], "'gold' is not a priority class"),
         ([{"name": "a", "api_key_files": ["/nonexistent/key"]}], "cannot read the API key file"),
+        ([{"name": "default"}], "the tenant name 'default' is reserved"),
     ],
 )
 def test_a_bad_file_is_an_error_naming_the_problem(data: object, message: str) -> None:
