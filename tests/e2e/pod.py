@@ -1,11 +1,11 @@
-"""One pod on the e2e node: its network namespace and IP, its volumes (emptyDir, configMap,
-secret), what a kubelet injects (API credentials as a kubeconfig when the service-account token is
-automounted), its containers, and its status as the API shows it."""
+"""One pod on the e2e node: its network namespace and IP, its volumes (emptyDir; configMap,
+secret and projected ones as tests/e2e/volumes.py writes them), what a kubelet injects (API
+credentials as a kubeconfig when the service-account token is automounted), its containers, and
+its status as the API shows it."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,8 +18,10 @@ from tests.e2e.podspec import (
     environment,
     expand,
     run_as,
+    supplementary_groups,
 )
 from tests.e2e.runtime import Launch, Mount
+from tests.e2e.volumes import is_atomic_writer, write_volume
 
 if TYPE_CHECKING:
     from tests.e2e.kubelet import Kubelet
@@ -130,6 +132,7 @@ class PodRunner:
             workdir=container.get("workingDir") or image.workdir,
             log_path=self.folder / f"{container['name']}.log",
             read_only_root=bool(security.get("readOnlyRootFilesystem")),
+            groups=supplementary_groups(self.pod),
         )
 
     def _automount(self) -> bool:
@@ -159,16 +162,19 @@ class PodRunner:
         folder.chmod(0o777)  # an emptyDir is writable by any pod user
         if "emptyDir" in volume:
             return folder
-        for kind, resource in (("configMap", "v1/configmaps"), ("secret", "v1/secrets")):
-            if kind in volume:
-                name = volume[kind].get("name") or volume[kind].get("secretName")
-                obj = self.kubelet.api.live(resource, self.namespace, name)
-                if obj is None:
-                    shutil.rmtree(folder)
-                    raise ContainerConfigError(f'{kind} "{name}" not found')
-                for key, value in (obj.get("data") or {}).items():
-                    data = base64.b64decode(value) if kind == "secret" else str(value).encode()
-                    (folder / key).write_bytes(data)
-                return folder
+        if is_atomic_writer(volume):
+            fs_group = (self.pod["spec"].get("securityContext") or {}).get("fsGroup")
+            try:
+                write_volume(volume, folder, self._live, fs_group)
+            except ContainerConfigError:
+                shutil.rmtree(folder)
+                raise
+            folder.chmod(0o755)
+            return folder
         shutil.rmtree(folder)
-        raise ContainerConfigError(f"volume {volume['name']}: only emptyDir, configMap, secret")
+        raise ContainerConfigError(
+            f"volume {volume['name']}: only emptyDir, configMap, secret, projected"
+        )
+
+    def _live(self, resource: str, name: str) -> Obj | None:
+        return self.kubelet.api.live(resource, self.namespace, name)

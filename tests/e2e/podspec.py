@@ -135,6 +135,13 @@ def run_as(pod: Obj, container: Obj, image: ImageConfig) -> tuple[int, int]:
     )
 
 
+def supplementary_groups(pod: Obj) -> tuple[int, ...]:
+    """The pod's fsGroup, then its supplementalGroups: the groups every container runs with."""
+    context = pod["spec"].get("securityContext") or {}
+    fs_group = [context["fsGroup"]] if "fsGroup" in context else []
+    return tuple(int(g) for g in [*fs_group, *context.get("supplementalGroups", [])])
+
+
 def probes(container: Obj, scale: float) -> list[Probe]:
     """The container's HTTP probes with their periods multiplied by `scale` (paths and ports
     stay exact: a wrong path or port fails as it would in a cluster)."""

@@ -70,6 +70,8 @@ class Launch:
     log_path: Path
     read_only_root: bool = False
     """securityContext.readOnlyRootFilesystem: only the volumes are writable."""
+    groups: tuple[int, ...] = ()
+    """Supplementary groups: the pod's fsGroup and supplementalGroups."""
 
 
 class Runtime(Protocol):
@@ -176,7 +178,10 @@ class ProcessRuntime:
 
     async def start(self, launch: Launch) -> asyncio.subprocess.Process:
         uid, gid = launch.user
-        setpriv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+        groups = (
+            f"--groups={','.join(map(str, launch.groups))}" if launch.groups else "--clear-groups"
+        )
+        setpriv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", groups]
         launch = dataclasses.replace(launch, mounts=[*self.etc_mounts, *launch.mounts])
         script = _mount_script(launch, setpriv)
         argv = [
@@ -257,6 +262,7 @@ class BuildahRuntime:
             "run",
             "--isolation=chroot",
             "--network=host",
+            # NOTE: launch.groups is not passed: the images' user and group are the pods' fsGroup.
             f"--user={launch.user[0]}:{launch.user[1]}",
             f"--workingdir={launch.workdir}",
             *volumes,
