@@ -258,8 +258,11 @@ class LLMEngine:
         core_outputs = self.scheduler.update(scheduler_output, runner_output)
         self.scheduler.observe_step(scheduler_output, time.perf_counter() - started)
         self.kv_events.publish(self.scheduler.take_kv_events())
-        for child in self.parallel.on_core_outputs(core_outputs):
+        released, failed = self.parallel.on_core_outputs(core_outputs)
+        for child in released:
             self.scheduler.add_request(child)
+        for parent_id in failed:
+            core_outputs += self.abort_core_request(parent_id)
         self.guided.release(o.request_id for o in core_outputs if o.finish_reason is not None)
         self.guided.release_unless(self.scheduler.has_request, self.parallel.is_unfinished_child)
         self.loras.reap()  # an unloaded adapter's last request may have finished

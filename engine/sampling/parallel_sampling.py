@@ -87,19 +87,28 @@ class ParallelSampling:
         """A child not finished yet, pending (not scheduled yet) ones included."""
         return request_id in self._child_to_parent
 
-    def on_core_outputs(self, core_outputs: list[EngineCoreOutput]) -> list[Request]:
-        """Note the finished children; returns the children now released: a child produced
-        output, so its prompt blocks are cached and its siblings may join."""
+    def on_core_outputs(
+        self, core_outputs: list[EngineCoreOutput]
+    ) -> tuple[list[Request], list[str]]:
+        """Note the finished children. Returns the children now released (a child produced
+        output, so its prompt blocks are cached and its siblings may join), and the parents a
+        child of which failed: the request is an error whatever its siblings do, so the caller
+        aborts them (a constraint too costly for one child is as costly for the others)."""
         released: list[Request] = []
+        failed: list[str] = []
         for core in core_outputs:
-            fan_out = self._fan_out_of(core.request_id)
-            if fan_out is None:
+            parent_id = self._child_to_parent.get(core.request_id)
+            if parent_id is None:
                 continue
-            released += fan_out.pending
-            fan_out.pending = []
+            fan_out = self._parents[parent_id]
+            if core.error is not None:
+                failed.append(parent_id)
+            elif parent_id not in failed:
+                released += fan_out.pending
+                fan_out.pending = []
             if core.finish_reason is not None:
                 self.child_finished(core.request_id)
-        return released
+        return released, [p for p in dict.fromkeys(failed) if p in self._parents]
 
     def child_finished(self, child_id: str) -> None:
         """A child ended (its own finish, or a stop string the output path found); forgets the
