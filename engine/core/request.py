@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.core.scheduler_output import ScheduledRequest
 from engine.inputs.engine_request import DEFAULT_TENANT, EngineRequest
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.kv.block_hash import BlockHash, hash_blocks
@@ -156,6 +157,30 @@ class Request:
     def append_output_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
         self.all_token_ids.append(token_id)
+
+    def to_scheduled(self, num_new: int, block_ids: list[int]) -> ScheduledRequest:
+        """What the model runner gets of it this step: `num_new` tokens from its computed ones
+        (min_tokens still to come: its stop and, unless ignore_eos, EOS tokens banned)."""
+        start = self.num_computed_tokens
+        params = self.sampling_params
+        banned: list[int] = []
+        if self.num_output_tokens < params.min_tokens:
+            banned = sorted(
+                self.stop_token_ids | (set() if params.ignore_eos else self.eos_token_ids)
+            )
+        return ScheduledRequest(
+            request_id=self.request_id,
+            new_token_ids=self.all_token_ids[start : start + num_new],
+            num_computed_tokens=start,
+            block_ids=block_ids,
+            do_sample=start + num_new == self.num_tokens,
+            sampling_params=params,
+            prompt_token_ids=self.prompt_token_ids,
+            output_token_ids=self.output_token_ids,
+            banned_token_ids=banned,
+            lora_name=self.lora_name,
+            lora_slot=self.lora_slot,
+        )
 
     def update_block_hashes(self, block_size: int, root: BlockHash) -> None:
         """Extend the chain of full-block hashes to cover every full block of all_token_ids."""

@@ -143,6 +143,20 @@ def next_waiting(
     return min(itertools.islice(wave, MAX_WAVE_SCAN), key=_remaining)
 
 
+def defer_less_urgent(
+    prefills: list[Request], waiting: RequestQueue, lora_slots: LoRASlots | None
+) -> tuple[list[Request], list[Request]]:
+    """Priority: (the running prompts to schedule before the waiting requests, those to schedule
+    after the most urgent of them): a running prompt less urgent than the waiting request next
+    in line goes after it, or, taken in chunks, it would hold an urgent newcomer back for as
+    many steps as it has chunks."""
+    top = waiting.select(lora_slots) if prefills and len(waiting) else None
+    if top is None:
+        return prefills, []
+    first = [r for r in prefills if r.priority <= top.priority]
+    return first, [r for r in prefills if r.priority > top.priority]
+
+
 def _remaining(request: Request) -> int:
     """Tokens the request has yet to compute (the shortest first; the first of equals)."""
     return request.num_tokens - request.num_computed_tokens

@@ -3,13 +3,15 @@
 Each step, running requests go first: their decodes (a token each), then their prefill chunks, the
 shortest remaining first, so a long prompt never holds a decode back; then waiting requests join in
 the waiting queue's order (fair between tenants: engine/core/fair_queue.py) while budget, sequence
-slots and KV blocks last; prefill and decode share the step. A step with running decodes takes a
-fifth of the token budget in prefill (all of it while prompts awaiting their first token are at
-least half the decodes), or with an inter-token target (max_step_ms) as many prefill tokens as the
-learned step cost fits under it, stretched while those prompts outnumber the decodes
-(engine/core/step_time.py). When the pool runs dry for a running request, the lowest-priority (then
-newest) running request is preempted by recompute: its blocks are freed and it returns to the front
-of the queue. With LoRA, a request for an adapter is admitted only with an adapter slot."""
+slots and KV blocks last; prefill and decode share the step. With the priority policy, a running
+prompt less urgent than the next waiting request takes its chunk after the more urgent newcomers.
+A step with running decodes takes a fifth of the token budget in prefill (all of it while prompts
+awaiting their first token are at least half the decodes), or with an inter-token target
+(max_step_ms) as many prefill tokens as the learned step cost fits under it, stretched while those
+prompts outnumber the decodes (engine/core/step_time.py). When the pool runs dry for a running
+request, the lowest-priority (then newest) running request is preempted by recompute: its blocks
+are freed and it returns to the front of the queue. With LoRA, a request for an adapter is admitted
+only with an adapter slot."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from engine.core.fair_queue import make_waiting_queue
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.kv_events import KVEvent
 from engine.core.request import Request, RequestStatus
+from engine.core.request_queue import defer_less_urgent
 from engine.core.scheduler_output import (
     EngineCoreOutput,
     ModelRunnerOutput,
@@ -28,7 +31,7 @@ from engine.core.scheduler_output import (
     SchedulerOutput,
 )
 from engine.core.scheduler_stats import KVOccupancy, SchedulerStats, lora_request_counts
-from engine.core.step_time import StepTimeModel, default_prefill_budget
+from engine.core.step_time import StepTimeModel
 from engine.lora.slots import LoRASlots
 from pagedock.errors import UnknownRequestError
 from pagedock.kv.block_hash import BlockHash
@@ -127,12 +130,20 @@ class Scheduler:
             self.running.sort(key=lambda r: (r.priority, r.arrival_time))
         decodes = [r for r in self.running if _remaining(r) <= 1]
         prefills = sorted((r for r in self.running if _remaining(r) > 1), key=_remaining)
+        deferred: list[Request] = []
+        if self.config.scheduling_policy == "priority":
+            prefills, deferred = defer_less_urgent(prefills, self.waiting, self.lora_slots)
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
-        step_budget = self._step_budget(len(decodes), len(prefills) + len(self.waiting))
+        step_budget = self.step_time.step_budget(
+            self.config, self.token_budget, len(decodes), len(prefills) + len(self.waiting)
+        )
         budget = self._schedule_running(decodes + prefills, step_budget, scheduled, preempted)
         if not preempted:
             # A step that had to preempt has no blocks to spare for newcomers.
+            until = min((r.priority for r in deferred), default=None)
+            budget = self._schedule_waiting(budget, scheduled, until)
+            budget = self._schedule_deferred(deferred, budget, scheduled)
             self._schedule_waiting(budget, scheduled)
         finished, self.finished_req_ids = self.finished_req_ids, set()
         num_tokens = sum(s.num_new_tokens for s in scheduled)
@@ -148,19 +159,6 @@ class Scheduler:
         """The step `output` took `seconds` (schedule to update): teaches the step-cost model."""
         num_prefill = output.num_scheduled_tokens - output.num_decode_tokens
         self.step_time.observe(output.num_decode_tokens, num_prefill, seconds)
-
-    def _step_budget(self, num_decodes: int, num_prompts: int) -> int:
-        """The step's token budget: max_num_batched_tokens, or with decodes running the decodes
-        plus the prefill allowed beside them (engine/core/step_time.py)."""
-        target_ms = self.config.max_step_ms
-        if target_ms == 0 or not num_decodes or not self.config.enable_chunked_prefill:
-            return self.token_budget  # (a whole prompt per step cannot be cut to a target)
-        if target_ms is None:
-            prefill = default_prefill_budget(self.token_budget, num_decodes, num_prompts)
-        else:
-            measured = self.step_time.prefill_budget(target_ms / 1000, num_decodes, num_prompts)
-            prefill = self.token_budget if measured is None else measured
-        return min(self.token_budget, num_decodes + prefill)
 
     def _schedule_running(
         self,
@@ -187,11 +185,28 @@ class Scheduler:
                 budget -= num_new
         return budget
 
-    def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest]) -> None:
+    def _schedule_deferred(
+        self, deferred: list[Request], budget: int, scheduled: list[ScheduledRequest]
+    ) -> int:
+        """The deferred prompts' chunks, in the budget left; none preempts (the newcomers just
+        admitted would be the victims), a prompt without blocks waits for the next step."""
+        for request in deferred:
+            num_new = min(_remaining(request), budget)
+            if num_new <= 0 or self.kv_cache_manager.allocate_slots(request, num_new) is None:
+                break
+            scheduled.append(self._scheduled(request, num_new))
+            budget -= num_new
+        return budget
+
+    def _schedule_waiting(
+        self, budget: int, scheduled: list[ScheduledRequest], until: int | None = None
+    ) -> int:
+        """Admit waiting requests while budget, slots and blocks last (with `until`, only those
+        more urgent than that priority); the budget left."""
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.select(self.lora_slots)
-            if request is None:
-                break  # every waiting request's adapter waits for a LoRA slot
+            if request is None or (until is not None and request.priority >= until):
+                break  # every waiting request's adapter waits for a LoRA slot, or less urgent
             computed_blocks, num_computed = self.kv_cache_manager.get_computed_blocks(request)
             num_new = request.num_tokens - num_computed
             if num_new > budget and not self.config.enable_chunked_prefill:
@@ -218,6 +233,7 @@ class Scheduler:
             self.running.append(request)
             scheduled.append(self._scheduled(request, num_new))
             budget -= num_new
+        return budget
 
     def _release_lora_slot(self, request: Request) -> None:
         """The request stops running: its adapter's slot loses a pin."""
@@ -226,25 +242,8 @@ class Scheduler:
             request.lora_slot = -1
 
     def _scheduled(self, request: Request, num_new: int) -> ScheduledRequest:
-        start = request.num_computed_tokens
-        params = request.sampling_params
-        banned: list[int] = []
-        if request.num_output_tokens < params.min_tokens:
-            banned = sorted(
-                request.stop_token_ids | (set() if params.ignore_eos else request.eos_token_ids)
-            )
-        return ScheduledRequest(
-            request_id=request.request_id,
-            new_token_ids=request.all_token_ids[start : start + num_new],
-            num_computed_tokens=start,
-            block_ids=self.kv_cache_manager.get_block_ids(request.request_id),
-            do_sample=start + num_new == request.num_tokens,
-            sampling_params=params,
-            prompt_token_ids=request.prompt_token_ids,
-            output_token_ids=request.output_token_ids,
-            banned_token_ids=banned,
-            lora_name=request.lora_name,
-            lora_slot=request.lora_slot,
+        return request.to_scheduled(
+            num_new, self.kv_cache_manager.get_block_ids(request.request_id)
         )
 
     def _pick_victim(self) -> Request:

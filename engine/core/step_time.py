@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.config import EngineConfig
+
 # Prefill pieces smaller than this say more about the step's fixed costs than about a token's.
 MIN_MEASURED_PREFILL = 32
 # The smallest prefill chunk a step target may cut a step's prefill to: smaller GEMMs lose their
@@ -75,6 +77,22 @@ class StepTimeModel:
         decode_part = (self.decode_step_s or 0.0) if num_decode_tokens else 0.0
         per_token = max(seconds - decode_part, 0.0) / num_prefill_tokens
         self.prefill_token_s = self._average(self.prefill_token_s, per_token)
+
+    def step_budget(
+        self, config: EngineConfig, token_budget: int, num_decodes: int, num_prompts: int
+    ) -> int:
+        """A step's token budget: `token_budget` (max_num_batched_tokens), or with decodes
+        running the decodes plus the prefill allowed beside them: a fifth of the budget by
+        default (default_prefill_budget), or what fits under config.max_step_ms."""
+        target_ms = config.max_step_ms
+        if target_ms == 0 or not num_decodes or not config.enable_chunked_prefill:
+            return token_budget  # (a whole prompt per step cannot be cut to a target)
+        if target_ms is None:
+            prefill = default_prefill_budget(token_budget, num_decodes, num_prompts)
+        else:
+            measured = self.prefill_budget(target_ms / 1000, num_decodes, num_prompts)
+            prefill = token_budget if measured is None else measured
+        return min(token_budget, num_decodes + prefill)
 
     def prefill_budget(self, target_s: float, num_decodes: int, num_prompts: int) -> int | None:
         """The prefill tokens a step beside `num_decodes` running decodes may take under an

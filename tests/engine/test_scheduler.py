@@ -267,3 +267,33 @@ def test_a_waiting_request_counts_one_prefix_lookup_however_long_it_waits() -> N
     sched.add_request(make_request(30, max_tokens=4))
     run_to_completion(sched)
     assert sched.make_stats().prefix_cache_queries == 20 + 30
+
+
+def test_an_urgent_newcomer_takes_the_budget_before_a_less_urgent_prompts_chunks() -> None:
+    # Issue 37: a batch tenant's long prompt in chunks held an interactive request back for as
+    # many steps as it had chunks (chat TTFT p99 5x its unloaded value behind a batch flood).
+    sched = make_scheduler(max_num_batched_tokens=32, scheduling_policy="priority")
+    batch = make_request(200, priority=10)
+    sched.add_request(batch)
+    step(sched)
+    urgent = make_request(20, priority=0)
+    sched.add_request(urgent)
+    out = sched.schedule()
+    assert [(s.request_id, s.num_new_tokens) for s in out.scheduled] == [
+        (urgent.request_id, 20),
+        (batch.request_id, 12),  # what the urgent one left
+    ]
+    sched.update(out, fake_runner_output(out))
+    # Nothing more urgent waits: the batch prompt goes on before a newcomer as urgent as it.
+    later = make_request(20, priority=10)
+    sched.add_request(later)
+    assert sched.schedule().scheduled[1].request_id == batch.request_id
+
+
+def test_fcfs_keeps_running_prompts_first_whatever_the_priority() -> None:
+    sched = make_scheduler(max_num_batched_tokens=32)
+    batch = make_request(200, priority=10)
+    sched.add_request(batch)
+    step(sched)
+    sched.add_request(make_request(20, priority=0))
+    assert sched.schedule().scheduled[0].request_id == batch.request_id
