@@ -234,7 +234,10 @@ def main() -> None:
 
 
 def _client() -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+    # NOTE: idle connections expire here before the router's keep-alive timeout (5 s) closes
+    # them: at equal timeouts a request sent on a connection the server is closing fails with
+    # RemoteProtocolError (one in 182 did), which is the client's race, not a refusal.
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512, keepalive_expiry=2.0)
     return httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits)
 
 
