@@ -36,6 +36,11 @@ class RequestQueue(Protocol):
         """`num_tokens` were computed for `tenant`'s requests (what fair sharing counts)."""
         ...
 
+    def goes_before(self, waiting: Request, running: Request) -> bool:
+        """Whether this queue would admit `waiting` before `running` were both waiting (a
+        running prompt it goes before takes its chunk after it: defer_less_urgent)."""
+        ...
+
 
 class FCFSQueue:
     """Arrival order; a preempted request goes back to the front, so it is never starved."""
@@ -69,6 +74,9 @@ class FCFSQueue:
 
     def charge(self, tenant: str, num_tokens: int) -> None:
         pass  # arrival order: what a tenant was served changes nothing
+
+    def goes_before(self, waiting: Request, running: Request) -> bool:
+        return False  # the running request arrived first
 
 
 class PriorityQueue:
@@ -106,6 +114,9 @@ class PriorityQueue:
 
     def charge(self, tenant: str, num_tokens: int) -> None:
         pass  # priority, then arrival: what a tenant was served changes nothing
+
+    def goes_before(self, waiting: Request, running: Request) -> bool:
+        return waiting.priority < running.priority
 
 
 def make_request_queue(policy: str) -> RequestQueue:
@@ -146,15 +157,15 @@ def next_waiting(
 def defer_less_urgent(
     prefills: list[Request], waiting: RequestQueue, lora_slots: LoRASlots | None
 ) -> tuple[list[Request], list[Request]]:
-    """Priority: (the running prompts to schedule before the waiting requests, those to schedule
-    after the most urgent of them): a running prompt less urgent than the waiting request next
-    in line goes after it, or, taken in chunks, it would hold an urgent newcomer back for as
-    many steps as it has chunks."""
+    """(The running prompts to schedule before the waiting requests, those to schedule after the
+    newcomers that go before them): a running prompt the queue would order after its next
+    request (less urgent, or, shared fairly, of a tenant served more) takes its chunk after it;
+    in chunks it would otherwise hold that request back for as many steps as it has chunks."""
     top = waiting.select(lora_slots) if prefills and len(waiting) else None
     if top is None:
         return prefills, []
-    first = [r for r in prefills if r.priority <= top.priority]
-    return first, [r for r in prefills if r.priority > top.priority]
+    first = [r for r in prefills if not waiting.goes_before(top, r)]
+    return first, [r for r in prefills if waiting.goes_before(top, r)]
 
 
 def _remaining(request: Request) -> int:

@@ -3,8 +3,8 @@
 Each step, running requests go first: their decodes (a token each), then their prefill chunks, the
 shortest remaining first, so a long prompt never holds a decode back; then waiting requests join in
 the waiting queue's order (fair between tenants: engine/core/fair_queue.py) while budget, sequence
-slots and KV blocks last; prefill and decode share the step. With the priority policy, a running
-prompt less urgent than the next waiting request takes its chunk after the more urgent newcomers.
+slots and KV blocks last; prefill and decode share the step. A running prompt the queue orders
+after the next waiting request (less urgent, or of a tenant served more) takes its chunk after it.
 A step with running decodes takes a fifth of the token budget in prefill (all of it while prompts
 awaiting their first token are at least half the decodes), or with an inter-token target
 (max_step_ms) as many prefill tokens as the learned step cost fits under it, stretched while those
@@ -130,9 +130,7 @@ class Scheduler:
             self.running.sort(key=lambda r: (r.priority, r.arrival_time))
         decodes = [r for r in self.running if _remaining(r) <= 1]
         prefills = sorted((r for r in self.running if _remaining(r) > 1), key=_remaining)
-        deferred: list[Request] = []
-        if self.config.scheduling_policy == "priority":
-            prefills, deferred = defer_less_urgent(prefills, self.waiting, self.lora_slots)
+        prefills, deferred = defer_less_urgent(prefills, self.waiting, self.lora_slots)
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
         step_budget = self.step_time.step_budget(
@@ -141,8 +139,7 @@ class Scheduler:
         budget = self._schedule_running(decodes + prefills, step_budget, scheduled, preempted)
         if not preempted:
             # A step that had to preempt has no blocks to spare for newcomers.
-            until = min((r.priority for r in deferred), default=None)
-            budget = self._schedule_waiting(budget, scheduled, until)
+            budget = self._schedule_waiting(budget, scheduled, deferred or None)
             budget = self._schedule_deferred(deferred, budget, scheduled)
             self._schedule_waiting(budget, scheduled)
         finished, self.finished_req_ids = self.finished_req_ids, set()
@@ -199,14 +196,16 @@ class Scheduler:
         return budget
 
     def _schedule_waiting(
-        self, budget: int, scheduled: list[ScheduledRequest], until: int | None = None
+        self, budget: int, scheduled: list[ScheduledRequest], before: list[Request] | None = None
     ) -> int:
-        """Admit waiting requests while budget, slots and blocks last (with `until`, only those
-        more urgent than that priority); the budget left."""
+        """Admit waiting requests while budget, slots and blocks last (with `before`, only those
+        that go before one of these deferred prompts); the budget left."""
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.select(self.lora_slots)
-            if request is None or (until is not None and request.priority >= until):
-                break  # every waiting request's adapter waits for a LoRA slot, or less urgent
+            if request is None:
+                break  # every waiting request's adapter waits for a LoRA slot
+            if before is not None and not any(self.waiting.goes_before(request, r) for r in before):
+                break
             computed_blocks, num_computed = self.kv_cache_manager.get_computed_blocks(request)
             num_new = request.num_tokens - num_computed
             if num_new > budget and not self.config.enable_chunked_prefill:

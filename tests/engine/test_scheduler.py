@@ -297,3 +297,20 @@ def test_fcfs_keeps_running_prompts_first_whatever_the_priority() -> None:
     step(sched)
     sched.add_request(make_request(20, priority=0))
     assert sched.schedule().scheduled[0].request_id == batch.request_id
+
+
+def test_a_tenant_served_less_goes_before_a_heavier_tenants_prompt_chunks() -> None:
+    # Shared fairly (vtc): tenant a, served many tokens, has a long prompt in chunks; tenant b's
+    # newcomer takes its prompt's tokens first.
+    sched = make_scheduler(max_num_batched_tokens=32, fairness="vtc")
+    heavy = make_request(200, tenant="a")
+    sched.add_request(heavy)
+    step(sched)  # a is charged 32 tokens
+    light = make_request(20, tenant="b")
+    sched.add_request(light)
+    step(sched)  # level, a's prompt went on; a is charged 32 more, so now b ranks first
+    out = sched.schedule()
+    assert [(s.request_id, s.num_new_tokens) for s in out.scheduled] == [
+        (light.request_id, 20),
+        (heavy.request_id, 12),
+    ]
