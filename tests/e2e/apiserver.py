@@ -1,7 +1,7 @@
 """The API server of the e2e cluster: the operator tests' kmock emulator (uid, resourceVersion,
-generation) plus what the e2e needs from a real one: every resource the operator, the router and
-the kubelet stand-in touch, label selectors on list and watch, and a log of who asked for what
-(the bearer token names the caller) for the RBAC check."""
+generation, admission of LLMDeployments) plus what the e2e needs from a real one: every resource
+the operator, the router and the kubelet stand-in touch, label selectors on list and watch, and a
+log of who asked for what (the bearer token names the caller) for the RBAC check."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """kmock's Kubernetes emulator plus what the operator relies on from a real API server:
 uid, resourceVersion, generation, creationTimestamp and generateName on create; a new
 resourceVersion on every update and a generation bump on spec changes; equality label selectors on
-lists; and, on request, a refusal (403, 422, ...) of writes to one resource, which stores nothing,
-or a whole API group missing (404), as in a cluster without a CRD.
-(kmock stores objects as posted and merge-patches them; no GC, controllers or schema.)"""
+lists; admission of LLMDeployments as for their CRD (pruning, defaults, the OpenAPI schema and the
+CEL rules: admission.py), a refusal storing nothing; and, on request, a refusal (403, 422, ...) of
+writes to one resource, or a whole API group missing (404), as in a cluster without a CRD.
+(kmock stores objects as posted and merge-patches them; no GC or controllers.)"""
 
 import datetime
 import itertools
@@ -12,6 +13,11 @@ from typing import Any
 
 import aiohttp.web
 import kmock
+from kmock._internal.dicts import patch_dict
+from llm_operator.api.crd import build_crd
+
+from tests.k8s_operator.admission import Admission
+from tests.k8s_operator.field_errors import Invalid
 
 RESOURCES: dict[str, kmock.ResourceInfo] = {
     "pagedock.dev/v1alpha1/llmdeployments": kmock.ResourceInfo(
@@ -61,6 +67,7 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         verbs={"list", "watch", "get", "create"},
     ),
 }
+ADMISSIONS: dict[str, Admission] = {"pagedock.dev/v1alpha1/llmdeployments": Admission(build_crd())}
 _versions = itertools.count(1000)
 
 
@@ -69,6 +76,8 @@ class Emulator(kmock.KubernetesEmulator):
         super().__attrs_post_init__()
         self.refusals: dict[tuple[kmock.action, str], kmock.KubernetesError] = {}
         self.missing_groups: set[str] = set()
+        self.admissions: dict[str, Admission] = dict(ADMISSIONS)
+        """The custom resources whose writes go through admission, by resource."""
 
     def refuse(self, action: kmock.action, resource: str, status: int, message: str) -> None:
         """Answer every `action` (CREATE, UPDATE) on `resource` with this error, as an API server
@@ -103,7 +112,32 @@ class Emulator(kmock.KubernetesEmulator):
                 data.setdefault("metadata", {})["resourceVersion"] = str(next(_versions))
                 if request.subresource is None:
                     self._bump_generation(request, data)
+        self._admit(request)
         return await super()._handle(request)
+
+    def _admit(self, request: Any) -> None:
+        """Raise the API server's 422 when admission refuses a write (a create, or a patch of the
+        object, its status or its scale, on its merged result), else make the request's body
+        store what the API server would (pruned and defaulted). A status write skips the CEL
+        rules (they are all on spec)."""
+        admission = next((a for r, a in self.admissions.items() if request.resource == r), None)
+        writes = (kmock.action.CREATE, kmock.action.UPDATE)
+        if admission is None or request.action not in writes or request.data is None:
+            return
+        old = None
+        if request.action == kmock.action.UPDATE:
+            key = (request.resource, request.namespace, request.name)
+            if key not in self.objects or self.objects[key].deleted:
+                return  # kmock answers 404
+            old = self.objects[key].raw
+        obj = request.data if old is None else dict(patch_dict(old, request.data))  # as kmock's
+        try:
+            admitted = admission.admit(obj, old, rules=request.subresource != "status")
+        except Invalid as error:
+            status = (error.status, error.reason, error.message, error.details)
+            raise kmock.KubernetesError(*status) from None
+        if admitted != obj:
+            _rewrite(request.data, old, admitted)
 
     async def _serve_list(self, request: Any) -> Any:
         listing: dict[str, Any] = await super()._serve_list(request)  # type: ignore[assignment]
@@ -123,6 +157,34 @@ class Emulator(kmock.KubernetesEmulator):
             return
         generation = self.objects[key].get("metadata", {}).get("generation", 1)
         data.setdefault("metadata", {})["generation"] = generation + 1
+
+
+def _rewrite(body: Any, old: dict[str, Any] | None, admitted: dict[str, Any]) -> None:
+    """Make a create's body the admitted object, a merge patch's the diff from `old` to it, and
+    end a JSON patch with replacing the whole object by it.
+
+    NOTE: in place, since kmock matches its reactions to the request it logged (its log shows
+    what was stored, then). kmock stores under a lock another write may hold: a merge patch from
+    the stored object keeps what that write changes meanwhile, as kmock's merge always did, and
+    a JSON patch keeps its own operations (kopf's `test` of the resourceVersion first)."""
+    if isinstance(body, dict):
+        patch = admitted if old is None else _diff(old, admitted)
+        body.clear()
+        body.update(patch)
+    else:
+        body.append({"op": "replace", "path": "", "value": admitted})
+
+
+def _diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch (RFC 7386) that turns `old` into `new`."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(old.get(key), dict):
+            if nested := _diff(old[key], value):
+                patch[key] = nested
+        elif key not in old or old[key] != value:
+            patch[key] = value
+    return patch
 
 
 def _stamp_new(data: dict[str, Any]) -> None:
