@@ -133,8 +133,9 @@ class Scheduler:
         prefills, deferred = defer_less_urgent(prefills, self.waiting, self.lora_slots)
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
+        num_prompts = len(prefills) + len(deferred) + len(self.waiting)
         step_budget = self.step_time.step_budget(
-            self.config, self.token_budget, len(decodes), len(prefills) + len(self.waiting)
+            self.config, self.token_budget, len(decodes), num_prompts
         )
         budget = self._schedule_running(decodes + prefills, step_budget, scheduled, preempted)
         if not preempted:

@@ -314,3 +314,21 @@ def test_a_tenant_served_less_goes_before_a_heavier_tenants_prompt_chunks() -> N
         (light.request_id, 20),
         (heavy.request_id, 12),
     ]
+
+
+def test_deferred_prompts_still_count_towards_a_burst() -> None:
+    # Four decodes, a less urgent prompt in chunks and an urgent newcomer: two prompts, so the
+    # whole budget goes to prefill (the deferred prompt counts as a prompt awaiting its token).
+    sched = make_scheduler(
+        num_blocks=256,
+        max_model_len=2048,
+        max_num_batched_tokens=2048,
+        scheduling_policy="priority",
+    )
+    for _ in range(4):
+        sched.add_request(make_request(4, max_tokens=50, priority=5))
+    step(sched)
+    sched.add_request(make_request(4000, priority=10))
+    step(sched)  # one prompt beside four decodes: a fifth of the budget
+    sched.add_request(make_request(100, priority=0))
+    assert sched.schedule().num_scheduled_tokens == 2048
