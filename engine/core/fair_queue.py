@@ -81,15 +81,6 @@ class FairQueue:
     def charge(self, tenant: str, num_tokens: int) -> None:
         self.fair_share.charge(tenant, num_tokens)
 
-    def goes_before(self, waiting: Request, running: Request) -> bool:
-        """More urgent, or as urgent and of a tenant served fewer tokens (a preempted request
-        has no precedence over a running one)."""
-        return self._rank(waiting) < self._rank(running)
-
-    def _rank(self, request: Request) -> tuple[int, float]:
-        priority = request.priority if self.policy == "priority" else 0
-        return priority, self.fair_share.counter(request.tenant)
-
     def select(self, lora_slots: LoRASlots | None = None) -> Request | None:
         """The request to admit next: each tenant's by its queue's rule, then the first of those
         by (priority, preempted first, counter, arrival); None when none can run now."""

@@ -36,11 +36,6 @@ class RequestQueue(Protocol):
         """`num_tokens` were computed for `tenant`'s requests (what fair sharing counts)."""
         ...
 
-    def goes_before(self, waiting: Request, running: Request) -> bool:
-        """Whether this queue would admit `waiting` before `running` were both waiting (a
-        running prompt it goes before takes its chunk after it: defer_less_urgent)."""
-        ...
-
 
 class FCFSQueue:
     """Arrival order; a preempted request goes back to the front, so it is never starved."""
@@ -74,9 +69,6 @@ class FCFSQueue:
 
     def charge(self, tenant: str, num_tokens: int) -> None:
         pass  # arrival order: what a tenant was served changes nothing
-
-    def goes_before(self, waiting: Request, running: Request) -> bool:
-        return False  # the running request arrived first
 
 
 class PriorityQueue:
@@ -115,9 +107,6 @@ class PriorityQueue:
     def charge(self, tenant: str, num_tokens: int) -> None:
         pass  # priority, then arrival: what a tenant was served changes nothing
 
-    def goes_before(self, waiting: Request, running: Request) -> bool:
-        return waiting.priority < running.priority
-
 
 def make_request_queue(policy: str) -> RequestQueue:
     if policy == "fcfs":
@@ -152,20 +141,6 @@ def next_waiting(
     wave_end = head.arrival_time + WAVE_S
     wave = itertools.takewhile(lambda r: r.arrival_time <= wave_end, candidates)
     return min(itertools.islice(wave, MAX_WAVE_SCAN), key=_remaining)
-
-
-def defer_less_urgent(
-    prefills: list[Request], waiting: RequestQueue, lora_slots: LoRASlots | None
-) -> tuple[list[Request], list[Request]]:
-    """(The running prompts to schedule before the waiting requests, those to schedule after the
-    newcomers that go before them): a running prompt the queue would order after its next
-    request (less urgent, or, shared fairly, of a tenant served more) takes its chunk after it;
-    in chunks it would otherwise hold that request back for as many steps as it has chunks."""
-    top = waiting.select(lora_slots) if prefills and len(waiting) else None
-    if top is None:
-        return prefills, []
-    first = [r for r in prefills if not waiting.goes_before(top, r)]
-    return first, [r for r in prefills if waiting.goes_before(top, r)]
 
 
 def _remaining(request: Request) -> int:

@@ -3,8 +3,7 @@
 Each step, running requests go first: their decodes (a token each), then their prefill chunks, the
 shortest remaining first, so a long prompt never holds a decode back; then waiting requests join in
 the waiting queue's order (fair between tenants: engine/core/fair_queue.py) while budget, sequence
-slots and KV blocks last; prefill and decode share the step. A running prompt the queue orders
-after the next waiting request (less urgent, or of a tenant served more) takes its chunk after it.
+slots and KV blocks last; prefill and decode share the step.
 A step with running decodes takes a fifth of the token budget in prefill (all of it while prompts
 awaiting their first token are at least half the decodes), or with an inter-token target
 (max_step_ms) as many prefill tokens as the learned step cost fits under it, stretched while those
@@ -22,7 +21,6 @@ from engine.core.fair_queue import make_waiting_queue
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.kv_events import KVEvent
 from engine.core.request import Request, RequestStatus
-from engine.core.request_queue import defer_less_urgent
 from engine.core.scheduler_output import (
     EngineCoreOutput,
     ModelRunnerOutput,
@@ -130,18 +128,15 @@ class Scheduler:
             self.running.sort(key=lambda r: (r.priority, r.arrival_time))
         decodes = [r for r in self.running if _remaining(r) <= 1]
         prefills = sorted((r for r in self.running if _remaining(r) > 1), key=_remaining)
-        prefills, deferred = defer_less_urgent(prefills, self.waiting, self.lora_slots)
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
-        num_prompts = len(prefills) + len(deferred) + len(self.waiting)
+        num_prompts = len(prefills) + len(self.waiting)
         step_budget = self.step_time.step_budget(
             self.config, self.token_budget, len(decodes), num_prompts
         )
         budget = self._schedule_running(decodes + prefills, step_budget, scheduled, preempted)
         if not preempted:
             # A step that had to preempt has no blocks to spare for newcomers.
-            budget = self._schedule_waiting(budget, scheduled, deferred or None)
-            budget = self._schedule_deferred(deferred, budget, scheduled)
             self._schedule_waiting(budget, scheduled)
         finished, self.finished_req_ids = self.finished_req_ids, set()
         num_tokens = sum(s.num_new_tokens for s in scheduled)
@@ -183,30 +178,11 @@ class Scheduler:
                 budget -= num_new
         return budget
 
-    def _schedule_deferred(
-        self, deferred: list[Request], budget: int, scheduled: list[ScheduledRequest]
-    ) -> int:
-        """The deferred prompts' chunks, in the budget left; none preempts (the newcomers just
-        admitted would be the victims), a prompt without blocks waits for the next step."""
-        for request in deferred:
-            num_new = min(_remaining(request), budget)
-            if num_new <= 0 or self.kv_cache_manager.allocate_slots(request, num_new) is None:
-                break
-            scheduled.append(self._scheduled(request, num_new))
-            budget -= num_new
-        return budget
-
-    def _schedule_waiting(
-        self, budget: int, scheduled: list[ScheduledRequest], before: list[Request] | None = None
-    ) -> int:
-        """Admit waiting requests while budget, slots and blocks last (with `before`, only those
-        that go before one of these deferred prompts); the budget left."""
+    def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest]) -> None:
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.select(self.lora_slots)
             if request is None:
                 break  # every waiting request's adapter waits for a LoRA slot
-            if before is not None and not any(self.waiting.goes_before(request, r) for r in before):
-                break
             computed_blocks, num_computed = self.kv_cache_manager.get_computed_blocks(request)
             num_new = request.num_tokens - num_computed
             if num_new > budget and not self.config.enable_chunked_prefill:
@@ -233,7 +209,6 @@ class Scheduler:
             self.running.append(request)
             scheduled.append(self._scheduled(request, num_new))
             budget -= num_new
-        return budget
 
     def _release_lora_slot(self, request: Request) -> None:
         """The request stops running: its adapter's slot loses a pin."""
