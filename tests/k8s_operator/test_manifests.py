@@ -8,16 +8,13 @@ import helm_python as helm
 import pytest
 import yaml
 
+from tests.k8s_operator.chart import CHART, MONITORING_VALUES, ROOT, render
 from tests.k8s_operator.validation import validate_kubernetes
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "pagedock"
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "namespaced": {"watchNamespaces": ["team-a", "team-b"], "replicaCount": 1},
-    "monitoring": {
-        "metrics": {"serviceMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}}
-    },
+    "monitoring": MONITORING_VALUES,
 }
 
 
@@ -27,20 +24,6 @@ def load_generator() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    with helm.Chart.load(str(CHART)) as chart:
-        manifests = chart.render(
-            values, name="pagedock", namespace="pagedock-system", is_install=True
-        )
-    return [
-        document
-        for path, text in sorted(manifests.items())
-        if path.endswith(".yaml")
-        for document in yaml.safe_load_all(text)
-        if document
-    ]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "manifests").glob("*.yaml")), ids=lambda p: p.name)

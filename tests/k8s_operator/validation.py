@@ -7,15 +7,20 @@ import jsonschema
 import kubernetes_validate
 
 from tests.k8s_operator.gateway_schemas import SCHEMAS as GATEWAY_SCHEMAS
+from tests.k8s_operator.monitoring_schemas import SCHEMAS as MONITORING_SCHEMAS
 
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
 # Kinds whose schemas only their CRDs know (not part of Kubernetes itself).
-CUSTOM_API_GROUPS = ("kopf.dev/", "monitoring.coreos.com/", "pagedock.dev/")
+CUSTOM_API_GROUPS = ("kopf.dev/", "pagedock.dev/")
+MONITORING_API_VERSION = "monitoring.coreos.com/v1"
 
 
 def validate_kubernetes(obj: dict[str, Any]) -> None:
     """Raise kubernetes_validate.ValidationError unless obj is valid; unknown fields fail too."""
     if obj["apiVersion"].startswith(CUSTOM_API_GROUPS):
+        return
+    if obj["apiVersion"] == MONITORING_API_VERSION:  # PrometheusRule, ServiceMonitor
+        jsonschema.validate(obj, MONITORING_SCHEMAS[obj["kind"]])
         return
     if obj["apiVersion"] in GATEWAY_SCHEMAS:  # InferencePool, HTTPRoute (tests' own schemas)
         jsonschema.validate(obj, GATEWAY_SCHEMAS[obj["apiVersion"]])
