@@ -43,6 +43,27 @@ ROUTING_POLICIES: Final[tuple[str, ...]] = get_args(RoutingPolicy)
 
 MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 """Largest request body the engine (by default) and the router accept; 413 beyond."""
+SMALL_BODY_BYTES: Final = 64 * 1024
+"""The router keeps 1/BODY_RESERVE_FRACTION of its body budget for bodies up to this size."""
+BODY_RESERVE_FRACTION: Final = 16
+
+
+def largest_body_within(max_bytes: int) -> int:
+    """The largest body the router's body budget of `max_bytes` takes: all of it but the small
+    bodies' reserve (router/http/body_budget.py)."""
+    return max_bytes - max_bytes // BODY_RESERVE_FRACTION
+
+
+def _smallest_body_budget() -> int:
+    budget = MAX_BODY_BYTES * BODY_RESERVE_FRACTION // (BODY_RESERVE_FRACTION - 1) - 2 * 16
+    while largest_body_within(budget) < MAX_BODY_BYTES:
+        budget += 1
+    return budget
+
+
+MIN_BODY_BUDGET_BYTES: Final = _smallest_body_budget()
+"""The smallest router body budget that takes a MAX_BODY_BYTES body beside the reserve."""
+
 
 # ---- what one request may carry -----------------------------------------------------------------
 # Bounds checked where a request enters (the protocol models for HTTP, SamplingParams for every

@@ -16,6 +16,7 @@ from pagedock.limits import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MODEL,
     MAX_BODY_BYTES,
+    MIN_BODY_BUDGET_BYTES,
     ROUTING_POLICIES,
 )
 from pagedock.options import option_meta
@@ -286,8 +287,9 @@ class RouterConfig(PickerConfig, FlowConfig):
         )
         _check(self.hold_queue_bytes >= 0, "hold_queue_bytes must be 0 or more")
         _check(
-            self.max_buffered_body_bytes >= MAX_BODY_BYTES,
-            f"max_buffered_body_bytes must be at least {MAX_BODY_BYTES} (the largest body taken)",
+            self.max_buffered_body_bytes >= MIN_BODY_BUDGET_BYTES,
+            f"max_buffered_body_bytes must be at least {MIN_BODY_BUDGET_BYTES}: a body of "
+            f"{MAX_BODY_BYTES} bytes (the largest taken) beside the small bodies' reserve",
         )
 
     def _check_picker(self) -> None:

@@ -6,7 +6,9 @@ and for a stream it can resume, kept to resume it with. Counting requests bounds
 held 8 MB bodies took a router to 3.5 GB), so their bytes are counted: a body that would take the
 total past --max-buffered-body-bytes gets a 503 (`router_memory_full`, Retry-After) at once,
 before the rest of it is read or any of it parsed. One client's big bodies then cost the others
-at most the budget, never the router.
+at most the budget, never the router. A sixteenth of the budget is kept for small bodies (up to
+SMALL_BODY_BYTES, what chat and completion requests are): large bodies announced or sent to fill
+the budget (eight 8 MiB bodies filled 64 MiB) leave the fleet's ordinary requests their room.
 
 What a body costs beyond its bytes is kept small where it lasts: a held request is its raw body
 (parsed once released), a parsed request is dropped once it is routed, and a resumable stream
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from pagedock.limits import SMALL_BODY_BYTES, largest_body_within
+
 LEASE_SCOPE_KEY = "pagedock.body_lease"
 
 
@@ -33,6 +37,12 @@ class BodyBudget:
         self.max_bytes = max_bytes
         self.used_bytes = 0
         """The bodies of the requests under way (read, held, parsed or forwarded), in bytes."""
+
+    def limit_for(self, num_bytes: int) -> int:
+        """The most `used_bytes` may reach for a body of `num_bytes` to be taken."""
+        return (
+            self.max_bytes if num_bytes <= SMALL_BODY_BYTES else largest_body_within(self.max_bytes)
+        )
 
     def lease(self) -> BodyLease:
         return BodyLease(self)
@@ -59,7 +69,7 @@ class BodyLease:
         extra = num_bytes - self.num_bytes
         if extra <= 0:
             return True
-        if self.budget.used_bytes + extra > self.budget.max_bytes:
+        if self.budget.used_bytes + extra > self.budget.limit_for(num_bytes):
             return False
         self.budget.used_bytes += extra
         self.num_bytes = num_bytes

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from pagedock.errors import ConfigError
-from pagedock.limits import MAX_BODY_BYTES
+from pagedock.limits import MAX_BODY_BYTES, MIN_BODY_BUDGET_BYTES, SMALL_BODY_BYTES
 from router.config import RouterConfig
 from router.http.body_budget import BodyBudget
 from router.http.hold_queue import HoldQueue, HoldRefused
@@ -159,7 +159,7 @@ def test_a_body_past_the_budget_is_refused_at_once_and_a_small_one_is_still_serv
     stack: ExitStack,
 ) -> None:
     fake, url = down_replica(stack)
-    router = held_router(stack, url, max_buffered_body_bytes=MAX_BODY_BYTES)
+    router = held_router(stack, url, max_buffered_body_bytes=MIN_BODY_BUDGET_BYTES)
     pool = stack.enter_context(ThreadPoolExecutor(3))
     big = body_of(BIG)
     held = hold(pool, router, [big, big])
@@ -181,7 +181,7 @@ def test_a_body_past_the_budget_is_refused_at_once_and_a_small_one_is_still_serv
 
 def test_a_chunked_body_past_the_budget_is_refused_as_it_streams_in(stack: ExitStack) -> None:
     _, url = down_replica(stack)
-    router = held_router(stack, url, max_buffered_body_bytes=MAX_BODY_BYTES)
+    router = held_router(stack, url, max_buffered_body_bytes=MIN_BODY_BUDGET_BYTES)
     pool = stack.enter_context(ThreadPoolExecutor(2))
     hold(pool, router, [body_of(BIG), body_of(BIG)])
     chunk = b"w" * MIB
@@ -323,3 +323,24 @@ def test_the_picker_refuses_a_body_past_the_budget_and_gives_back_what_it_took()
     assert "retry-after" in response_headers
     assert destination_header(exchange(completion("y"))[0]) == "10.0.0.1:8000"
     assert budget.used_bytes == budget.max_bytes - 200
+
+
+def test_large_bodies_leave_a_sixteenth_of_the_budget_to_small_ones() -> None:
+    # Issue 34: eight 8 MiB bodies filled a 64 MiB budget, and every ordinary request got a 503.
+    budget = BodyBudget(64 * MIB)
+    big = [budget.lease() for _ in range(8)]
+    taken = [lease.grow_to(8 * MIB) for lease in big]
+    assert taken == [True] * 7 + [False] and budget.used_bytes == 56 * MIB
+    small = [budget.lease() for _ in range(8 * MIB // SMALL_BODY_BYTES)]
+    assert all(lease.grow_to(SMALL_BODY_BYTES) for lease in small)
+    assert budget.used_bytes == 64 * MIB
+    assert not budget.lease().grow_to(1)  # the reserve used up: nobody gets more
+
+
+def test_the_smallest_budget_takes_the_largest_body() -> None:
+    budget = BodyBudget(MIN_BODY_BUDGET_BYTES)
+    assert budget.lease().grow_to(MAX_BODY_BYTES)
+    make_config(max_buffered_body_bytes=MIN_BODY_BUDGET_BYTES)
+    with pytest.raises(ConfigError, match=f"at least {MIN_BODY_BUDGET_BYTES}"):
+        make_config(max_buffered_body_bytes=MIN_BODY_BUDGET_BYTES - 1)
+    assert not BodyBudget(MIN_BODY_BUDGET_BYTES - 1).lease().grow_to(MAX_BODY_BYTES)

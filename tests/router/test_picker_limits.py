@@ -17,7 +17,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from grpc_health.v1 import health_pb2
 
 from pagedock.errors import ConfigError
-from pagedock.limits import MAX_BODY_BYTES
+from pagedock.limits import MAX_BODY_BYTES, MIN_BODY_BUDGET_BYTES
 from router.kv.prompt_hasher import PromptHasher
 from router.picker.picker_server import start_picker, stop_picker
 from router.replicas.discovery.static import StaticDiscovery
@@ -168,7 +168,7 @@ async def test_a_stream_that_dies_releases_its_pick() -> None:
 
 async def test_a_body_past_the_budget_is_a_503_and_a_small_one_still_served() -> None:
     big = MAX_BODY_BYTES * 3 // 4
-    async with running_picker(max_buffered_body_bytes=MAX_BODY_BYTES) as picker:
+    async with running_picker(max_buffered_body_bytes=MIN_BODY_BUDGET_BYTES) as picker:
         budget = picker.ctx.body_budget
         holder = picker.stub.Process()  # a body that never ends, holding 3/4 of the budget
         await holder.write(headers())

@@ -5,7 +5,7 @@ from pydantic import Field
 
 from llm_operator.api.flow_control import FlowControlSpec
 from llm_operator.api.types import RawObject, SpecModel
-from pagedock.limits import MAX_BODY_BYTES, RoutingPolicy
+from pagedock.limits import MIN_BODY_BUDGET_BYTES, RoutingPolicy
 
 
 class RouterSpec(SpecModel):
@@ -31,7 +31,7 @@ class RouterSpec(SpecModel):
     hold_queue_bytes: int | None = Field(None, ge=0)
     """Bytes of request bodies each router pod holds at most while no engine is ready; a body
     past it gets a 503 at once. Unset: the router's default (128 MiB)."""
-    max_buffered_body_bytes: int | None = Field(None, ge=MAX_BODY_BYTES)
+    max_buffered_body_bytes: int | None = Field(None, ge=MIN_BODY_BUDGET_BYTES)
     """Bytes of request bodies each router pod keeps at once (held, parsed, forwarded); a body
     past it gets a 503 at once, before it is parsed. Unset: the router's default (256 MiB, for a
     512Mi pod); raise it with the router's memory."""
