@@ -31,8 +31,8 @@ class FlowConfig:
     flow_queue_ttl_s: float = 30.0
     """Seconds a request may wait in a flow queue before a 429 queue_timeout."""
     flow_starvation_s: float = 10.0
-    """A request of a lower band that has waited this long goes before higher bands' (the
-    bound on starvation)."""
+    """A band that has gone this long without a slot gets the next one, once, before higher
+    bands (the bound on starvation)."""
 
     def _check_flow(self) -> None:
         if self.fairness not in FAIRNESS:

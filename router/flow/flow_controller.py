@@ -12,8 +12,11 @@ between tenants, instead of piling into the engines' queues.
                                   behind its own tenant's earlier requests
     a slot frees                  the most urgent band with waiters goes; within it the tenant
                                   served the fewest tokens (virtual token counters; --fairness
-                                  fcfs: the oldest); a lower band's request that has waited
-                                  --flow-starvation-s goes before them all (no band starves)
+                                  fcfs: the oldest); a band not served for
+                                  --flow-starvation-s (since it last was, or since it began
+                                  to wait) goes first, once: each band gets a slot at least
+                                  that often, and under a sustained flood of every band the
+                                  order stays by priority, not by age
     a band full                   the tenant with the most waiting gives up its newest (429
                                   fleet_saturated), unless the newcomer's tenant is that one:
                                   a heavy tenant's extra load is shed, a light one still gets in
@@ -88,6 +91,9 @@ class Band:
     """Each backlogged tenant's waiting requests, oldest first (in the order tenants became
     backlogged)."""
     size: int = 0
+    last_served: float = 0.0
+    """When a request of this band last got a slot, or when the band began to wait: the
+    starvation guard's clock."""
 
 
 class FlowController:
@@ -180,7 +186,11 @@ class FlowController:
         return FlowTicket(self, request.tenant, request.priority, waited, self.limited)
 
     def _enqueue(self, request: FlowRequest) -> None:
-        band = self.bands.setdefault(request.priority, Band(request.priority))
+        band = self.bands.get(request.priority)
+        if band is None:
+            band = self.bands[request.priority] = Band(
+                request.priority, last_served=request.arrived
+            )
         if band.size >= self.config.flow_queue_size:
             self._shed_for(band, request.tenant)
         if request.tenant not in band.flows:
@@ -213,11 +223,15 @@ class FlowController:
         )
 
     def _next(self, now: float) -> FlowRequest:
-        heads = [(b, q[0]) for b in self.bands.values() for q in b.flows.values()]
-        starving = [r for _, r in heads if now - r.arrived >= self.config.flow_starvation_s]
+        """The request the next free slot goes to (see the module's table)."""
+        starving = [
+            b for b in self.bands.values() if now - b.last_served >= self.config.flow_starvation_s
+        ]
         if starving:
-            return min(starving, key=lambda r: r.arrived)
-        band = self.bands[min(p for p, b in self.bands.items() if b.size)]
+            band = min(starving, key=lambda b: b.last_served)
+        else:
+            band = self.bands[min(self.bands)]
+        band.last_served = now
         if self.config.fairness == "fcfs":
             return min((q[0] for q in band.flows.values()), key=lambda r: r.arrived)
         return band.flows[self.vtc.pick(list(band.flows))][0]

@@ -103,6 +103,22 @@ async def test_a_starving_low_band_request_goes_before_fresher_urgent_ones(clock
     assert await order_granted(flow, first, tasks) == ["batch", "chat"]
 
 
+async def test_under_a_flood_of_every_band_a_starving_band_gets_one_slot_not_all(
+    clock: Clock,
+) -> None:
+    """Every head has waited past the guard: the low band gets one slot, then priority holds
+    again until the low band has gone unserved for the guard's time once more (by age alone,
+    all three batch requests would have gone first)."""
+    flow = make_flow(flow_starvation_s=5.0)
+    first = await flow.admit("chat", 0, 1)
+    batch = [await queued(flow, "batch", 10) for _ in range(3)]
+    clock.now += 6.0
+    chat = [await queued(flow, "chat", 0) for _ in range(3)]
+    clock.now += 6.0
+    order = await order_granted(flow, first, batch + chat)
+    assert order == ["batch", "chat", "chat", "chat", "batch", "batch"]
+
+
 async def test_a_full_band_sheds_the_heaviest_tenants_newest() -> None:
     flow = make_flow(flow_queue_size=2)
     await flow.admit("heavy", 0, 1)

@@ -19,5 +19,6 @@ class FlowControlSpec(SpecModel):
     """Seconds a request may wait in a flow queue before a 429 queue_timeout
     (`--flow-queue-ttl-s`). Unset: the router's default (30)."""
     starvation_seconds: float | None = Field(None, gt=0)
-    """A request of a lower band that has waited this long goes before the higher bands'
-    (`--flow-starvation-s`, the bound on starvation). Unset: the router's default (10)."""
+    """A band that has gone this long without a slot gets the next one, once, before the
+    higher bands (`--flow-starvation-s`, the bound on starvation). Unset: the router's
+    default (10)."""
