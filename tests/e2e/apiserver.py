@@ -5,19 +5,20 @@ log of who asked for what (the bearer token names the caller) for the RBAC check
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp.web
 import kmock
 
-from tests.e2e.client import resource_of
+from tests.e2e.api_request import ApiRequest, describe
+from tests.e2e.authorizer import RBAC_GROUP, Authorizer
 from tests.e2e.labels import matches_selector
 from tests.k8s_operator.emulator import RESOURCES as OPERATOR_RESOURCES
 from tests.k8s_operator.emulator import Emulator, _stamp_new
 
 ALL_VERBS = {"list", "watch", "get", "patch", "create", "delete", "update"}
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
 def _resource(kind: str, namespaced: bool = True, *subresources: str) -> kmock.ResourceInfo:
@@ -52,49 +53,22 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class ApiRequest:
-    """One request as the RBAC check sees it."""
-
-    token: str
-    method: str
-    group: str
-    resource: str
-    subresource: str | None
-    namespace: str | None
-    name: str | None
-    watch: bool
-    blocking_owners: tuple[tuple[str, str], ...] = ()
-    """(group, resource) of each ownerReference with blockOwnerDeletion in the body."""
-    granted_rules: tuple[dict[str, Any], ...] = ()
-    """The rules of a Role or ClusterRole the request writes (RBAC escalation prevention)."""
-
-    @property
-    def verb(self) -> str:
-        """The RBAC verb: GET is get, list or watch; PATCH patch; PUT update; POST create."""
-        if self.method == "GET":
-            return "watch" if self.watch else ("get" if self.name else "list")
-        if self.method == "DELETE":
-            return "delete" if self.name else "deletecollection"
-        return {"POST": "create", "PUT": "update", "PATCH": "patch"}[self.method]
-
-    def __str__(self) -> str:
-        where = f"ns={self.namespace}" if self.namespace else "cluster"
-        what = self.resource + (f"/{self.subresource}" if self.subresource else "")
-        return f"{self.verb} {self.group or 'core'}/{what} {self.name or ''} ({where})"
-
-
 class ClusterApi(Emulator):
     """kmock's emulator as the e2e's API server; `requests_log` holds every resource request."""
 
     requests_log: list[ApiRequest]
     serving: dict[int, aiohttp.web.BaseRequest]
     """The requests being served now, by id (a watch, for as long as it streams)."""
+    enforce_rbac: bool
+    authorizer: Authorizer
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.requests_log = []
         self.serving = {}
+        self.enforce_rbac = True
+        """Refuse a service account's request that its RBAC rules do not allow (authorizer.py)."""
+        self.authorizer = Authorizer(self._rbac_objects)
         for resource, info in RESOURCES.items():
             self.resources[resource] = info
 
@@ -109,6 +83,13 @@ class ClusterApi(Emulator):
             return await super().__call__(raw_request)
         finally:
             del self.serving[id(raw_request)]
+
+    def _rbac_objects(self) -> list[dict[str, Any]]:
+        return [
+            obj
+            for plural in ("roles", "rolebindings", "clusterroles", "clusterrolebindings")
+            for obj in self.all_live(f"{RBAC_GROUP}/v1/{plural}")
+        ]
 
     def abort_serving(self) -> list[str]:
         """Reset the connection of every request still being served, which ends it at once;
@@ -128,12 +109,22 @@ class ClusterApi(Emulator):
     async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
         # NOTE: discovery (`/apis/apps/v1`) parses as a resource without a plural; RBAC lets every
         # authenticated client read it (system:discovery), so it is not logged.
+        described = None
         if request.resource is not None and request.resource.plural:
-            self.requests_log.append(_describe(request))
+            described = describe(request)
+            self.requests_log.append(described)
         try:
+            if described is not None and self.enforce_rbac:
+                self.authorizer.check(described)
             return await super()._handle(request)
         finally:
             self._forget(request)
+            if (
+                described is not None
+                and described.group == RBAC_GROUP
+                and described.verb in (WRITES)
+            ):
+                self.authorizer.forget()
 
     def _forget(self, request: Any) -> None:
         """Drop a served request from kmock's own history (ours is `requests_log`).
@@ -187,23 +178,3 @@ class ClusterApi(Emulator):
 
 def _selected(obj: dict[str, Any], selector: str) -> bool:
     return matches_selector(obj.get("metadata", {}).get("labels") or {}, selector)
-
-
-def _describe(request: Any) -> ApiRequest:
-    authorization = request.headers.get("Authorization", "")
-    body = request.data if isinstance(request.data, dict) else {}
-    refs = (body.get("metadata") or {}).get("ownerReferences") or []
-    owners = [resource_of(ref).split("/") for ref in refs if ref.get("blockOwnerDeletion")]
-    rules = body.get("rules") if request.resource.plural in ("roles", "clusterroles") else None
-    return ApiRequest(
-        token=authorization.removeprefix("Bearer ").strip(),
-        method=str(request.method.value if hasattr(request.method, "value") else request.method),
-        group=request.resource.group or "",
-        resource=request.resource.plural or "",
-        subresource=request.subresource,
-        namespace=request.namespace,
-        name=request.name,
-        watch=request.params.get("watch") == "true",
-        blocking_owners=tuple((o[0] if len(o) == 3 else "", o[-1]) for o in owners),
-        granted_rules=tuple(rules or ()),
-    )

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tests.e2e.apiserver import ApiRequest, ClusterApi
+from tests.e2e.api_request import ApiRequest
+
+if TYPE_CHECKING:
+    from tests.e2e.apiserver import ClusterApi
 
 Obj = dict[str, Any]
 RBAC = "rbac.authorization.k8s.io/v1"

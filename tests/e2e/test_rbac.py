@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.e2e.apiserver import ApiRequest
+from tests.e2e.api_request import ApiRequest
 from tests.e2e.rbac import denied
 
 OPERATOR = "sa:ops:op"
