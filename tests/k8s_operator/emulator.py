@@ -2,7 +2,9 @@
 uid, resourceVersion, generation, creationTimestamp and generateName on create; a new
 resourceVersion on every update and a generation bump on spec changes; equality label selectors on
 lists; admission of LLMDeployments as for their CRD (pruning, defaults, the OpenAPI schema and the
-CEL rules: admission.py), a refusal storing nothing; and, on request, a refusal (403, 422, ...) of
+CEL rules: admission.py), a refusal storing nothing; a strategic merge patch of a built-in kind
+applied with Kubernetes' patch strategies (strategic_merge.py; 415 for a custom resource); a
+patch's stale resourceVersion a 409 Conflict; and, on request, a refusal (403, 422, ...) of
 writes to one resource, or a whole API group missing (404), as in a cluster without a CRD.
 (kmock stores objects as posted and merge-patches them; no GC or controllers.)"""
 
@@ -18,6 +20,7 @@ from llm_operator.api.crd import build_crd
 
 from tests.k8s_operator.admission import Admission
 from tests.k8s_operator.field_errors import Invalid
+from tests.k8s_operator.strategic_merge import PatchError, is_built_in, strategic_merge
 
 RESOURCES: dict[str, kmock.ResourceInfo] = {
     "pagedock.dev/v1alpha1/llmdeployments": kmock.ResourceInfo(
@@ -67,6 +70,11 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         verbs={"list", "watch", "get", "create"},
     ),
 }
+STRATEGIC = "application/strategic-merge-patch+json"
+UNSUPPORTED_SMP = (
+    "the body of the request was in an unknown format - accepted media types include: "
+    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+)
 ADMISSIONS: dict[str, Admission] = {"pagedock.dev/v1alpha1/llmdeployments": Admission(build_crd())}
 _versions = itertools.count(1000)
 
@@ -105,6 +113,8 @@ class Emulator(kmock.KubernetesEmulator):
             if request.action == action and request.resource == resource:
                 raise error  # before kmock's own _handle, which would store the object
         data = request.data if isinstance(request.data, dict) else None
+        if request.action == kmock.action.UPDATE and data is not None:
+            self._as_merge_patch(request, data)
         if request.resource is not None and data is not None:
             if request.action == kmock.action.CREATE:
                 _stamp_new(data)
@@ -114,6 +124,31 @@ class Emulator(kmock.KubernetesEmulator):
                     self._bump_generation(request, data)
         self._admit(request)
         return await super()._handle(request)
+
+    def _as_merge_patch(self, request: Any, data: dict[str, Any]) -> None:
+        """Check a patch's resourceVersion precondition (409 when stale), and turn a strategic
+        merge patch of a built-in kind into the JSON merge patch with the same result, which
+        kmock applies (415 for a custom resource, as the API server answers)."""
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects or self.objects[key].deleted:
+            return  # kmock answers 404
+        old = self.objects[key].raw
+        wanted = (data.get("metadata") or {}).get("resourceVersion")
+        current = old.get("metadata", {}).get("resourceVersion")
+        if wanted is not None and wanted != current:
+            raise kmock.KubernetesError(409, "Conflict", _conflict(request), {})
+        content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+        if content_type != STRATEGIC or request.subresource == "scale":
+            return
+        if not is_built_in(old.get("apiVersion", ""), old.get("kind", "")):
+            raise kmock.KubernetesError(415, "UnsupportedMediaType", UNSUPPORTED_SMP, {})
+        try:
+            merged = strategic_merge(old, data)
+        except PatchError as error:
+            raise kmock.KubernetesError(400, "BadRequest", str(error), {}) from None
+        patch = merge_patch_between(old, merged)
+        data.clear()
+        data.update(patch)
 
     def _admit(self, request: Any) -> None:
         """Raise the API server's 422 when admission refuses a write (a create, or a patch of the
@@ -201,3 +236,27 @@ def _stamp_new(data: dict[str, Any]) -> None:
 def _parse_selector(selector: str) -> dict[str, str]:
     """`a=b,c=d` (equality terms only, which is all the operator sends)."""
     return dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
+
+
+def merge_patch_between(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that makes `new` of `old`: a key `new` lacks is null, a
+    map recurses, anything else that differs is `new`'s value."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            inner = merge_patch_between(before, value)
+            if inner:
+                patch[key] = inner
+        elif key not in old or before != value:
+            patch[key] = value
+    return patch
+
+
+def _conflict(request: Any) -> str:
+    group = request.resource.group
+    qualified = request.resource.plural + (f".{group}" if group else "")
+    return (
+        f'Operation cannot be fulfilled on {qualified} "{request.name}": the object has been '
+        "modified; please apply your changes to the latest version and try again"
+    )

@@ -4,6 +4,7 @@ from typing import Any
 
 import aiohttp
 
+from tests.eventually import eventually
 from tests.k8s_operator.emulator import Emulator
 
 NAMESPACE = "team-a"
@@ -35,6 +36,35 @@ def condition(llmd: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
         if item["type"] == type_:
             return item
     return None
+
+
+def num_reconcile_reads(cluster: Emulator, name: str) -> int:
+    """GETs of the LLMDeployment `name`: the reconciler reads it at the start of every pass."""
+    path = f"{LLMD_COLLECTION}/{name}"
+    return sum(1 for request in list(cluster["get"]) if request.url.path == path)
+
+
+async def writes_over_resyncs(cluster: Emulator, name: str, passes: int) -> list[str]:
+    """The writes made while the reconciler read `name` `passes` more times (each a pass seen
+    to happen, not time that may have held none): none once the object is settled."""
+    before, start = num_writes(cluster), num_reconcile_reads(cluster, name)
+    await eventually(
+        lambda: num_reconcile_reads(cluster, name) >= start + passes + 1,
+        60,
+        lambda: (
+            f"{passes} reconcile passes of {name}: saw {num_reconcile_reads(cluster, name) - start}"
+        ),
+    )
+    requests = [r for m in ("post", "patch", "put", "delete") for r in list(cluster[m])]
+    return [f"{r.method} {r.url.path}" for r in sorted(requests, key=lambda r: r.id)][before:]
+
+
+async def settled(cluster: Emulator, name: str, max_passes: int = 10) -> None:
+    """Wait until a whole reconcile pass of `name` writes nothing (the create's burst is over)."""
+    for _ in range(max_passes):
+        if not await writes_over_resyncs(cluster, name, 1):
+            return
+    raise AssertionError(f"{name} still written after {max_passes} reconcile passes")
 
 
 def num_writes(cluster: Emulator) -> int:

@@ -2,8 +2,6 @@
 ModelReady (kmock's emulator runs no Jobs: the tests write the Job's status as its controller
 would)."""
 
-import asyncio
-
 import aiohttp
 import pytest
 from kopf.testing import KopfRunner
@@ -16,8 +14,9 @@ from tests.k8s_operator.helpers import (
     condition,
     live,
     make_llmd,
-    num_writes,
     send,
+    settled,
+    writes_over_resyncs,
 )
 
 pytestmark = pytest.mark.asyncio
@@ -86,10 +85,8 @@ async def test_engines_start_only_after_the_download_job_succeeded(
             "readOnly": True,
         } in container["volumeMounts"]
     await eventually(lambda: model_reason(cluster) == "ModelLoading")
-    await asyncio.sleep(1.5)  # settle, then resync passes write nothing (the Job is not re-made)
-    before = num_writes(cluster)
-    await asyncio.sleep(2.5)
-    assert num_writes(cluster) == before
+    await settled(cluster, "chat")  # then resync passes write nothing (the Job is not re-made)
+    assert await writes_over_resyncs(cluster, "chat", 3) == []
     assert download_jobs(cluster) == [job_name]
 
 
@@ -108,7 +105,7 @@ async def test_a_new_revision_downloads_again_while_the_old_engines_keep_serving
     await send(api, "PATCH", f"{LLMD_COLLECTION}/chat", patch)
     [second] = await eventually(lambda: [n for n in download_jobs(cluster) if n != first])
     await eventually(lambda: download_jobs(cluster) == [second])  # the old Job is deleted
-    await asyncio.sleep(1.5)  # a resync pass: the engines still run v1
+    await writes_over_resyncs(cluster, "chat", 1)  # a pass seen: the engines still run v1
     args = (live(cluster, DEPLOYMENTS, "chat-engine") or {})["spec"]["template"]["spec"][
         "containers"
     ][0]["args"]

@@ -17,8 +17,9 @@ from tests.k8s_operator.helpers import (
     live,
     make_llmd,
     mark_ready,
-    num_writes,
     send,
+    settled,
+    writes_over_resyncs,
 )
 
 pytestmark = pytest.mark.asyncio
@@ -172,12 +173,8 @@ async def test_reconciling_an_unchanged_deployment_writes_nothing(
 ) -> None:
     await create_and_wait(cluster, api, **GPU_SPEC)
     await make_ready(cluster, api)
-    await asyncio.sleep(1.5)  # let the create/ready burst settle
-    before = num_writes(cluster)
-    await asyncio.sleep(3.5)  # three resync timer passes (resync_seconds=1)
-    assert num_writes(cluster) == before, [
-        (r.method, r.url.path) for m in ("post", "patch", "delete") for r in list(cluster[m])[-5:]
-    ]
+    await settled(cluster, "chat")
+    assert await writes_over_resyncs(cluster, "chat", 3) == []
 
 
 @pytest.mark.parametrize(
@@ -221,7 +218,7 @@ async def test_no_finalizer_is_added_so_deletion_needs_no_operator(
     operator: KopfRunner, cluster: Emulator, api: aiohttp.ClientSession
 ) -> None:
     await create_and_wait(cluster, api)
-    await asyncio.sleep(1.5)  # a resync pass and the child events
+    await writes_over_resyncs(cluster, "chat", 1)  # a resync pass and the child events
     assert not (live(cluster, LLMD, "chat") or {})["metadata"].get("finalizers")
     await send(api, "DELETE", f"{LLMD_COLLECTION}/chat")
     assert live(cluster, LLMD, "chat") is None  # at once: owner references collect the children
