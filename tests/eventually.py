@@ -1,4 +1,4 @@
-"""Polling for async tests: wait until a condition holds, failing with what was last seen."""
+"""Polling for tests: wait until a condition holds, failing with what was last seen."""
 
 from __future__ import annotations
 
@@ -28,3 +28,20 @@ async def eventually(
                 f"not within {timeout:.0f}s: {what() if callable(what) else what or check}"
             )
         await asyncio.sleep(interval)
+
+
+def eventually_sync(
+    check: Callable[[], Any],
+    timeout: float = 30.0,
+    what: str | Callable[[], str] = "",
+    interval: float = 0.05,
+) -> Any:
+    """`eventually` for tests without an event loop."""
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"not within {timeout:.0f}s: {what() if callable(what) else what or check}"
+            )
+        time.sleep(interval)
+    return result

@@ -1,7 +1,10 @@
 """One structured log line per finished request: who, how many tokens, how fast, why it ended.
 
 Never the prompt text, unless the server runs with --log-prompts (a debugging aid: prompts are
-user data).
+user data). The line also carries the tenant, the adapter, and the HTTP request's ids
+(`x_request_id`, W3C `trace_id`: pagedock/http/request_context.py), which its generation
+remembered under its id when it queued its engine requests (`<id>-<i>`): the line is written on the
+engine's side, outside the request's context.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import json
 import logging
 
 from engine.runtime.outputs import FinishedRequestStats, IterationStats
+from pagedock.request_ids import remembered
 
 logger = logging.getLogger("pagedock.requests")
 
@@ -37,7 +41,12 @@ def log_request_finished(finished: FinishedRequestStats, log_prompts: bool) -> N
         "ttft_ms": None if ttft is None else round((ttft - timing.arrival_time) * 1000, 1),
         "total_ms": round((end - timing.arrival_time) * 1000, 1),
         "finish_reason": ",".join(sorted(set(finished.finish_reasons))) or None,
+        "tenant": finished.tenant,
+        "adapter": finished.lora_name,
     }
+    ids = remembered(finished.request_id.split("-", 1)[0])
+    if ids is not None:
+        record |= ids.log_fields()
     if log_prompts:
         record["prompt"] = finished.prompt
-    logger.info(json.dumps(record))
+    logger.info(json.dumps(record), extra={"fields": record})

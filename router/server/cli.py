@@ -12,6 +12,7 @@ from typing import Any
 
 from pagedock.errors import PagedockError
 from pagedock.http.limits import limited_protocol
+from pagedock.logs import check_log_format, configure_logging
 from pagedock.options import add_options, values_for
 from router.config import RouterConfig
 
@@ -24,30 +25,30 @@ class RouteLogging:
 
     log_level: str = "info"
     """debug, info, warning or error."""
+    log_format: str = "text"
+    """text (a line a person reads) or json (one JSON object a line, with the request's
+    x_request_id and W3C trace_id: docs/server.md#logs)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     logs = RouteLogging(**values_for(RouteLogging, ns))
     try:
+        check_log_format(logs.log_format)
         config = RouterConfig(**values_for(RouterConfig, ns))
     except PagedockError as e:
         print(f"pagedock route: error: {e}", file=sys.stderr)
         return 2
-    return run(config, logs.log_level)
+    return run(config, logs.log_level, logs.log_format)
 
 
-def run(config: RouterConfig, log_level: str = "info") -> int:
+def run(config: RouterConfig, log_level: str = "info", log_format: str = "text") -> int:
     import uvicorn
 
     from router.server.app import build_app
     from router.server.context import RouterContext
 
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
+    configure_logging(log_level, log_format)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request otherwise
     try:
         ctx = RouterContext.from_config(config)
