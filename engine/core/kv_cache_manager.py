@@ -71,12 +71,17 @@ class KVCacheManager:
         """The longest run of the request's leading blocks already cached, and its token count.
 
         A full hit still leaves the last token to compute, so there are logits to sample from:
-        the lookup stops one token short of the request's length.
+        the lookup stops one token short of the request's length. A request still owed prompt
+        logprobs must compute the positions that give them: its hit stops before the first of
+        those (vLLM skips the lookup for such requests altogether; here a recompute after a
+        preemption still finds what it had computed).
         """
         if not self.enable_caching:
             return [], 0
         request.update_block_hashes(self.block_size, self._root_of(request))
         max_blocks = (request.num_tokens - 1) // self.block_size
+        if request.prompt_logprobs is not None:
+            max_blocks = min(max_blocks, request.num_computed_prompt_logprobs // self.block_size)
         blocks: list[KVCacheBlock] = []
         for block_hash in request.block_hashes[:max_blocks]:
             block = self.pool.get_cached_block(block_hash)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.core.scheduler_output import ScheduledRequest
+from engine.core.scheduler_output import LogprobsLists, ScheduledRequest
 from engine.inputs.engine_request import DEFAULT_TENANT, EngineRequest
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.kv.block_hash import BlockHash, hash_blocks
@@ -66,6 +66,13 @@ class Request:
     chunk, a decode step, a prefix-cache hit and a recompute after preemption are all that gap.
     """
 
+    num_computed_prompt_logprobs: int = 0
+    """prompt_logprobs: the positions whose logits gave prompt logprobs so far (prompt tokens
+    1..n); kept through a preemption, so that a recompute neither repeats nor loses any."""
+    prompt_logprobs: LogprobsLists | None
+    """The prompt logprobs computed so far, held until they go out with the first token (then
+    None); None from the start when not asked for."""
+
     def __init__(
         self,
         *,
@@ -115,6 +122,7 @@ class Request:
         self.lora_id: int | None = None
         # The LoRA slot pinned for it while it runs (engine/lora/slots.py); -1: none.
         self.lora_slot = -1
+        self.prompt_logprobs = _prompt_logprobs_holder(sampling_params)
 
     @classmethod
     def from_engine_request(
@@ -168,6 +176,7 @@ class Request:
             banned = sorted(
                 self.stop_token_ids | (set() if params.ignore_eos else self.eos_token_ids)
             )
+        offset, num_rows = self._prompt_logprobs_rows(start, num_new)
         return ScheduledRequest(
             request_id=self.request_id,
             new_token_ids=self.all_token_ids[start : start + num_new],
@@ -180,7 +189,31 @@ class Request:
             banned_token_ids=banned,
             lora_name=self.lora_name,
             lora_slot=self.lora_slot,
+            prompt_logprobs_offset=offset,
+            num_prompt_logprobs_rows=num_rows,
         )
+
+    def _prompt_logprobs_rows(self, start: int, num_new: int) -> tuple[int, int]:
+        """(offset in the chunk, count) of the rows whose logits give prompt logprobs still to
+        compute: positions from `num_computed_prompt_logprobs` up to the one before the last
+        prompt token (the last one's logits predict the first output token, not a prompt one)."""
+        if self.prompt_logprobs is None:
+            return 0, 0
+        first = max(start, self.num_computed_prompt_logprobs)
+        end = min(start + num_new, self.num_prompt_tokens - 1)
+        return first - start, max(end - first, 0)
+
+    def add_prompt_logprobs(self, rows: LogprobsLists) -> None:
+        """The prompt logprobs one step computed (the rows after those already held)."""
+        assert self.prompt_logprobs is not None, "prompt logprobs it did not ask for"
+        self.prompt_logprobs.extend(rows)
+        self.num_computed_prompt_logprobs = rows.first_token_index - 1 + len(rows)
+
+    def take_prompt_logprobs(self) -> LogprobsLists | None:
+        """Every prompt token's logprobs, once (with the first token); None after, or when not
+        asked for."""
+        rows, self.prompt_logprobs = self.prompt_logprobs, None
+        return rows
 
     def update_block_hashes(self, block_size: int, root: BlockHash) -> None:
         """Extend the chain of full-block hashes to cover every full block of all_token_ids."""
@@ -197,3 +230,8 @@ class Request:
             f"Request({self.request_id!r}, {self.status.name}, "
             f"computed={self.num_computed_tokens}/{self.num_tokens})"
         )
+
+
+def _prompt_logprobs_holder(params: SamplingParams) -> LogprobsLists | None:
+    """Where a request asking for prompt logprobs collects them (empty), else None."""
+    return None if params.prompt_logprobs is None else LogprobsLists(1, [], [], [])

@@ -258,6 +258,8 @@ class Scheduler:
                 core_outputs.append(EngineCoreOutput(request.request_id, [], "error", error=error))
                 continue
             request.num_computed_tokens += item.num_new_tokens
+            if item.num_prompt_logprobs_rows:
+                request.add_prompt_logprobs(runner_output.prompt_logprobs[item.request_id])
             self.waiting.charge(request.tenant, item.num_new_tokens)
             self.kv_cache_manager.cache_blocks(request)
             sampled = runner_output.sampled.get(item.request_id)
@@ -280,6 +282,7 @@ class Scheduler:
             stop_reason=request.stop_reason,
             logprobs=[sampled] if request.sampling_params.logprobs is not None else [],
             num_cached_tokens=request.num_cached_tokens,
+            prompt_logprobs=request.take_prompt_logprobs(),
         )
 
     def _check_stop(self, request: Request, token_id: int) -> RequestStatus | None:

@@ -28,6 +28,10 @@ class ScheduledRequest:
     # (engine/lora/slots.py); None and -1 for the base model.
     lora_name: str | None = None
     lora_slot: int = -1
+    # Prompt logprobs asked for and not computed yet: the chunk's rows from this offset on, this
+    # many, each giving the log-probabilities of the prompt token after its position.
+    prompt_logprobs_offset: int = 0
+    num_prompt_logprobs_rows: int = 0
 
     @property
     def num_new_tokens(self) -> int:
@@ -60,12 +64,37 @@ class SampledToken:
 
 
 @dataclass
+class LogprobsLists:
+    """Prompt log-probabilities of consecutive prompt tokens (vLLM's name), one row per token:
+    row i is for prompt token `first_token_index + i`, as predicted by the logits at the position
+    before it. Each row lists that prompt token first, then the top alternatives, most likely
+    first (the token may be among them too)."""
+
+    first_token_index: int
+    logprob_token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    # The prompt token's rank in the vocabulary (1: the most likely), per row.
+    selected_token_ranks: list[int]
+
+    def __len__(self) -> int:
+        return len(self.selected_token_ranks)
+
+    def extend(self, more: LogprobsLists) -> None:
+        """Append the rows that follow these (the next chunk of the same prompt)."""
+        assert more.first_token_index == self.first_token_index + len(self), "rows out of order"
+        self.logprob_token_ids.extend(more.logprob_token_ids)
+        self.logprobs.extend(more.logprobs)
+        self.selected_token_ranks.extend(more.selected_token_ranks)
+
+
+@dataclass
 class ModelRunnerOutput:
-    """Sampled tokens by request id (only requests that sampled this step), and per-request
-    errors."""
+    """Sampled tokens by request id (only requests that sampled this step), per-request errors,
+    and the prompt logprobs the step computed (requests that asked for them)."""
 
     sampled: dict[str, SampledToken]
     errors: dict[str, str] = field(default_factory=dict)
+    prompt_logprobs: dict[str, LogprobsLists] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,3 +108,5 @@ class EngineCoreOutput:
     logprobs: list[SampledToken] = field(default_factory=list)
     num_cached_tokens: int = 0
     error: str | None = None
+    # With the first token of a request that asked: every prompt token's logprobs (from 1 on).
+    prompt_logprobs: LogprobsLists | None = None

@@ -1,11 +1,12 @@
 """A step's batch as one flat int32 buffer: what rank 0 sends the other ranks every step.
 
 The worker ranks need only what shapes the forward pass (the tokens, where they sit, which
-blocks hold their context, which rows sample), not request ids, sampling parameters or token
-histories, so a step costs 4 bytes per new token and per block id plus 16 per sequence:
+blocks hold their context, which rows sample or give prompt logprobs: every rank computes the
+same logits rows, which rank 0 gathers), not request ids, sampling parameters or token histories,
+so a step costs 4 bytes per new token and per block id plus 24 per sequence:
 
-    | num_seqs | (num_computed, num_new, do_sample, num_blocks) x num_seqs
-    | new tokens | block ids |
+    | num_seqs | (num_computed, num_new, do_sample, num_blocks, prompt-logprob row offset and
+    count) x num_seqs | new tokens | block ids |
 
 The order of the batch is kept: every rank runs the same forward pass on the same rows.
 """
@@ -19,7 +20,7 @@ import numpy as np
 from engine.core.scheduler_output import ScheduledRequest
 from engine.inputs.sampling_params import SamplingParams
 
-_FIELDS_PER_SEQ = 4
+_FIELDS_PER_SEQ = 6
 # What a worker's decoded requests carry for the fields it never reads.
 _UNUSED_PARAMS = SamplingParams()
 
@@ -30,7 +31,15 @@ def encode_step(batch: list[ScheduledRequest]) -> bytes:
     header[0] = num_seqs
     header[1:] = np.fromiter(
         chain.from_iterable(
-            (s.num_computed_tokens, s.num_new_tokens, s.do_sample, len(s.block_ids)) for s in batch
+            (
+                s.num_computed_tokens,
+                s.num_new_tokens,
+                s.do_sample,
+                len(s.block_ids),
+                s.prompt_logprobs_offset,
+                s.num_prompt_logprobs_rows,
+            )
+            for s in batch
         ),
         dtype=np.int32,
         count=_FIELDS_PER_SEQ * num_seqs,
@@ -49,7 +58,7 @@ def decode_step(payload: bytes) -> list[ScheduledRequest]:
     tokens = flat[offset : offset + num_tokens].tolist()
     blocks = flat[offset + num_tokens :].tolist()
     batch, tok, blk = [], 0, 0
-    for num_computed, num_new, do_sample, num_blocks in fields:
+    for num_computed, num_new, do_sample, num_blocks, logprobs_offset, logprobs_rows in fields:
         batch.append(
             ScheduledRequest(
                 request_id="",
@@ -60,6 +69,8 @@ def decode_step(payload: bytes) -> list[ScheduledRequest]:
                 sampling_params=_UNUSED_PARAMS,
                 prompt_token_ids=[],
                 output_token_ids=[],
+                prompt_logprobs_offset=logprobs_offset,
+                num_prompt_logprobs_rows=logprobs_rows,
             )
         )
         tok, blk = tok + num_new, blk + num_blocks

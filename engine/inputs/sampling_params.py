@@ -209,6 +209,9 @@ class SamplingParams:
     """Divides positive / multiplies negative logits of tokens seen in prompt or output; > 0."""
     logprobs: int | None = None
     """Return the sampled token's log-probability and this many top alternatives (0..20)."""
+    prompt_logprobs: int | None = None
+    """Return each prompt token's log-probability (the first has none) and this many top
+    alternatives per position (0..20), computed in the prefill's forward pass (vLLM's)."""
     n: int = 1
     """Completions per prompt; they share the prompt's KV blocks."""
     skip_special_tokens: bool = True
@@ -238,6 +241,11 @@ class SamplingParams:
             _fail("structured_outputs must be a StructuredOutputsParams", _PARAM)
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             _fail(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}", "logprobs")
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= MAX_LOGPROBS:
+            _fail(
+                f"prompt_logprobs must be in [0, {MAX_LOGPROBS}], got {self.prompt_logprobs}",
+                "prompt_logprobs",
+            )
         if not 1 <= self.n <= MAX_N:
             _fail(f"n must be in [1, {MAX_N}], got {self.n}", "n")
         if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:

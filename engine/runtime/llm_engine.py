@@ -180,7 +180,7 @@ class LLMEngine:
         children = [self._core_request(c, timing) for c in child_requests(request)]
         child_ids = [c.request_id for c in children]
         self.guided.register(self.runner, child_ids, compiled, params.stop_token_ids)
-        defer = self.config.enable_prefix_caching
+        defer = self.config.enable_prefix_caching or params.prompt_logprobs is not None
         for child in self.parallel.register(request_id, children, defer):
             self.scheduler.add_request(child)
         return NewRequest.of(request, timing, child_ids)

@@ -20,6 +20,7 @@ from engine.core.request import RequestTiming
 from engine.core.scheduler_output import EngineCoreOutput, SampledToken
 from engine.inputs.engine_request import DEFAULT_TENANT, EngineRequest
 from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
+from engine.runtime.logprobs import PromptLogprobs, prompt_logprobs_of
 from engine.runtime.outputs import (
     CompletionOutput,
     FinishedRequestStats,
@@ -154,6 +155,8 @@ class _RequestState:
         self.num_unfinished = len(completions)
         self.num_cached_tokens = 0
         self.error: str | None = None
+        # Once computed (with the first token); a DELTA request's go out once, then are dropped.
+        self.prompt_logprobs: PromptLogprobs | None = None
 
     @property
     def finished(self) -> bool:
@@ -169,6 +172,9 @@ class _RequestState:
         else:
             return None
         new = self.new
+        prompt_logprobs = self.prompt_logprobs
+        if self.kind is RequestOutputKind.DELTA:
+            self.prompt_logprobs = None
         return RequestOutput(
             new.request_id,
             new.prompt,
@@ -177,6 +183,7 @@ class _RequestState:
             self.finished,
             self.num_cached_tokens,
             self.error,
+            prompt_logprobs,
         )
 
 
@@ -227,6 +234,8 @@ class OutputProcessor:
             if completion.index == 0 and core.new_token_ids:
                 state.num_cached_tokens = core.num_cached_tokens
             state.error = state.error or core.error
+            if core.prompt_logprobs is not None:
+                state.prompt_logprobs = prompt_logprobs_of(core.prompt_logprobs, self.tokenizer)
             stepped.setdefault(state.new.request_id, []).append(delta)
         stats = IterationStats()
         outputs = []

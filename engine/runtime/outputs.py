@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from engine.core.request import RequestTiming
 from engine.core.scheduler_output import SampledToken
 from engine.inputs.engine_request import DEFAULT_TENANT
+from engine.runtime.logprobs import PromptLogprobs
 
 
 @dataclass
@@ -43,6 +44,10 @@ class RequestOutput:
     # Prompt tokens the first completion found in the prefix cache.
     num_cached_tokens: int = 0
     error: str | None = None
+    # When SamplingParams.prompt_logprobs asked: None for the first prompt token, then each
+    # one's {token id: Logprob} (engine/runtime/logprobs.py). A DELTA request gets them in its
+    # first output, the other kinds in every output.
+    prompt_logprobs: PromptLogprobs | None = None
 
     # The single-completion shorthand offline users reach for: outs[0].text.
     @property

@@ -2,7 +2,9 @@
 
 The first child runs alone until its prompt is computed and its full blocks are cached; the other
 n - 1 then join and find those blocks in the prefix cache (ref counts shared, nothing copied: only
-full blocks are shared, and a request never writes into a full block).
+full blocks are shared, and a request never writes into a full block). With prompt logprobs, which
+only the first child computes, the others wait for it even without prefix caching, so the prompt
+logprobs come with the request's first output.
 
 This is the engine side (the engine thread): which children wait, which are unfinished, what an
 abort of the parent ends. Merging the children's outputs back under the parent's id is the
@@ -41,9 +43,12 @@ def child_requests(request: EngineRequest) -> list[EngineRequest]:
 
 def child_params(params: SamplingParams, index: int) -> SamplingParams:
     """n = 1 per child; a seeded request seeds each child differently (so choices differ) but
-    reproducibly. A copy, not validated again: `params` passed the InputProcessor already."""
+    reproducibly; prompt logprobs, reported once per prompt, are the first child's alone. A
+    copy, not validated again: `params` passed the InputProcessor already."""
     child = copy.copy(params)
     child.n = 1
+    if index > 0:
+        child.prompt_logprobs = None
     if params.seed is not None:
         child.seed = child_seed(params.seed, index)
     return child

@@ -4,7 +4,8 @@ scheduled (decodes first)  | d0 | d1 | p0 p0 p0 p0 | p1 p1 p1 |
 query_start_loc              0    1    2             6          9
 positions                    num_computed_tokens + offset within the step's chunk
 slot_mapping                 block_ids[pos // bs] * bs + pos % bs
-sample_indices               the last row of each request that samples this step
+sample_indices               the last row of each request that samples this step, then the rows
+                             whose logits give prompt logprobs (requests that asked for them)
 lora_mapping                 each row's adapter slot (-1: base), LoRA engines only
 """
 
@@ -61,6 +62,9 @@ def build_model_inputs(
     )
     sample_rows = [i for i, s in enumerate(batch) if s.do_sample]
     sample_indices = query_start_loc[1:][sample_rows] - 1
+    prompt_rows = prompt_logprobs_rows(batch, query_start_loc)
+    if prompt_rows is not None:
+        sample_indices = np.concatenate([sample_indices, prompt_rows])
     meta = AttentionMetadata(
         num_tokens=num_tokens,
         num_seqs=num_seqs,
@@ -81,6 +85,24 @@ def build_model_inputs(
         sample_indices=torch.from_numpy(sample_indices).to(device),
         sample_requests=[batch[i] for i in sample_rows],
         lora_mapping=build_lora_mapping(batch, query_lens, device) if with_lora else None,
+    )
+
+
+def prompt_logprobs_rows(
+    batch: list[ScheduledRequest], query_start_loc: np.ndarray
+) -> np.ndarray | None:
+    """The rows whose logits give prompt logprobs, request by request in batch order; None when
+    no request computes any this step (the usual case: nothing is added)."""
+    asking = [(i, s) for i, s in enumerate(batch) if s.num_prompt_logprobs_rows]
+    if not asking:
+        return None
+    return np.concatenate(
+        [
+            np.arange(s.num_prompt_logprobs_rows)
+            + int(query_start_loc[i])
+            + s.prompt_logprobs_offset
+            for i, s in asking
+        ]
     )
 
 

@@ -9,10 +9,16 @@ import torch
 
 from engine.attention.backend import AttentionBackend
 from engine.attention.kv_quant import cache_head_width
-from engine.core.scheduler_output import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
+from engine.core.scheduler_output import (
+    LogprobsLists,
+    ModelRunnerOutput,
+    ScheduledRequest,
+    SchedulerOutput,
+)
 from engine.lora.lora_manager import LoRAManager
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
+from engine.sampling.prompt_logprobs import compute_prompt_logprobs
 from engine.sampling.sampler import Sampler, SamplingTensors
 from engine.sampling.sampling_batch import build_sampling_tensors
 from engine.sampling.step_seed import step_seed
@@ -86,13 +92,21 @@ class ModelRunner:
         if self.send_step is not None:
             self.send_step(batch)
         logits, sampling = self.forward(batch)
-        if not sampling:
-            return ModelRunnerOutput({})
-        return self._sample(logits.cpu(), sampling)
+        prompt_logprobs: dict[str, LogprobsLists] = {}
+        if logits.shape[0] > len(sampling):  # prompt-logprob rows follow the sampling rows
+            prompt_logprobs = compute_prompt_logprobs(logits[len(sampling) :], batch)
+        result = ModelRunnerOutput({})
+        if sampling:
+            result = self._sample(logits[: len(sampling)].cpu(), sampling)
+        result.prompt_logprobs = prompt_logprobs
+        return result
 
     def forward(self, batch: list[ScheduledRequest]) -> tuple[torch.Tensor, list[ScheduledRequest]]:
-        """The step's logits (rows of the requests that sample, in the returned order). Every
-        tensor-parallel rank runs this on the same batch; only rank 0's logits hold anything."""
+        """The step's logits: rows of the requests that sample, in the returned order, then the
+        rows of prompt logprobs (input_batch.py). Every tensor-parallel rank runs this on the
+        same batch; only rank 0's logits hold anything."""
+        # NOTE: a graphable step has no prompt-logprob rows: those are never a chunk's last
+        # prompt position, so a one-token chunk with one does not sample.
         if (
             self.graphs is not None
             and is_graphable(batch, self.graphs.max_size)

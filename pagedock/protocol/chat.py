@@ -16,6 +16,7 @@ from pagedock.protocol.openai import (
     MAX_INT32,
     MAX_TOP_LOGPROBS,
     OpenAIModel,
+    PromptLogprobsField,
     SamplingFields,
     UsageInfo,
     now_s,
@@ -187,6 +188,7 @@ class ChatCompletionResponse(OpenAIModel):
     choices: list[ChatChoice]
     usage: UsageInfo
     prompt_token_ids: list[int] | None = None
+    prompt_logprobs: PromptLogprobsField | None = None
 
 
 class DeltaMessage(OpenAIModel):

@@ -12,6 +12,7 @@ from pagedock.protocol.openai import (
     MAX_N,
     MAX_TOP_LOGPROBS,
     OpenAIModel,
+    PromptLogprobsField,
     SamplingFields,
     UsageInfo,
     now_s,
@@ -22,7 +23,8 @@ from pagedock.protocol.prompt_input import PromptInput, num_prompts
 
 class CompletionRequest(SamplingFields):
     prompt: PromptInput
-    max_tokens: Annotated[int, Field(ge=1, le=MAX_INT32)] | None = 16
+    # 0 only with echo: the answer is the prompt alone (with its logprobs, when asked).
+    max_tokens: Annotated[int, Field(ge=0, le=MAX_INT32)] | None = 16
     echo: bool = False
     logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
@@ -39,23 +41,17 @@ class CompletionRequest(SamplingFields):
             )
         return self
 
+    @property
+    def echo_without_generation(self) -> bool:
+        """echo with max_tokens 0: one token is generated (as vLLM does) and left out."""
+        return self.echo and self.max_tokens == 0
+
     def unsupported_field(self) -> str | None:
         if self.suffix:
             return "suffix"
         if self.best_of is not None and self.best_of != self.n:
             return "best_of"
-        if self.echo and self.logprobs is not None:
-            return "echo"  # echo with logprobs needs prompt logprobs, which the engine lacks
         return super().unsupported_field()
-
-    def unsupported_message(self, field: str) -> str:
-        if field == "echo":  # echo alone is served: say what is not
-            return (
-                "`echo` with `logprobs` is not supported: it reports the prompt's "
-                "log-probabilities, which this server does not compute; send `echo` or "
-                "`logprobs`, not both"
-            )
-        return super().unsupported_message(field)
 
 
 class CompletionLogprobs(OpenAIModel):
@@ -72,6 +68,7 @@ class CompletionChoice(OpenAIModel):
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     token_ids: list[int] | None = None
+    prompt_logprobs: PromptLogprobsField | None = None
 
 
 class CompletionResponse(OpenAIModel):

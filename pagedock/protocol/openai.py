@@ -156,6 +156,9 @@ class SamplingFields(OpenAIModel):
     cache_salt: Annotated[str, Field(min_length=1, max_length=MAX_CACHE_SALT_CHARS)] | None = None
     # vLLM's: the prompt's token ids and each choice's (each chunk's) generated ids in the response.
     return_token_ids: bool = False
+    # vLLM's: each prompt token's log-probability and this many top alternatives per position, in
+    # the response's `prompt_logprobs` (not in streams: a stream takes only 0, and gets none).
+    prompt_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
     continuation: Continuation | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputsFields | None = None
@@ -195,6 +198,19 @@ def response_exclusions(include_usage: bool, return_token_ids: bool) -> dict[str
         exclude["prompt_token_ids"] = True
         exclude["choices"] = {"__all__": {"token_ids"}}
     return exclude or None
+
+
+class PromptLogprob(OpenAIModel):
+    """One entry of a response's `prompt_logprobs` (vLLM's Logprob): -inf reported as -9999."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+PromptLogprobsField = list[dict[int, PromptLogprob] | None]
+"""vLLM's `prompt_logprobs`: null for the first prompt token, then {token id: PromptLogprob} per
+prompt token, the prompt token first and its position's top alternatives after it."""
 
 
 class PromptTokensDetails(OpenAIModel):

@@ -8,7 +8,13 @@ from typing import Any
 from engine.config import EngineConfig
 from engine.core.request import Request, RequestTiming
 from engine.core.scheduler import Scheduler
-from engine.core.scheduler_output import ModelRunnerOutput, SampledToken, SchedulerOutput
+from engine.core.scheduler_output import (
+    LogprobsLists,
+    ModelRunnerOutput,
+    SampledToken,
+    ScheduledRequest,
+    SchedulerOutput,
+)
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.kv.block_hash import root_hash
 
@@ -49,9 +55,27 @@ def make_scheduler(num_blocks: int = 64, max_model_len: int = 512, **config: Any
 
 
 def fake_runner_output(output: SchedulerOutput, token_id: int = 7) -> ModelRunnerOutput:
-    """What a model would return: one token for every request that samples this step."""
+    """What a model would return: one token for every request that samples this step, and
+    `fake_prompt_logprobs` for those that compute prompt logprobs."""
     return ModelRunnerOutput(
-        {s.request_id: SampledToken(token_id) for s in output.scheduled if s.do_sample}
+        {s.request_id: SampledToken(token_id) for s in output.scheduled if s.do_sample},
+        prompt_logprobs={
+            s.request_id: fake_prompt_logprobs(s)
+            for s in output.scheduled
+            if s.num_prompt_logprobs_rows
+        },
+    )
+
+
+def fake_prompt_logprobs(item: ScheduledRequest) -> LogprobsLists:
+    """Rows that name what they are for: prompt token i gets logprob -i and rank i."""
+    first = item.num_computed_tokens + item.prompt_logprobs_offset + 1
+    indices = range(first, first + item.num_prompt_logprobs_rows)
+    return LogprobsLists(
+        first,
+        [[item.prompt_token_ids[i]] for i in indices],
+        [[-float(i)] for i in indices],
+        list(indices),
     )
 
 

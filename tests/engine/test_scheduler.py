@@ -1,4 +1,6 @@
-from engine.core.request import RequestStatus
+import pytest
+
+from engine.core.request import Request, RequestStatus
 from engine.core.scheduler import Scheduler
 from engine.core.step_time import MIN_PREFILL_CHUNK
 from tests.engine.factories import (
@@ -267,3 +269,72 @@ def test_a_waiting_request_counts_one_prefix_lookup_however_long_it_waits() -> N
     sched.add_request(make_request(30, max_tokens=4))
     run_to_completion(sched)
     assert sched.make_stats().prefix_cache_queries == 20 + 30
+
+
+def run_prompt_logprobs(sched: Scheduler, watched: Request) -> tuple[list[int], list[int]]:
+    """Run every request to the end; the prompt-logprob counter of `watched` at each of its
+    preemptions, and the rows that came out with its first token (their logprobs name them)."""
+    counters: list[int] = []
+    rows: list[int] = []
+    while sched.has_unfinished_requests():
+        out = sched.schedule()
+        if watched.request_id in out.preempted_req_ids:
+            counters.append(watched.num_computed_prompt_logprobs)
+        for core in sched.update(out, fake_runner_output(out)):
+            if core.request_id == watched.request_id and core.prompt_logprobs is not None:
+                assert not rows, "prompt logprobs sent twice"
+                assert core.prompt_logprobs.first_token_index == 1
+                rows = [int(-row[0]) for row in core.prompt_logprobs.logprobs]
+    return counters, rows
+
+
+@pytest.mark.parametrize("enable_prefix_caching", [True, False])
+def test_prompt_logprobs_survive_a_preemption_mid_prompt_once_each(
+    enable_prefix_caching: bool,
+) -> None:
+    """Preempted with part of its prompt computed, a request's recompute neither repeats nor
+    loses a prompt logprob (with prefix caching it finds its blocks up to the first still owed)."""
+    sched = make_scheduler(
+        num_blocks=7,
+        block_size=16,
+        max_model_len=128,
+        max_num_batched_tokens=16,
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    old = make_request(20, max_tokens=60)
+    sched.add_request(old)
+    out = sched.schedule()
+    sched.update(out, fake_runner_output(out))
+    new = make_request(90, max_tokens=2, prompt_logprobs=0)
+    sched.add_request(new)
+    counters, rows = run_prompt_logprobs(sched, new)
+    assert any(0 < c < 89 for c in counters), counters
+    assert rows == list(range(1, 90))
+
+
+def test_prompt_logprobs_after_the_prompt_are_not_computed_again_on_recompute() -> None:
+    sched = make_scheduler(num_blocks=4, block_size=16, max_model_len=64)
+    old = make_request(30, max_tokens=20)
+    new = make_request(30, max_tokens=20, prompt_logprobs=1)
+    sched.add_request(old)
+    sched.add_request(new)
+    counters, rows = run_prompt_logprobs(sched, new)
+    assert counters and all(c == 29 for c in counters)
+    assert rows == list(range(1, 30))
+
+
+def test_a_request_owed_prompt_logprobs_takes_no_prefix_cache_hit() -> None:
+    sched = make_scheduler(block_size=16)
+    prompt = list(range(100, 164))
+    run_to_completion_of(sched, make_request(prompt, max_tokens=1))
+    asking, plain = make_request(prompt, prompt_logprobs=0), make_request(prompt)
+    sched.add_request(asking)
+    sched.add_request(plain)
+    out = sched.schedule()
+    assert [s.num_computed_tokens for s in out.scheduled] == [0, 48]
+    assert [s.num_prompt_logprobs_rows for s in out.scheduled] == [63, 0]
+
+
+def run_to_completion_of(sched: Scheduler, request: Request) -> None:
+    sched.add_request(request)
+    run_to_completion(sched)

@@ -86,6 +86,23 @@ def test_tp2_greedy_equals_tp1_and_transformers_under_pressure(
     assert second == expected
 
 
+def test_tp2_prompt_logprobs_equal_one_ranks_under_pressure(
+    tp2: LLM, model_dir: Path, prompts: list[list[int]]
+) -> None:
+    """Every rank computes the prompt-logprob rows rank 0 gathers (the step carries them)."""
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True, prompt_logprobs=2)
+    one_rank = LLM(str(model_dir), **PRESSURE).generate(prompts, params, use_tqdm=False)
+    two_ranks = tp2.generate(prompts, params, use_tqdm=False)
+    for ours, theirs, prompt in zip(two_ranks, one_rank, prompts, strict=True):
+        assert ours.prompt_logprobs is not None and theirs.prompt_logprobs is not None
+        assert ours.prompt_logprobs[0] is None and len(ours.prompt_logprobs) == len(prompt)
+        for token_id, a, b in zip(
+            prompt[1:], ours.prompt_logprobs[1:], theirs.prompt_logprobs[1:], strict=True
+        ):
+            assert a is not None and b is not None
+            assert abs(a[token_id].logprob - b[token_id].logprob) < 1e-4
+
+
 def test_every_layer_runs_two_all_reduces_and_each_step_one_logits_gather(tp2: LLM) -> None:
     before = tp2.engine.tp_stats()
     token_ids(tp2, make_prompts(1, 8, 8, seed=3))  # one prefill step, then a decode per token

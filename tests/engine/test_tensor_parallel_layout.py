@@ -94,14 +94,25 @@ def scheduled(
 
 def test_a_step_survives_the_trip_to_the_workers() -> None:
     batch = [scheduled([7], 40, [3, 9, 4], True), scheduled([1, 2, 3, 4, 5], 0, [8], False)]
+    batch[1].prompt_logprobs_offset, batch[1].num_prompt_logprobs_rows = 1, 3
     decoded = decode_step(encode_step(batch))
-    fields = [(s.new_token_ids, s.num_computed_tokens, s.block_ids, s.do_sample) for s in decoded]
-    assert fields == [([7], 40, [3, 9, 4], True), ([1, 2, 3, 4, 5], 0, [8], False)]
+    fields = [
+        (
+            s.new_token_ids,
+            s.num_computed_tokens,
+            s.block_ids,
+            s.do_sample,
+            s.prompt_logprobs_offset,
+            s.num_prompt_logprobs_rows,
+        )
+        for s in decoded
+    ]
+    assert fields == [([7], 40, [3, 9, 4], True, 0, 0), ([1, 2, 3, 4, 5], 0, [8], False, 1, 3)]
 
 
-def test_a_step_costs_four_bytes_per_token_and_block_plus_sixteen_per_sequence() -> None:
+def test_a_step_costs_four_bytes_per_token_and_block_plus_24_per_sequence() -> None:
     batch = [scheduled([7], 40, [3, 9, 4], True), scheduled([1, 2, 3, 4, 5], 0, [8], False)]
-    assert len(encode_step(batch)) == 4 * (1 + 4 * 2 + 6 + 4)
+    assert len(encode_step(batch)) == 4 * (1 + 6 * 2 + 6 + 4)
 
 
 def test_tensor_parallel_settings_are_checked() -> None:

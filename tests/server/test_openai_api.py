@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import httpx
-import openai
 import pytest
 from openai import OpenAI
 
@@ -167,15 +166,16 @@ def test_echo_prepends_the_prompt(client: OpenAI, model_name: str) -> None:
     assert echoed.choices[0].text == "Paged attention" + plain.choices[0].text
 
 
-def test_echo_with_logprobs_is_refused_naming_the_pair(client: OpenAI, model_name: str) -> None:
-    """Echo alone works (above): the 400 says the pair is what is not supported."""
-    with pytest.raises(openai.BadRequestError) as refused:
-        client.completions.create(
-            model=model_name, prompt="Paged", max_tokens=2, echo=True, logprobs=1, **GREEDY
-        )  # type: ignore[arg-type]
-    error = refused.value.body
-    assert isinstance(error, dict) and error["param"] == "echo"
-    assert error["message"].startswith("`echo` with `logprobs` is not supported")
+def test_echo_with_logprobs_reads_in_the_openai_client(client: OpenAI, model_name: str) -> None:
+    """The prompt's entries first (the first one null), then the generated tokens'
+    (tests/server/test_prompt_logprobs.py checks the values)."""
+    echoed = client.completions.create(
+        model=model_name, prompt="Paged attention", max_tokens=2, echo=True, logprobs=1, **GREEDY
+    )  # type: ignore[arg-type]
+    logprobs = echoed.choices[0].logprobs
+    assert logprobs is not None and logprobs.token_logprobs is not None
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs is not None
+    assert "".join(logprobs.tokens or []) == echoed.choices[0].text
 
 
 def test_same_seed_gives_same_sample(client: OpenAI, model_name: str) -> None:

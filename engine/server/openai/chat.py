@@ -17,6 +17,8 @@ from engine.server.openai.logprobs import (
     answer_json,
     chat_logprobs,
     num_logprob_entries,
+    num_prompt_entries,
+    prompt_logprobs_field,
 )
 from engine.server.openai.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
 from engine.server.openai.sampling import (
@@ -39,7 +41,7 @@ from pagedock.protocol import (
     now_s,
     response_exclusions,
 )
-from pagedock.protocol.openai import HANDOFF_EVENT
+from pagedock.protocol.openai import HANDOFF_EVENT, PromptLogprobsField
 from pagedock.text.prompt_renderer import render_chat
 
 
@@ -72,6 +74,7 @@ async def create_chat_completion(
         gen.close()
     usage = gen.usage()
     entries = num_logprob_entries(choices, params.logprobs)
+    entries += num_prompt_entries(gen.prompt_logprobs.get(0), body.prompt_logprobs)
     content = await answer_body(
         entries, lambda: _response_json(ctx, body, gen, choices, tools, usage)
     )
@@ -93,8 +96,17 @@ def _response_json(
         choices=[_choice(ctx, body, c, tools) for c in choices],
         usage=usage,
         prompt_token_ids=gen.prompts[0].token_ids,
+        prompt_logprobs=_prompt_logprobs(body, gen),
     )
     return answer_json(response, response_exclusions(True, body.return_token_ids))
+
+
+def _prompt_logprobs(body: ChatCompletionRequest, gen: Generation) -> PromptLogprobsField | None:
+    """vLLM's `prompt_logprobs` of the rendered conversation, when the request asked."""
+    prompt_logprobs = gen.prompt_logprobs.get(0)
+    if body.prompt_logprobs is None or prompt_logprobs is None:
+        return None
+    return prompt_logprobs_field(prompt_logprobs, body.prompt_logprobs)
 
 
 def _choice(

@@ -30,6 +30,7 @@ from engine.core.scheduler_output import SampledToken
 from engine.inputs.engine_request import AdapterRef, EngineRequest
 from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
 from engine.runtime.async_engine import QueueFullError, RequestStream
+from engine.runtime.logprobs import PromptLogprobs
 from engine.runtime.outputs import CompletionOutput, RequestOutput
 from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import GenerationError
@@ -38,6 +39,7 @@ from engine.server.tenancy.tenant_admission import TenantAdmission, admit_tenant
 from engine.server.tenancy.tenant_resolver import tenant_of
 from pagedock.errors import InvalidRequestError, InvalidRequestFailure
 from pagedock.protocol import PromptTokensDetails, UsageInfo
+from pagedock.request_ids import remember
 from pagedock.tenancy.tenants import Tenant
 from pagedock.text.prompt_renderer import Prompt
 
@@ -101,6 +103,8 @@ class Generation:
         self.choices = {i: ChoiceState(i) for i in range(len(prompts) * n)}
         self.streams: list[RequestStream] = []
         self._num_cached_tokens: dict[int, int] = {}
+        self.prompt_logprobs: dict[int, PromptLogprobs] = {}
+        """By prompt index, once the engine computed them (with the prompt's first token)."""
         self._watcher: asyncio.Task[None] | None = None
         self.closed = False
         self.hands_off = False
@@ -132,6 +136,7 @@ class Generation:
         model); `cache_salt`: vLLM's. The tenant is the one its route resolved."""
         gen = cls(ctx, prompts, params.n, lora_request)
         ctx.metrics.request_durations.begin(gen.id, arrival_time)  # close() ends it, always
+        remember(gen.id)  # its ids, for the end-of-request log line and spans
         params = replace(params, output_kind=RequestOutputKind.DELTA)
         if prior_output_token_ids:
             gen.choices[0].token_ids.extend(prior_output_token_ids)
@@ -210,6 +215,8 @@ class Generation:
             added: dict[int, list[CompletionOutput]] = {}
             for output in outputs:
                 self._num_cached_tokens[prompt_index] = output.num_cached_tokens
+                if output.prompt_logprobs is not None:
+                    self.prompt_logprobs[prompt_index] = output.prompt_logprobs
                 for completion in output.outputs:
                     if completion.finish_reason == "error" or output.error:
                         raise _failure(output.error)

@@ -1,6 +1,9 @@
 """Log-probabilities in the two shapes OpenAI uses: chat (`content: [{token, logprob, bytes,
 top_logprobs}]`) and legacy completions (parallel lists `tokens`, `token_logprobs`,
-`top_logprobs`, `text_offset`); and where a non-streamed answer carrying many of them is built.
+`top_logprobs`, `text_offset`), the latter also for an echoed prompt's tokens (built as vLLM
+builds them: the first prompt token's logprob and top entries null, each later position's top
+entries the prompt token, then the top alternatives), and vLLM's `prompt_logprobs` field; and
+where a non-streamed answer carrying many of them is built.
 
 They dominate a large answer: every sampled token brings its top alternatives, each decoded to
 text, and n = 128 x top 20 x 256 tokens is 11 MB of JSON and over a second of CPU. Built on the
@@ -14,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.core.scheduler_output import SampledToken
+from engine.runtime.logprobs import Logprob, PromptLogprobs
 from engine.server.openai.generation import ChoiceState
 from pagedock.protocol import (
     ChatChoiceLogprobs,
@@ -26,6 +31,7 @@ from pagedock.protocol import (
     CompletionResponse,
     TopLogprob,
 )
+from pagedock.protocol.openai import PromptLogprob, PromptLogprobsField
 
 if TYPE_CHECKING:
     from pagedock.text.tokenizer import Tokenizer
@@ -82,6 +88,73 @@ def completion_logprobs(
         result.text_offset.append(text_offset)
         text_offset += len(text)
     return result
+
+
+def echo_logprobs(
+    tokenizer: Tokenizer | None,
+    prompt_token_ids: list[int],
+    prompt_logprobs: PromptLogprobs,
+    num_top: int,
+) -> CompletionLogprobs:
+    """The prompt tokens' entries, text offsets counted from 0 over their texts; `num_top`:
+    alternatives per position beside the prompt token (the request's `logprobs`)."""
+    result = CompletionLogprobs()
+    text_offset = 0
+    for token_id, entry in zip(prompt_token_ids, prompt_logprobs, strict=True):
+        text = (
+            token_text(tokenizer, token_id)
+            if entry is None
+            else _text(tokenizer, token_id, entry[token_id])
+        )
+        result.tokens.append(text)
+        result.text_offset.append(text_offset)
+        text_offset += len(text)
+        if entry is None:
+            result.token_logprobs.append(None)
+            result.top_logprobs.append(None)
+            continue
+        result.token_logprobs.append(_finite(entry[token_id].logprob))
+        top = islice(entry.items(), num_top + 1)
+        result.top_logprobs.append({_text(tokenizer, i, lp): _finite(lp.logprob) for i, lp in top})
+    return result
+
+
+def joined(first: CompletionLogprobs, then: CompletionLogprobs) -> CompletionLogprobs:
+    """`first`'s entries followed by `then`'s (the echoed prompt's, then the generated ones)."""
+    return CompletionLogprobs(
+        tokens=first.tokens + then.tokens,
+        token_logprobs=first.token_logprobs + then.token_logprobs,
+        top_logprobs=first.top_logprobs + then.top_logprobs,
+        text_offset=first.text_offset + then.text_offset,
+    )
+
+
+def prompt_logprobs_field(prompt_logprobs: PromptLogprobs, num_top: int) -> PromptLogprobsField:
+    """vLLM's `prompt_logprobs`: each position's prompt token and `num_top` alternatives."""
+    return [
+        None
+        if entry is None
+        else {
+            token_id: PromptLogprob(
+                logprob=_finite(lp.logprob), rank=lp.rank, decoded_token=lp.decoded_token
+            )
+            for token_id, lp in islice(entry.items(), num_top + 1)
+        }
+        for entry in prompt_logprobs
+    ]
+
+
+def num_prompt_entries(prompt_logprobs: PromptLogprobs | None, num_top: int | None) -> int:
+    """Entries one copy of a prompt's logprobs adds to an answer (0 when none is sent)."""
+    if prompt_logprobs is None or num_top is None:
+        return 0
+    return len(prompt_logprobs) * (2 + num_top)
+
+
+def _text(tokenizer: Tokenizer | None, token_id: int, logprob: Logprob) -> str:
+    if logprob.decoded_token is not None:
+        return logprob.decoded_token
+    return token_text(tokenizer, token_id)
 
 
 def _top(tokenizer: Tokenizer | None, token: SampledToken) -> list[tuple[str, float]]:

@@ -17,8 +17,8 @@ from engine.server.openai.guards import resolve_model
 from engine.server.openai.prompt_work import chat_chars, check_prompt_chars, prompt_chars
 from engine.server.openai.sampling import (
     chat_sampling_params,
+    completion_sampling_params,
     continuation_token_ids,
-    to_sampling_params,
 )
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
 from pagedock.protocol.render import RenderedRequest
@@ -36,7 +36,7 @@ def render_chat_request(ctx: ServerContext, body: ChatCompletionRequest) -> Rend
 
 def render_completion_request(ctx: ServerContext, body: CompletionRequest) -> list[RenderedRequest]:
     adapter = resolve_model(ctx, body.model)
-    params = to_sampling_params(body, body.max_tokens, body.logprobs)
+    params = completion_sampling_params(body)
     check_prompt_chars(ctx, prompt_chars(body.prompt), "prompt")
     prompts = completion_prompts(ctx.tokenizer, body.prompt)
     prior = continuation_token_ids(body, len(prompts))
