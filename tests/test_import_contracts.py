@@ -28,8 +28,14 @@ HEAVY = ("torch", "triton")
 # ranked (they never run). README.md's "Architecture" lists the same ranks.
 FOUNDATION: tuple[tuple[str, ...], ...] = (
     ("pagedock",),  # limits, errors, options, the `pagedock` command
-    ("pagedock.protocol",),
-    ("pagedock.http", "pagedock.kv", "pagedock.models", "pagedock.tenancy"),
+    ("pagedock.protocol", "pagedock.tracing"),
+    (
+        "pagedock.http",
+        "pagedock.kv",
+        "pagedock.models",
+        "pagedock.responses_store",
+        "pagedock.tenancy",
+    ),
     ("pagedock.text",),
 )
 PROGRAMS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -51,6 +57,8 @@ PROGRAMS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("engine.tool_calls",),
         ("engine.server.kv_events", "engine.server.tenancy"),
         ("engine.server.openai",),
+        # the Responses API, served by the chat path of engine.server.openai
+        ("engine.server.responses",),
         ("engine.server",),
     ),
     "router": (
@@ -58,7 +66,8 @@ PROGRAMS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("router.kv", "router.replicas.discovery", "router.flow"),
         ("router.replicas",),
         ("router.policies",),
-        ("router.http",),
+        # the live web view's data (its routes are the server's)
+        ("router.http", "router.dashboard"),
         ("router.picker",),
         ("router.server",),
     ),

@@ -13,6 +13,7 @@ from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import install_error_handlers
 from engine.server.routes import api_routes, kv_event_routes, lora_routes, open_routes
 from pagedock.http.auth import docs_urls
+from pagedock.http.request_context import RequestContextMiddleware
 
 logger = logging.getLogger("pagedock.server")
 
@@ -29,7 +30,10 @@ def build_app(ctx: ServerContext) -> FastAPI:
             if ctx.kv_publisher is not None:
                 ctx.kv_publisher.close()
             ctx.prompt_pool.shutdown(wait=False, cancel_futures=True)
+            await ctx.responses_store.close()
             await ctx.engine.shutdown()
+            if ctx.tracing is not None:
+                ctx.tracing.shutdown()  # the last requests' spans go out
 
     app = FastAPI(
         title="pagedock",
@@ -45,6 +49,7 @@ def build_app(ctx: ServerContext) -> FastAPI:
         app.include_router(lora_routes(ctx))
     app.include_router(open_routes(ctx))
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=ctx.options.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware)  # outermost: every line of a request has its ids
     app.state.ctx = ctx
     return app
 

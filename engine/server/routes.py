@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -20,7 +20,13 @@ from engine.server.openai.lora_adapters import load_lora_adapter, unload_lora_ad
 from engine.server.openai.prompt_work import in_prompt_pool
 from engine.server.openai.render import render_chat_request, render_completion_request
 from engine.server.openai.tokenize import detokenize, tokenize
-from engine.server.tenancy.tenant_resolver import tenant_guard
+from engine.server.responses.create import create_response
+from engine.server.responses.stored import (
+    delete_response,
+    list_input_items,
+    retrieve_response,
+)
+from engine.server.tenancy.tenant_resolver import tenant_guard, tenant_of
 from engine.startup_stages import STARTUP_STAGES
 from pagedock.http.auth import api_key_guard
 from pagedock.http.errors import APIError
@@ -42,6 +48,8 @@ from pagedock.protocol import (
     VersionResponse,
 )
 from pagedock.protocol.render import RenderedRequest
+from pagedock.protocol.response_items import InputItemList
+from pagedock.protocol.responses import DeletedResponse, ResponsesRequest, ResponsesResponse
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 500, 503)
@@ -54,6 +62,19 @@ _SSE_EVENTS = {
 }
 _SSE: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {"schema": _SSE_EVENTS}}}
+}
+_RESPONSE_EVENTS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    "description": "Server-sent events (`stream: true`): `event: <type>` and "
+                    "`data: <JSON event>` per event, response.created first and "
+                    "response.completed, .incomplete or .failed last; no [DONE]."
+                }
+            }
+        }
+    }
 }
 
 
@@ -88,6 +109,7 @@ def api_routes(ctx: ServerContext) -> APIRouter:
         return await in_prompt_pool(ctx, tokenize, ctx, body)
 
     _add_render_routes(router, ctx)
+    _add_responses_routes(router, ctx)
 
     @router.post("/detokenize", response_model=DetokenizeResponse, responses=_ERRORS)
     async def detokenize_route(body: DetokenizeRequest) -> DetokenizeResponse:
@@ -139,6 +161,39 @@ def _add_render_routes(router: APIRouter, ctx: ServerContext) -> None:
     ) -> list[RenderedRequest]:
         require_trusted_continuation(ctx, body, raw_request)
         return await in_prompt_pool(ctx, render_completion_request, ctx, body)
+
+
+def _add_responses_routes(router: APIRouter, ctx: ServerContext) -> None:
+    """OpenAI's Responses API (docs/responses.md); stored responses are their tenant's only."""
+
+    @router.post(
+        "/v1/responses", response_model=ResponsesResponse, responses={**_ERRORS, **_RESPONSE_EVENTS}
+    )
+    async def responses(body: ResponsesRequest, raw_request: Request) -> Response:
+        return await create_response(ctx, body, raw_request)
+
+    @router.get("/v1/responses/{response_id}", response_model=ResponsesResponse, responses=_ERRORS)
+    async def get_response(response_id: str, raw_request: Request) -> Response:
+        return await retrieve_response(ctx, tenant_of(raw_request).name, response_id)
+
+    @router.delete("/v1/responses/{response_id}", response_model=DeletedResponse, responses=_ERRORS)
+    async def delete_response_route(response_id: str, raw_request: Request) -> DeletedResponse:
+        return await delete_response(ctx, tenant_of(raw_request).name, response_id)
+
+    @router.get(
+        "/v1/responses/{response_id}/input_items",
+        response_model=InputItemList,
+        responses=_ERRORS,
+    )
+    async def input_items(
+        response_id: str,
+        raw_request: Request,
+        order: Literal["asc", "desc"] = "desc",
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        after: str | None = None,
+    ) -> InputItemList:
+        tenant = tenant_of(raw_request).name
+        return await list_input_items(ctx, tenant, response_id, order, limit, after)
 
 
 def model_list(ctx: ServerContext) -> ModelList:

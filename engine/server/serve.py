@@ -31,11 +31,15 @@ from engine.server.kv_events.vllm_publisher import VllmKVPublisher
 from engine.server.metrics import EngineMetrics
 from engine.server.openai.context import ServerContext, ServerOptions
 from engine.server.request_log import RequestLog
+from engine.server.request_tracer import RequestTracer
 from engine.server.tenancy.tenant_resolver import TenantResolver
 from engine.startup_stages import mark_stage
 from engine.worker.huge_pages import set_kv_cache_prefault
 from pagedock.errors import TensorParallelError
 from pagedock.http.limits import limited_protocol
+from pagedock.logs import configure_logging
+from pagedock.responses_store.store import open_responses_store
+from pagedock.tracing.tracer import Tracing, start_tracing
 
 logger = logging.getLogger("pagedock.server")
 
@@ -57,17 +61,10 @@ def build_context(
     metrics.tenants.set_known_priorities(tenants.known_priorities())
     max_waiting = options.max_waiting if options.max_waiting and options.max_waiting > 0 else None
     async_engine = AsyncEngine(engine, max_waiting, own_thread)
-    async_engine.add_stats_listener(metrics.observe_stats)
-    async_engine.add_output_listener(metrics.observe_outputs)
-    async_engine.add_output_listener(RequestLog(options.log_prompts).on_outputs)
-    kv_publisher = None
-    kv_events = options.kv_events()
-    if kv_events is not None and kv_events.enabled:
-        kv_publisher = VllmKVPublisher(kv_events)
-        async_engine.add_kv_listener(kv_publisher.on_batches)
-        logger.info("publishing vLLM-format KV events on %s (replay: %s)", *kv_publisher.endpoints)
+    tracing = _add_listeners(async_engine, engine.served_model_name, options, metrics)
     return ServerContext(
-        kv_publisher=kv_publisher,
+        tracing=tracing,
+        kv_publisher=_kv_publisher(async_engine, options),
         engine=async_engine,
         metrics=metrics,
         kv_hub=KVEventHub(
@@ -84,7 +81,36 @@ def build_context(
         tenants=tenants,
         allow_runtime_lora_updating=engine.config.allow_runtime_lora_updating,
         loras=engine.loras.registry,
+        responses_store=open_responses_store(
+            options.responses_store,
+            options.responses_store_ttl_s,
+            options.responses_store_max_entries,
+        ),
     )
+
+
+def _add_listeners(
+    async_engine: AsyncEngine, model: str, options: ServerOptions, metrics: EngineMetrics
+) -> Tracing | None:
+    """What watches the engine's steps: the metrics, the request log, the tracer (when tracing
+    is on: returned, to be shut down with the server)."""
+    async_engine.add_stats_listener(metrics.observe_stats)
+    async_engine.add_output_listener(metrics.observe_outputs)
+    async_engine.add_output_listener(RequestLog(options.log_prompts).on_outputs)
+    tracing = start_tracing("pagedock-engine", options.otlp_traces_endpoint)
+    if tracing is not None:
+        async_engine.add_output_listener(RequestTracer(tracing.tracer, model).on_outputs)
+    return tracing
+
+
+def _kv_publisher(async_engine: AsyncEngine, options: ServerOptions) -> VllmKVPublisher | None:
+    kv_events = options.kv_events()
+    if kv_events is None or not kv_events.enabled:
+        return None
+    kv_publisher = VllmKVPublisher(kv_events)
+    async_engine.add_kv_listener(kv_publisher.on_batches)
+    logger.info("publishing vLLM-format KV events on %s (replay: %s)", *kv_publisher.endpoints)
+    return kv_publisher
 
 
 def freeze_startup_heap() -> None:
@@ -97,7 +123,7 @@ def freeze_startup_heap() -> None:
 
 
 def run_server(config: EngineConfig, options: ServerOptions) -> int:
-    configure_logging(options.log_level)
+    configure_logging(options.log_level, options.log_format)
     set_cpu_kernels_cache(config.cpu_kernels_cache)
     set_weights_load_strategy(config.weights_load_strategy)
     set_kv_cache_prefault(config.kv_cache_prefault)
@@ -143,14 +169,6 @@ def build_uvicorn_config(app: FastAPI, options: ServerOptions) -> uvicorn.Config
         timeout_keep_alive=options.keep_alive_timeout_s,
         # The read deadline, and the connection cap answered with OpenAI's 503 (not uvicorn's).
         http=limited_protocol(options.request_read_timeout_s, options.max_connections),
-    )
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
     )
 
 

@@ -10,6 +10,8 @@ names, defaults and response shapes follow OpenAI's API; the extra request field
     tokenize.py     /tokenize, /detokenize   models.py    /v1/models, /version
     render.py       /v1/.../render           tools.py     tools, tool_choice, tool calls
     lora.py         /v1/load_lora_adapter, /v1/unload_lora_adapter
+    responses.py    /v1/responses: the request and the Response object; its items, events
+                    and chat form in response_items.py, response_events.py, response_chat.py
 
 The models are re-exported here. The KV event streams' wire formats are in pagedock/kv/, and the
 HTTP pieces that need FastAPI (errors in OpenAI's shape, the API-key guard, limits) in

@@ -13,7 +13,13 @@ from engine.tool_calls import get_tool_call_parser
 from pagedock.errors import ConfigError
 from pagedock.kv.vllm_events import KVEventsConfig
 from pagedock.limits import MAX_BODY_BYTES
+from pagedock.logs import check_log_format
+from pagedock.options import option_meta
+from pagedock.responses_store.memory_store import MemoryResponsesStore
+from pagedock.responses_store.store import MEMORY, ResponsesStore, check_store_url
 from pagedock.tenancy.quota import QuotaBook
+from pagedock.tracing.tracer import Tracing
+from pagedock.tracing.tracing_config import traces_endpoint
 
 # Threads that render and tokenize prompts: a few, so huge prompts queue here rather than take
 # every thread of the default executor.
@@ -50,6 +56,13 @@ class ServerOptions:
     """Largest request body accepted (413 beyond); the router's limit is the default."""
     log_level: str = "info"
     """debug, info, warning or error."""
+    otlp_traces_endpoint: str | None = None
+    """Export each request's spans (OpenTelemetry, OTLP over HTTP) to this URL, as vLLM's flag;
+    the standard OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT variables turn it on too, OTEL_SDK_DISABLED
+    off. Off by default (docs/observability.md#traces)."""
+    log_format: str = "text"
+    """text (a line a person reads) or json (one JSON object a line, with the request's
+    x_request_id and W3C trace_id: docs/server.md#logs)."""
     log_prompts: bool = False
     """Put prompt text in the per-request log line (debugging only: prompts are user data)."""
     max_connections: int = 2048
@@ -79,6 +92,15 @@ class ServerOptions:
     publish KV events in vLLM's ZMQ wire format for llm-d, Dynamo and other vLLM-event consumers
     (plus "event_encoding": "array" for the older positional form). The events carry raw prompt
     token ids on an unauthenticated port: expose it only to routers. None = off."""
+    responses_store: str = field(default=MEMORY, metadata=option_meta(metavar="memory|URL"))
+    """Where /v1/responses keeps `store: true` responses, which `previous_response_id` continues
+    (docs/responses.md): memory (this process only) or a redis://host:port/db URL (rediss://,
+    unix:// too) that every engine of a fleet shares, so a follow-up works on any replica."""
+    responses_store_ttl_s: int = 86400
+    """Seconds a stored response is kept after it was stored; 0 keeps it until deleted (or, in
+    memory, evicted)."""
+    responses_store_max_entries: int = 10000
+    """Responses the memory store holds at most; beyond it the least recently used goes."""
 
     def __post_init__(self) -> None:
         if self.max_kv_event_subscribers < 0:
@@ -93,6 +115,19 @@ class ServerOptions:
         elif self.enable_auto_tool_choice:
             raise ConfigError("--enable-auto-tool-choice needs --tool-call-parser")
         self.kv_events()  # a bad --kv-events-config fails before the model loads
+        check_log_format(self.log_format)
+        traces_endpoint(self.otlp_traces_endpoint)  # a bad URL stops the server at start
+        check_store_url(self.responses_store)
+        if self.responses_store_ttl_s < 0:
+            raise ConfigError(
+                f"--responses-store-ttl-s must be 0 (no expiry) or more, got "
+                f"{self.responses_store_ttl_s}"
+            )
+        if self.responses_store_max_entries < 1:
+            raise ConfigError(
+                f"--responses-store-max-entries must be 1 or more, got "
+                f"{self.responses_store_max_entries}"
+            )
 
     def kv_events(self) -> KVEventsConfig | None:
         return KVEventsConfig.from_json(self.kv_events_config) if self.kv_events_config else None
@@ -125,6 +160,13 @@ class ServerContext:
     prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
     quotas: QuotaBook = field(default_factory=QuotaBook)
     """Each tenant's live counts against its quotas (engine/server/tenancy/)."""
+    tracing: Tracing | None = None
+    """Where spans go (--otlp-traces-endpoint); None: tracing is off."""
+    responses_store: ResponsesStore = field(
+        default_factory=lambda: MemoryResponsesStore(ServerOptions.responses_store_max_entries)
+    )
+    """Stored /v1/responses responses (--responses-store); build_context opens the one the
+    options name."""
 
 
 def _new_prompt_pool() -> ThreadPoolExecutor:

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from engine.inputs.engine_request import UnknownAdapterError
 from pagedock.errors import EngineDeadError, InvalidRequestError, PagedockError, PromptTooLongError
 from pagedock.http.errors import APIError, error_response, install_api_error_handlers
+from pagedock.responses_store.store import ResponsesStoreError
 
 logger = logging.getLogger("pagedock.server")
 request_logger = logging.getLogger("pagedock.requests")  # engine/server/request_log.py's
@@ -48,6 +49,8 @@ def to_api_error(error: Exception) -> APIError:
         return APIError(429, str(error), code="queue_full", headers={"Retry-After": "1"})
     if isinstance(error, CompileQueueFullError):
         return APIError(429, str(error), code="compile_queue_full", headers={"Retry-After": "1"})
+    if isinstance(error, ResponsesStoreError):
+        return APIError(503, str(error), code="responses_store_unavailable")
     if isinstance(error, EngineDeadError):
         return APIError(503, str(error), code="engine_dead")
     if isinstance(error, GenerationError):
@@ -127,5 +130,5 @@ def rejected(request: Request, error: APIError) -> JSONResponse:
             "code": error.code,
             "message": error.message,
         }
-        request_logger.info(json.dumps(record))
+        request_logger.info(json.dumps(record), extra={"fields": record})
     return error_response(error)
