@@ -189,7 +189,8 @@ class EventSubscriber(KVEventSubscriber):
         url = self.replica.url
         hashes = (bytes.fromhex(h) for h in event.get("block_hashes", ()))
         if event["type"] == "stored":
-            self.index.store(url, hashes)
+            parent = event.get("parent_block_hash")  # None: the run begins its chain
+            self.index.store(url, hashes, None if parent is None else bytes.fromhex(parent))
         elif event["type"] == "removed":
             self.index.remove(url, hashes)
         elif event["type"] == "cleared":

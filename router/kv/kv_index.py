@@ -8,6 +8,9 @@ blocks, never to the cache size.
 Besides confirmed blocks, a routed request's blocks count as *pending* on its replica for a short
 while (until the replica's stored event confirms them, or the TTL passes): the next request of the
 same tenant, arriving before the first one's prefill ran, then follows it instead of scattering.
+
+Confirmed blocks are also grouped by the prefix they belong to (router/kv/prefix_groups.py), for
+people to see where each prefix lives (the router's /dashboard).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from pagedock.kv.block_hash import BlockHash
+from router.kv.prefix_groups import UNTRACED, PrefixGroups
 
 
 class KVIndex:
@@ -27,6 +31,7 @@ class KVIndex:
         # Pending blocks: hash -> {replica: expiry}; a FIFO of (expiry, hash, replica) to expire.
         self._pending: dict[BlockHash, dict[str, float]] = {}
         self._expiries: deque[tuple[float, BlockHash, str]] = deque()
+        self.groups = PrefixGroups()
 
     # ---- replica lifecycle -------------------------------------------------------------------
 
@@ -38,6 +43,7 @@ class KVIndex:
 
     def drop(self, replica: str) -> None:
         """Forget every block of `replica` (it died, restarted, or its stream broke)."""
+        self.groups.forget_replica(replica)
         for h in self._blocks.pop(replica, ()):
             self._discard_holder(h, replica)
 
@@ -47,8 +53,10 @@ class KVIndex:
         blocks = self._blocks.get(replica)
         if blocks is None:
             return True
-        for _ in range(min(limit, len(blocks))):
-            self._discard_holder(blocks.pop(), replica)
+        dropped = [blocks.pop() for _ in range(min(limit, len(blocks)))]
+        self.groups.removed(replica, dropped)
+        for h in dropped:
+            self._discard_holder(h, replica)
         if blocks:
             return False
         del self._blocks[replica]
@@ -62,23 +70,38 @@ class KVIndex:
 
     # ---- deltas --------------------------------------------------------------------------------
 
-    def store(self, replica: str, hashes: Iterable[BlockHash]) -> None:
+    def store(
+        self, replica: str, hashes: Iterable[BlockHash], parent: BlockHash | None = UNTRACED
+    ) -> None:
+        """`hashes`, a run of consecutive blocks after `parent` (None: the run begins its chain;
+        UNTRACED: unknown, as a snapshot's blocks), are cached on `replica`."""
         blocks = self._blocks.setdefault(replica, set())
-        for h in hashes:
-            blocks.add(h)
-            self._holders.setdefault(h, set()).add(replica)
-            pending = self._pending.get(h)
-            if pending is not None:
-                pending.pop(replica, None)
+        holders, pending = self._holders, self._pending
+        run = hashes if isinstance(hashes, list) else list(hashes)
+        new: list[BlockHash] = []
+        for h in run:
+            if h not in blocks:
+                blocks.add(h)
+                holders.setdefault(h, set()).add(replica)
+                new.append(h)
+            waiting = pending.get(h)
+            if waiting is not None:
+                waiting.pop(replica, None)
+        if new:
+            self.groups.added(replica, new, self.groups.run_start(run[0], parent))
 
     def remove(self, replica: str, hashes: Iterable[BlockHash]) -> None:
         blocks = self._blocks.get(replica)
         if blocks is None:
             return
+        gone: list[BlockHash] = []
         for h in hashes:
             if h in blocks:
                 blocks.discard(h)
-                self._discard_holder(h, replica)
+                gone.append(h)
+        self.groups.removed(replica, gone)
+        for h in gone:
+            self._discard_holder(h, replica)
 
     def clear(self, replica: str) -> None:
         self.reset(replica, ())
@@ -124,6 +147,7 @@ class KVIndex:
             holders.discard(replica)
             if not holders:
                 del self._holders[h]
+                self.groups.unheld(h)
 
     def _expire(self, now: float) -> None:
         while self._expiries and self._expiries[0][0] <= now:

@@ -124,15 +124,20 @@ class VllmKVView:
         if prev is None:
             self.unchained_blocks += len(event.block_hashes)
             return
+        # The block before the first new one: the index groups the new blocks by its chain
+        # (None: the first new block begins the chain).
+        before: BlockHash | None = None if event.parent_block_hash is None else prev
         new: list[BlockHash] = []
         for i, block_id in enumerate(event.block_hashes):
-            prev = hash_block(prev, event.token_ids[i * bs : (i + 1) * bs])
-            if block_id in self._ids:
-                continue  # announced again: already counted
-            self._ids[block_id] = prev
-            self._refs[prev] += 1
-            new.append(prev)
-        self.index.store(self.replica, new)
+            h = hash_block(prev, event.token_ids[i * bs : (i + 1) * bs])
+            if block_id not in self._ids:  # else announced again: already counted
+                self._ids[block_id] = h
+                self._refs[h] += 1
+                new.append(h)
+            elif not new:
+                before = h
+            prev = h
+        self.index.store(self.replica, new, before)
 
     def _parent(self, event: StoredEvent) -> BlockHash | None:
         """The pagedock hash the run chains from: its parent's, or its chain's (salted) root;

@@ -28,6 +28,8 @@ class ReplicaLoad:
     """Adapters with running requests; None while the replica does not report them."""
     waiting_lora_adapters: tuple[str, ...] = ()
     """Adapters with waiting requests (in a slot, or about to be loaded into one)."""
+    num_gpu_blocks: int = 0
+    """Blocks in its KV pool (vllm:cache_config_info's label); 0 while it does not say."""
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,6 +20,8 @@ _FIELDS = {
     "vllm:prefix_cache_queries_total": "prefix_cache_queries",
 }
 LORA_INFO = "vllm:lora_requests_info"
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+_NUM_GPU_BLOCKS = re.compile(r'[{,]num_gpu_blocks="(\d+)"')
 
 
 def parse_replica_load(text: str) -> tuple[ReplicaLoad, list[str]]:
@@ -33,6 +36,10 @@ def parse_replica_load(text: str) -> tuple[ReplicaLoad, list[str]]:
         name, value = _sample(line)
         if name == LORA_INFO:
             lora_lines.append(line)
+            continue
+        if name == CACHE_CONFIG_INFO:
+            pool = _NUM_GPU_BLOCKS.search(line)
+            values["num_gpu_blocks"] = int(pool.group(1)) if pool else 0
             continue
         field = _FIELDS.get(name)
         if field is None:

@@ -104,3 +104,13 @@ def test_cleared_drops_every_block() -> None:
     subscriber.apply(snapshot(seq=0))
     subscriber.apply(batch(1, {"type": "cleared", "block_hashes": []}))
     assert index.num_blocks(URL) == 0
+
+
+def test_stored_runs_are_grouped_by_the_chain_their_parent_names() -> None:
+    subscriber, index, _ = make_subscriber()
+    subscriber.apply(snapshot(seq=0, hashes=(7,)))
+    continued = {**stored(3), "parent_block_hash": h(2).hex()}
+    subscriber.apply(batch(1, stored(1, 2), continued))
+    counts = index.groups.counts(URL, 10)
+    assert counts.groups == [(h(1), 3)]
+    assert counts.untraced_blocks == 1  # the snapshot's: its parents are not sent

@@ -73,3 +73,12 @@ def test_no_lora_requests_info_leaves_residency_unknown() -> None:
         'waiting_lora_adapters=""} 1.7e9\n'
     )
     assert (empty.max_lora, empty.running_lora_adapters) == (0, ())
+
+
+def test_reads_the_kv_pool_size_from_the_cache_config_info_labels() -> None:
+    text = (
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="600",'
+        'enable_prefix_caching="True",engine="0"} 1.0\n'
+    )
+    assert parse_replica_load(text)[0].num_gpu_blocks == 600
+    assert parse_replica_load(TEXT)[0].num_gpu_blocks == 0

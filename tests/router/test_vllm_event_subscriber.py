@@ -406,3 +406,10 @@ def test_the_engine_names_the_salt_on_a_chains_first_block_only() -> None:
     event = block_stored([1, 2], None, TOKENS[:8], BS, extra_keys=[["t"], None])
     [decoded] = decode_payload(payload(event)).events
     assert isinstance(decoded, StoredEvent) and chain_salt(decoded) == "t"
+
+
+def test_vllm_runs_are_grouped_by_their_chains_first_block() -> None:
+    view, index = make_view()
+    view.apply(decode_payload(payload(stored([901], None, TOKENS[:4]))).events)
+    view.apply(decode_payload(payload(stored([901, 902, 903], None, TOKENS))).events)
+    assert index.groups.counts("r", 10).groups == [(PD[0], 3)]
