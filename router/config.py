@@ -23,13 +23,14 @@ from pagedock.options import option_meta
 from router.flow_config import FlowConfig
 from router.picker_config import PickerConfig
 from router.replica_urls import normalize_url, vllm_replica
+from router.responses_config import ResponsesConfig
 
 DISCOVERIES = ("static", "k8s")
 REPLICA_KINDS = ("pagedock", "vllm")
 
 
 @dataclass
-class RouterConfig(PickerConfig, FlowConfig):
+class RouterConfig(PickerConfig, FlowConfig, ResponsesConfig):
     replicas: list[str] = field(
         default_factory=list, metadata=option_meta(flag="--replica", metavar="URL")
     )
@@ -194,6 +195,7 @@ class RouterConfig(PickerConfig, FlowConfig):
         self._check_picker()
         self._check_picker_limits()
         self._check_flow()
+        self._check_response_owners()
         self._check_keys()
 
     def _check_replicas(self) -> None:

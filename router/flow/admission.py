@@ -6,9 +6,11 @@
                       counted when it ends (a stream: when its last chunk has gone or its client
                       left), then the slot and the quota's concurrency given back
 
-Completion tokens come from the answer's `usage` (a non-streamed answer always has it; a stream
-when its client asked for `stream_options.include_usage`); a stream without it is counted by its
-events, one token each, as the engine sends them (an estimate: a chunk may carry more than one).
+Completion tokens come from the answer's `usage` (`completion_tokens`, or a response's
+`output_tokens`; a non-streamed answer always has it; a chat or completions stream when its client
+asked for `stream_options.include_usage`, a Responses API stream in its last event); a stream
+without it is counted by its events, one token each, as the engine sends them (an estimate: a
+chunk may carry more than one).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from pagedock.tenancy.tenants import Tenant
 from router.flow.flow_controller import FlowController, FlowRefused, FlowTicket
 from router.flow.flow_metrics import FlowMetrics
 
-_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+# Never inside a string of the JSON: a quote there is escaped (\").
+_COMPLETION_TOKENS = re.compile(rb'"(?:completion|output)_tokens"\s*:\s*(\d+)')
+_USAGE_TAIL_BYTES = 4096
 _EVENT = b"data: {"
 Chunk = str | bytes | memoryview
 
@@ -105,5 +109,9 @@ def _retry_after(flow: FlowController) -> str:
 
 
 def _completion_tokens(data: bytes) -> int | None:
-    found = _COMPLETION_TOKENS.findall(data[-4096:])
+    """The last count in `data`: looked for near its end first, where chat and completions put
+    `usage` (a response echoes its request's settings, instructions and tools, after it)."""
+    found = _COMPLETION_TOKENS.findall(data[-_USAGE_TAIL_BYTES:])
+    if not found and len(data) > _USAGE_TAIL_BYTES:
+        found = _COMPLETION_TOKENS.findall(data)
     return int(found[-1]) if found else None

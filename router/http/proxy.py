@@ -34,6 +34,7 @@ from starlette.types import Receive
 
 from pagedock.http.errors import APIError
 from pagedock.http.internal_key import internal_key_headers
+from pagedock.request_ids import current_request
 from pagedock.tenancy.tenants import TENANT_HEADER
 from router.demand import DemandTracker
 from router.http.stream_failover import StreamFailover, sse_error_event
@@ -48,7 +49,15 @@ from router.replicas.stall_watch import ReplicaStalled, StreamWatch, unless_stal
 
 logger = logging.getLogger("pagedock.router")
 T = TypeVar("T")
-_FORWARDED_REQUEST_HEADERS = ("content-type", "accept", "x-request-id", "user-agent")
+# `traceparent`/`tracestate`: W3C Trace Context, so the engine's spans join the caller's trace.
+_FORWARDED_REQUEST_HEADERS = (
+    "content-type",
+    "accept",
+    "x-request-id",
+    "user-agent",
+    "traceparent",
+    "tracestate",
+)
 _FORWARDED_RESPONSE_HEADERS = ("retry-after", "www-authenticate", "x-request-id")
 REPLICA_HEADER = "x-pagedock-replica"  # which replica served the request (debugging, tests)
 # The prompt tokens the router expected the replica to hold (how good its cache view is): only
@@ -172,9 +181,15 @@ class Proxy:
         body (a failure before its end is retried: the client has nothing yet)."""
         assert self._session is not None, "Proxy.start() was not called"
         url = replica.url + request.scope["path"]
+        query = request.query_params.multi_items() or None  # e.g. input_items' order and limit
         try:
             upstream = await self._session.request(
-                request.method, url, data=body or None, headers=headers, allow_redirects=False
+                request.method,
+                url,
+                params=query,
+                data=body or None,
+                headers=headers,
+                allow_redirects=False,
             )
             if stream and upstream.status == 200:
                 return upstream, None
@@ -244,6 +259,9 @@ class Proxy:
         """The client's headers that reach the replica; a control character in one is the
         client's error (400), found before any replica is tried."""
         headers = {k: v for k in _FORWARDED_REQUEST_HEADERS if (v := request.headers.get(k))}
+        ids = current_request.get()
+        if ids is not None:  # the id this router logs the request under, made when none came
+            headers["x-request-id"] = ids.x_request_id
         authorization = (
             f"Bearer {self.replica_api_key}"
             if self.replica_api_key

@@ -2,7 +2,8 @@
 (router/server/app.py) and the endpoint picker (router/picker/endpoint_picker.py) alike: the
 request as the engine will read it, the model it names (the base model or a LoRA adapter, which
 decides the replicas it may go to and the chain its blocks are hashed on: the dispatcher's part),
-its prompt's blocks, and the plan to resume its stream.
+its prompt's blocks, and the plan to resume its stream. A Responses API request is read the same
+way (its prompt hashed when it starts a conversation; its stream is not resumable).
 
 The router never judges a request's content: a body it can't parse is None here, and is still
 forwarded (the engine answers it). One exception: a client's `continuation` is refused with a 400
@@ -26,6 +27,7 @@ from pydantic import ValidationError
 
 from pagedock.http.errors import APIError
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.protocol.responses import ResponsesRequest
 from pagedock.tenancy.tenants import Tenant
 from router.config import RouterConfig
 from router.http.stream_resume import ResumePlan, resume_plan
@@ -36,7 +38,7 @@ from router.kv.prompt_hasher import PromptBlocks, PromptHasher
 # ones in the parser's pool (the router context's small prompt pool).
 INLINE_PARSE_BYTES = 16_384
 
-GenerationRequest = ChatCompletionRequest | CompletionRequest
+GenerationRequest = ChatCompletionRequest | CompletionRequest | ResponsesRequest
 
 
 class ClientContinuation(APIError):
@@ -102,7 +104,7 @@ class RequestParser:
         for a huge prompt is not worth tokenizing it twice; the engine answers if it is too
         long); ClientContinuation for a request with `continuation`."""
         parsed = _parse(body, model)
-        if parsed is not None and parsed.continuation is not None:
+        if getattr(parsed, "continuation", None) is not None:  # a Responses request has none
             raise ClientContinuation()
         if parsed is not None:
             body = _with_tenant(parsed, body, tenant, owner)
@@ -117,6 +119,8 @@ class RequestParser:
             return self.hasher.chat(parsed)
         if isinstance(parsed, CompletionRequest):
             return self.hasher.completion(parsed)
+        if isinstance(parsed, ResponsesRequest):
+            return self.hasher.response(parsed)
         return None
 
 

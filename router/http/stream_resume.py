@@ -31,6 +31,7 @@ from fastapi import Request
 
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
 from pagedock.protocol.openai import HANDOFF_EVENT
+from pagedock.protocol.responses import ResponsesRequest
 from router.policies.dispatcher import Decision
 from router.replicas.replica import Replica
 
@@ -68,9 +69,12 @@ class ResumePlan:
 
 
 def resume_plan(
-    parsed: ChatCompletionRequest | CompletionRequest | None, body: bytes
+    parsed: ChatCompletionRequest | CompletionRequest | ResponsesRequest | None, body: bytes
 ) -> ResumePlan | None:
-    """The plan for a request the router can resume mid-stream, or None."""
+    """The plan for a request the router can resume mid-stream, or None (a Responses API
+    stream: its events are not the chunks a continuation rewrites)."""
+    if isinstance(parsed, ResponsesRequest):
+        return None
     if parsed is None or not parsed.stream or parsed.n != 1 or parsed.continuation is not None:
         return None
     if isinstance(parsed, CompletionRequest) and not _is_one_prompt(parsed.prompt):

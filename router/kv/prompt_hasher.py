@@ -18,6 +18,9 @@ from pagedock.kv.block_hash import BlockHash, hash_blocks, request_root
 from pagedock.models.hub import HF_SCHEME
 from pagedock.models.registry import resolve_model
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.protocol.response_chat import chat_request
+from pagedock.protocol.response_items import read_input_items
+from pagedock.protocol.responses import ResponsesRequest
 from pagedock.text import tokenizer as engine_tokenizer
 from pagedock.text.chat_template import chat_template_source
 from pagedock.text.prompt_renderer import completion_prompts, render_chat
@@ -83,6 +86,19 @@ class PromptHasher:
             logger.debug("cannot tokenize a chat request: %s", e)
             return None
         return PromptBlocks(ids, len(ids), body.cache_salt)
+
+    def response(self, body: ResponsesRequest) -> PromptBlocks | None:
+        """A Responses API request's prompt when it starts a conversation (its instructions and
+        input as the engine's chat request, rendered as a chat is); None for a follow-up, whose
+        history only the engines' store holds (it goes by the replica that produced it)."""
+        if self.tokenizer is None or body.previous_response_id is not None:
+            return None
+        try:
+            chat = chat_request(body, read_input_items(body.input))
+        except _TOKENIZE_ERRORS as e:
+            logger.debug("cannot read a responses request: %s", e)
+            return None
+        return self.chat(chat)
 
     def completion(self, body: CompletionRequest) -> PromptBlocks | None:
         """A completions prompt (text, ids, or a batch): the first prompt's blocks, all tokens."""

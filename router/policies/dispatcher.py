@@ -28,6 +28,8 @@ from router.config import RouterConfig
 from router.kv.kv_index import KVIndex
 from router.kv.prompt_hasher import PromptBlocks
 from router.policies import Candidate, Policy, RouteRequest
+from router.policies.base import with_first
+from router.policies.decision_log import MAX_CANDIDATES, DecisionLog
 from router.replicas.replica import Replica
 from router.replicas.replica_set import ReplicaSet
 
@@ -70,6 +72,8 @@ class Dispatcher:
         self.replica_set = replica_set
         self.index = index
         self.policy = policy
+        self.log = DecisionLog()
+        """Recent decisions, for people (the router's /dashboard)."""
 
     def decide(
         self,
@@ -77,9 +81,12 @@ class Dispatcher:
         session_key: str | None = None,
         among: Callable[[Replica], bool] | None = None,
         model: str | None = None,
+        prefer: str | None = None,
     ) -> Decision:
         """Rank the healthy replicas that serve `model` (of those `among` admits, when given:
-        the endpoint picker's subset hint) for a request."""
+        the endpoint picker's subset hint) for a request; `prefer`, the replica that holds the
+        request's conversation (router/policies/response_owners.py), goes first when it is one
+        of them (reason `conversation`), the policy's ranking after it."""
         healthy = [r for r in self.replica_set.healthy() if among is None or among(r)]
         if not healthy:
             raise NoReplicaError("no healthy replica" if among is None else "no eligible replica")
@@ -91,11 +98,14 @@ class Dispatcher:
         ranking = self.policy.rank(
             RouteRequest(num_prompt_tokens, session_key), list(candidates.values())
         )
+        order, reason = ranking.order, ranking.reason
+        if prefer is not None and prefer in candidates:
+            order, reason = with_first(candidates[prefer], order), "conversation"
         replicas = self.replica_set.replicas
         return Decision(
-            [replicas[c.url] for c in ranking.order],
+            [replicas[c.url] for c in order],
             candidates,
-            ranking.reason,
+            reason,
             blocks,
             model,
             lora_name,
@@ -107,13 +117,14 @@ class Dispatcher:
         session_key: str | None = None,
         among: Callable[[Replica], bool] | None = None,
         model: str | None = None,
+        prefer: str | None = None,
     ) -> Decision:
         """`decide`, reading the replicas' model lists again before answering ModelNotServed."""
         try:
-            return self.decide(blocks, session_key, among, model)
+            return self.decide(blocks, session_key, among, model, prefer)
         except ModelNotServed:
             await self.replica_set.refresh_models()
-        return self.decide(blocks, session_key, among, model)
+        return self.decide(blocks, session_key, among, model, prefer)
 
     def lora_name(self, model: str | None) -> str | None:
         """`model` when a replica lists it as a LoRA adapter, else None (the base model)."""
@@ -131,9 +142,22 @@ class Dispatcher:
         uncached_tokens = max(0, num_prompt_tokens - candidate.cached_tokens)
         replica.begin(request_id, uncached_tokens, decision.lora_name)
         root = replica.chain_root(decision.lora_name)
+        prefix = None
         if blocks is not None and root is not None:
             hashes = blocks.hashes(root, self._block_size(replica))
             self.index.add_pending(replica.url, hashes, self.config.pending_prefix_ttl_s)
+            prefix = hashes[0] if hashes else None
+        ranked = [decision.candidates[r.url] for r in decision.replicas[:MAX_CANDIDATES]]
+        self.log.record(
+            request_id,
+            replica.url,
+            decision.reason,
+            candidate.cached_tokens,
+            num_prompt_tokens,
+            prefix,
+            ranked,
+            decision.model,
+        )
         return candidate.cached_tokens
 
     def _serving(self, healthy: list[Replica], model: str | None) -> list[Replica]:

@@ -24,13 +24,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from pagedock.http.auth import docs_urls
 from pagedock.http.errors import install_api_error_handlers
+from pagedock.http.request_context import RequestContextMiddleware
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
 from router.demand import demand_view
 from router.http.body_budget import BodyLeases
 from router.http.root_path import RootPathMiddleware
 from router.replicas.served_models import merged_model_list
 from router.server.context import RouterContext
+from router.server.dashboard_routes import add_dashboard_routes
 from router.server.generation import decide, generate, hold_until_ready
+from router.server.responses_routes import add_responses_routes
 
 
 def build_app(ctx: RouterContext) -> FastAPI:
@@ -59,6 +62,7 @@ def build_app(ctx: RouterContext) -> FastAPI:
     app.add_middleware(BodyLeases, budget=ctx.body_budget)
     if ctx.config.root_path:
         app.add_middleware(RootPathMiddleware, root_path=ctx.config.root_path)
+    app.add_middleware(RequestContextMiddleware)  # outermost: every line of a request has its ids
     _add_api_routes(app, ctx)
     _add_open_routes(app, ctx)
     app.state.ctx = ctx
@@ -78,6 +82,8 @@ def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await generate(ctx, request, CompletionRequest)
+
+    add_responses_routes(app, ctx)
 
     @app.get("/v1/models", dependencies=guard)
     async def models(request: Request) -> Response:
@@ -99,6 +105,8 @@ def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
             "policy": ctx.config.policy,
             "replicas": [_replica_view(ctx, url) for url in sorted(ctx.replica_set.replicas)],
         }
+
+    app.state.dashboard_feed = add_dashboard_routes(app, ctx, require_client)
 
 
 def _add_open_routes(app: FastAPI, ctx: RouterContext) -> None:

@@ -26,6 +26,7 @@ from router.kv.subscriber_base import cancel_and_wait
 from router.metrics import RouterMetrics
 from router.policies import make_policy
 from router.policies.dispatcher import Dispatcher
+from router.policies.response_owners import ResponseOwners
 from router.replicas.discovery import Discovery, make_discovery
 from router.replicas.replica_set import ReplicaSet
 from router.replicas.warmer import Warmer
@@ -63,6 +64,8 @@ class RouterContext:
     flow: FlowController = field(init=False)
     """Priority bands and fair shares while the fleet is busy (router/flow/flow_controller.py)."""
     flow_metrics: FlowMetrics = field(init=False)
+    response_owners: ResponseOwners = field(init=False)
+    """The replica that produced each Responses API response (its follow-ups go there)."""
     _discovery_task: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
@@ -88,6 +91,9 @@ class RouterContext:
         self.replica_set.warmer = Warmer(c, self.hot, self.client)
         self.dispatcher = Dispatcher(c, self.replica_set, self.index, make_policy(c))
         self.demand = DemandTracker()
+        self.response_owners = ResponseOwners(
+            c.response_owners_max_entries, c.response_owners_ttl_s
+        )
         self.proxy = Proxy(
             self.dispatcher, self.replica_set, self.metrics, c.replica_api_key, self.demand
         )

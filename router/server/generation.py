@@ -1,4 +1,4 @@
-"""generate: one chat or completions request through the router.
+"""generate: one chat, completions or Responses API request through the router.
 
 tenant      who it belongs to (router/flow/tenant_resolver.py; 401 if nobody)
 body        read within the body budget (413, 503 router_memory_full)
@@ -6,8 +6,10 @@ hold        wait while no replica is ready (503 past the hold queue's limits)
 parse       the request as the engine reads it, its prompt's blocks, its tenant's cache_salt
             and priority
 admit       the tenant's quota, then a flow slot (429s; router/flow/admission.py)
-route       the replica(s) to try, by the policy
-forward     to them, with failover; the answer carries the tenant's x-ratelimit-* headers
+route       the replica(s) to try, by the policy; a Responses API follow-up first to the replica
+            that produced the response it continues, when known (reason `conversation`)
+forward     to them, with failover; the answer carries the tenant's x-ratelimit-* headers (and,
+            for a response, its id is learnt as it passes: router/http/response_ids.py)
 """
 
 from __future__ import annotations
@@ -20,18 +22,20 @@ from starlette.requests import ClientDisconnect
 from pagedock.http.errors import APIError
 from pagedock.limits import MAX_BODY_BYTES  # the engine's default --max-body-bytes too
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.protocol.responses import ResponsesRequest
 from pagedock.tenancy.tenants import Tenant
 from router.flow.admission import Admission, admit
 from router.http.body_budget import BodyLease, lease_of
 from router.http.hold_queue import HoldRefused
-from router.http.proxy import until_disconnect
+from router.http.proxy import REPLICA_HEADER, until_disconnect
 from router.http.request_parser import Parsed
+from router.http.response_ids import learn_response_id
 from router.http.tenant_salt import salts_by_tenant, tenant_tag
 from router.kv.prompt_hasher import PromptBlocks
 from router.policies.dispatcher import Decision, ModelNotServed, NoReplicaError
 from router.server.context import RouterContext
 
-GenerationModel = type[ChatCompletionRequest | CompletionRequest]
+GenerationModel = type[ChatCompletionRequest | CompletionRequest | ResponsesRequest]
 # A prompt the router could not tokenize is counted at about four bytes a token.
 BYTES_PER_TOKEN_ESTIMATE = 4
 
@@ -51,9 +55,9 @@ async def generate(ctx: RouterContext, request: Request, model: GenerationModel)
         request.state.tenant = tenant.name
     admission = await _admit(ctx, request, tenant, parsed, len(body))
     try:
-        decision = await decide(
-            ctx, parsed.blocks, _session_key(ctx, request, parsed), parsed.model
-        )
+        session_key = _session_key(ctx, request, parsed)
+        conversation = _conversation_replica(ctx, tenant, parsed)
+        decision = await decide(ctx, parsed.blocks, session_key, parsed.model, conversation)
         if parsed.blocks is not None and decision.lora_name is None:
             # NOTE: warm start sends the base model only: an adapter's prefixes are not recorded.
             ctx.hot.record(parsed.blocks.token_ids, cache_salt=parsed.blocks.cache_salt)
@@ -66,7 +70,28 @@ async def generate(ctx: RouterContext, request: Request, model: GenerationModel)
     except BaseException:
         admission.finish(0)
         raise
+    if isinstance(parsed.request, ResponsesRequest):
+        response = _learn_owner(ctx, tenant, response)
     return admission.attach(response)
+
+
+def _conversation_replica(ctx: RouterContext, tenant: Tenant, parsed: Parsed) -> str | None:
+    """The replica that produced the response a Responses API follow-up continues, if known: a
+    routing hint (the engine decides whether the tenant may continue it)."""
+    body = parsed.request
+    if not isinstance(body, ResponsesRequest) or body.previous_response_id is None:
+        return None
+    return ctx.response_owners.owner(tenant.name, body.previous_response_id)
+
+
+def _learn_owner(ctx: RouterContext, tenant: Tenant, response: Response) -> Response:
+    """`response`, whose response id is remembered as made by the replica that answered."""
+    replica = response.headers.get(REPLICA_HEADER)
+    if replica is None:
+        return response
+    return learn_response_id(
+        response, lambda response_id: ctx.response_owners.learn(tenant.name, response_id, replica)
+    )
 
 
 async def _parse(
@@ -105,9 +130,12 @@ async def decide(
     blocks: PromptBlocks | None,
     session_key: str | None,
     model: str | None = None,
+    prefer: str | None = None,
 ) -> Decision:
+    """The dispatcher's decision (`prefer`: a conversation's replica), its errors as the
+    client's."""
     try:
-        return await ctx.dispatcher.decide_fresh(blocks, session_key, model=model)
+        return await ctx.dispatcher.decide_fresh(blocks, session_key, model=model, prefer=prefer)
     except ModelNotServed as e:
         raise APIError(404, str(e), param="model", code="model_not_found") from e
     except NoReplicaError as e:

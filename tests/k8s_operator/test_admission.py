@@ -153,6 +153,18 @@ CASES = {
         "spec.tenancy",
         "every tenant needs apiKeySecrets unless tenantHeader names the tenants",
     ),
+    "a redis store without its secret": Case(
+        "self.store != 'redis' || has(self.redisURLSecret)",
+        {"responses": {"store": "redis"}},
+        "spec.responses",
+        "responses.store redis needs responses.redisURLSecret (the Secret holding the URL)",
+    ),
+    "a redis secret for the memory store": Case(
+        "self.store == 'redis' || !has(self.redisURLSecret)",
+        {"responses": {"redisURLSecret": {"name": "responses-redis"}}},
+        "spec.responses",
+        "responses.redisURLSecret is for responses.store redis",
+    ),
 }
 
 

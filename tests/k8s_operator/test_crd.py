@@ -88,6 +88,9 @@ INVALID_SPECS = {
     "adapter name not dns": {"model": {"adapters": [{"name": "SQL_", "source": "file:///a"}]}},
     "adapter without source": {"model": {"adapters": [{"name": "sql"}]}},
     "zero max loras": {"engine": {"maxLoras": 0}},
+    "unknown responses store": {"responses": {"store": "postgres"}},
+    "negative responses ttl": {"responses": {"ttlSeconds": -1}},
+    "redis secret without a name": {"responses": {"store": "redis", "redisURLSecret": {}}},
 }
 CEL_ONLY_SPECS = {
     "adapters with tensor parallelism": {
@@ -112,6 +115,8 @@ CEL_ONLY_SPECS = {
         "autoscaling": {"enabled": True, "mode": "keda", "minReplicas": 0},
         "router": {"enabled": False},
     },
+    "redis store without its secret": {"responses": {"store": "redis"}},
+    "redis secret for the memory store": {"responses": {"redisURLSecret": {"name": "r"}}},
 }
 
 
@@ -161,7 +166,7 @@ def test_cel_rules_are_in_the_schema() -> None:
     assert any("tensorParallelSize" in rule for rule in rules)
     assert any("minReplicas >= 1" in rule for rule in rules)
     assert any("priorityClasses" in rule for rule in rules)
-    assert len(rules) == 18
+    assert len(rules) == 20
 
 
 def test_autoscaling_defaults_to_the_builtin_autoscaler_and_allows_zero() -> None:

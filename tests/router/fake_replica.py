@@ -67,7 +67,12 @@ class FakeReplica:
     as /v1/load_lora_adapter would), listed in GET /v1/models as pagedock and vLLM list them; a
     request naming another model is a 404 `model_not_found`. `resident` (when set) is what its
     vllm:lora_requests_info reports running; `models_refused` answers GET /v1/models with a 500
-    (`models_asked` counts the asks)."""
+    (`models_asked` counts the asks).
+
+    It answers the Responses API too (`responses_routes`): POST /v1/responses as JSON, or with
+    `stream: true` as events (`response.created` first, carrying the id; with `stream_gate` set,
+    the rest waits for it), and GET/DELETE/input_items from its own store (`stored`), as an
+    engine with a memory store does; `response_calls` counts the POSTs."""
 
     def __init__(
         self, mode: str = "ok", adapters: dict[str, str] | None = None, base: str = "fake"
@@ -87,7 +92,12 @@ class FakeReplica:
         self.stream_cancelled = threading.Event()
         self.frozen = threading.Event()
         self.health_down = threading.Event()
+        self.stored: dict[str, dict[str, Any]] = {}
+        self.response_calls = 0
+        self.last_query = ""
+        self.stream_gate: threading.Event | None = None
         self.app = self._build()
+        responses_routes(self)
 
     def _completion(self) -> dict[str, Any]:
         answer: dict[str, Any] = {
@@ -270,3 +280,85 @@ class FakeReplica:
 def _error(status: int, message: str, code: str) -> Response:
     error = {"message": message, "type": "invalid_request_error", "param": "model", "code": code}
     return JSONResponse({"error": error}, status)
+
+
+def responses_routes(fake: FakeReplica) -> None:
+    """The Responses API on `fake`'s app: its answers carry ids, kept in its own store."""
+    app = fake.app
+
+    @app.post("/v1/responses")
+    async def create(request: Request) -> Response:
+        fake.response_calls += 1
+        fake.last_headers = dict(request.headers)
+        fake.last_body = await request.body()
+        body = json.loads(fake.last_body)
+        previous = body.get("previous_response_id")
+        if previous is not None and previous not in fake.stored:
+            error = {
+                "message": f"Previous response with id {previous!r} not found.",
+                "type": "invalid_request_error",
+                "param": "previous_response_id",
+                "code": "previous_response_not_found",
+            }
+            return JSONResponse({"error": error}, 400)
+        response = {
+            "id": f"resp_{uuid.uuid4().hex}",
+            "object": "response",
+            "status": "completed",
+            "model": fake.base,
+            "output": [{"type": "message", "role": "assistant", "content": []}],
+            "previous_response_id": previous,
+        }
+        if fake.completion_tokens is not None:  # before the echoed settings, as engines answer
+            n = fake.completion_tokens
+            response["usage"] = {"input_tokens": 1, "output_tokens": n, "total_tokens": n + 1}
+        response["instructions"] = body.get("instructions")
+        fake.stored[response["id"]] = response
+        if not body.get("stream"):
+            return JSONResponse(response)
+        return StreamingResponse(_response_events(fake, response), media_type="text/event-stream")
+
+    @app.get("/v1/responses/{response_id}")
+    async def retrieve(response_id: str, request: Request) -> Response:
+        fake.last_headers = dict(request.headers)
+        if response_id not in fake.stored:
+            return _not_found(response_id)
+        return JSONResponse(fake.stored[response_id])
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete(response_id: str) -> Response:
+        if fake.stored.pop(response_id, None) is None:
+            return _not_found(response_id)
+        return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+    @app.get("/v1/responses/{response_id}/input_items")
+    async def input_items(response_id: str, request: Request) -> Response:
+        fake.last_query = request.url.query
+        if response_id not in fake.stored:
+            return _not_found(response_id)
+        return JSONResponse({"object": "list", "data": [], "has_more": False})
+
+
+async def _response_events(fake: FakeReplica, response: dict[str, Any]) -> AsyncIterator[str]:
+    try:
+        created = {"type": "response.created", "sequence_number": 0, "response": response}
+        yield f"event: response.created\ndata: {json.dumps(created)}\n\n"
+        while fake.stream_gate is not None and not fake.stream_gate.is_set():
+            await asyncio.sleep(0.02)
+        delta = {"type": "response.output_text.delta", "sequence_number": 1, "delta": "hi"}
+        yield f"event: response.output_text.delta\ndata: {json.dumps(delta)}\n\n"
+        done = {"type": "response.completed", "sequence_number": 2, "response": response}
+        yield f"event: response.completed\ndata: {json.dumps(done)}\n\n"
+    except asyncio.CancelledError:
+        fake.stream_cancelled.set()
+        raise
+
+
+def _not_found(response_id: str) -> Response:
+    error = {
+        "message": f"Response with id {response_id!r} not found.",
+        "type": "invalid_request_error",
+        "param": "response_id",
+        "code": None,
+    }
+    return JSONResponse({"error": error}, 404)

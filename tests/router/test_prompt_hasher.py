@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from pagedock.kv.block_hash import hash_blocks, root_hash
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.protocol.responses import ResponsesRequest
 from pagedock.text import tokenizer as engine_tokenizer
 from pagedock.text.prompt_renderer import completion_prompts
 from pagedock.text.tokenizer import Tokenizer
@@ -140,6 +141,27 @@ def test_a_prompt_the_engine_rejects_is_not_hashed(
     assert PromptHasher(tokenizer).chat(chat) is None
     completion = CompletionRequest.model_validate({"prompt": ["ok", "\ud800"]})
     assert PromptHasher(tokenizer).completion(completion) is None
+
+
+def test_a_responses_first_turn_hashes_as_its_chat_conversation_tokenizes(
+    tokenizer: Tokenizer, engine_server: TestClient
+) -> None:
+    # The engine serves a response by the chat path: instructions a system message, then input.
+    body = {"instructions": SYSTEM["content"], "input": [USER, {"role": "user", "content": "Hm?"}]}
+    blocks = PromptHasher(tokenizer).response(ResponsesRequest.model_validate(body))
+    expected = engine_tokens(
+        engine_server, {"messages": [SYSTEM, USER, {"role": "user", "content": "Hm?"}]}
+    )
+    assert blocks is not None and blocks.token_ids == expected
+
+
+def test_a_responses_follow_up_or_unreadable_input_is_not_hashed(tokenizer: Tokenizer) -> None:
+    hasher = PromptHasher(tokenizer)
+    follow_up = {"input": "And then?", "previous_response_id": "resp_1"}
+    assert hasher.response(ResponsesRequest.model_validate(follow_up)) is None
+    assert hasher.response(ResponsesRequest.model_validate({"input": []})) is None
+    unknown_item = {"input": [{"type": "item_reference", "id": "msg_1"}]}
+    assert hasher.response(ResponsesRequest.model_validate(unknown_item)) is None
 
 
 def test_hashes_use_the_replicas_root_and_block_size(tokenizer: Tokenizer) -> None:

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 from llm_operator.api.autoscaling import AutoscalingSpec
 from llm_operator.api.gateway import GatewaySpec
 from llm_operator.api.model import ModelSpec
+from llm_operator.api.responses import ResponsesSpec
 from llm_operator.api.router import RouterSpec
 from llm_operator.api.tenancy import TenancySpec
 from llm_operator.api.types import Quantity, RawObject, SpecModel, cel_rules, section
@@ -246,6 +247,8 @@ class LLMDeploymentSpec(SpecModel):
     """With gateway: a Secret holding the key the router's endpoint picker requires of it."""
     tenancy: TenancySpec | None = None
     """Tenants (their API keys in Secrets), priorities, quotas, fair sharing (docs/tenants.md)."""
+    responses: ResponsesSpec = section(ResponsesSpec)
+    """Where the engines keep the Responses API's stored responses (docs/responses.md)."""
     scheduling: SchedulingSpec = section(SchedulingSpec)
     """Where engine pods may run."""
     drain_timeout_seconds: int = Field(30, ge=0, le=3600)

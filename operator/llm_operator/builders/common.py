@@ -62,6 +62,18 @@ def internal_key_env(ctx: BuildContext) -> list[Obj]:
     return [{"name": "PAGEDOCK_INTERNAL_API_KEY", "valueFrom": ref}]
 
 
+def responses_store_env(ctx: BuildContext) -> list[Obj]:
+    """The engines' Responses API store with spec.responses.store redis: the URL from its Secret
+    as `PAGEDOCK_RESPONSES_STORE`, which `pagedock serve` reads as `--responses-store`, so a
+    password in it reaches neither the pod template nor a command line. memory: the default."""
+    responses = ctx.spec.responses
+    secret = responses.redis_url_secret
+    if responses.store != "redis" or secret is None:
+        return []
+    ref = {"secretKeyRef": {"name": secret.name, "key": secret.key}}
+    return [{"name": "PAGEDOCK_RESPONSES_STORE", "valueFrom": ref}]
+
+
 def http_probe(port: str, period_seconds: int, failure_threshold: int, timeout_seconds: int) -> Obj:
     return {
         "httpGet": {"path": "/health", "port": port},

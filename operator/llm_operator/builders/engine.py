@@ -14,6 +14,7 @@ from llm_operator.builders.common import (
     internal_key_env,
     metadata,
     pod_security_context,
+    responses_store_env,
 )
 from llm_operator.builders.context import BuildContext
 from llm_operator.builders.engine_args import engine_args
@@ -158,6 +159,7 @@ def _engine_container(ctx: BuildContext, config_map: Obj) -> Obj:
         + internal_key_env(ctx)
         + tensor_parallel_env(ctx)
         + kv_events_env(ctx)
+        + responses_store_env(ctx)
         + list(ctx.spec.env),
         "resources": _resources(ctx),
         "securityContext": container_security_context(),

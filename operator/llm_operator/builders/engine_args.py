@@ -37,7 +37,7 @@ def engine_args(ctx: BuildContext) -> list[str]:
 
 def _optional_args(ctx: BuildContext) -> list[str]:
     """Flags passed only when they differ from the engine's own defaults."""
-    engine = ctx.spec.engine
+    engine, responses = ctx.spec.engine, ctx.spec.responses
     optional = {
         "--max-model-len": engine.max_model_len,
         "--tensor-parallel-size": engine.tensor_parallel_size
@@ -49,6 +49,8 @@ def _optional_args(ctx: BuildContext) -> list[str]:
         "--kv-cache-memory": engine.kv_cache_memory,
         "--num-kv-blocks": engine.num_kv_blocks,
         "--max-step-ms": engine.max_step_ms,
+        "--responses-store-ttl-s": responses.ttl_seconds,
+        "--responses-store-max-entries": responses.max_entries,
     }
     args: list[str] = []
     for flag, value in optional.items():
