@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.core.scheduler_output import LogprobsLists, ScheduledRequest
 from engine.inputs.engine_request import DEFAULT_TENANT, EngineRequest
@@ -56,6 +56,9 @@ class RequestTiming:
     last_token_time: float | None = None
     finished_time: float | None = None
     num_generated_tokens: int = 0
+    prefill_chunks: list[tuple[float, float, int]] = field(default_factory=list)
+    """Each step that computed part of its prompt: (start, end, tokens); a preempted request's
+    recomputation adds more (the request tracer's prefill_chunk spans)."""
 
 
 class Request:

@@ -148,6 +148,15 @@ class Scheduler:
             num_decode_tokens=sum(s.num_new_tokens == 1 for s in scheduled),
         )
 
+    def record_prefill_chunks(self, output: SchedulerOutput, started: float, ended: float) -> None:
+        """Each prefill chunk of the step, on its request's timing: when, and how many tokens."""
+        for scheduled in output.scheduled:
+            if scheduled.num_computed_tokens < len(scheduled.prompt_token_ids):
+                request = self.requests.get(scheduled.request_id)
+                if request is not None:
+                    chunk = (started, ended, len(scheduled.new_token_ids))
+                    request.timing.prefill_chunks.append(chunk)
+
     def observe_step(self, output: SchedulerOutput, seconds: float) -> None:
         """The step `output` took `seconds` (schedule to update): teaches the step-cost model."""
         num_prefill = output.num_scheduled_tokens - output.num_decode_tokens

@@ -252,9 +252,10 @@ class LLMEngine:
         """The engine half of a step: schedule, run the model, advance the requests, publish the
         KV events; children of n > 1 waiting for their sibling's prompt blocks join here. Token
         ids, finish reasons and logprobs only: no text."""
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), time.monotonic()
         scheduler_output = self.scheduler.schedule()
         runner_output = self._execute(scheduler_output)
+        self.scheduler.record_prefill_chunks(scheduler_output, started_at, time.monotonic())
         core_outputs = self.scheduler.update(scheduler_output, runner_output)
         self.scheduler.observe_step(scheduler_output, time.perf_counter() - started)
         self.kv_events.publish(self.scheduler.take_kv_events())

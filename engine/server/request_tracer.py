@@ -1,8 +1,9 @@
 """RequestTracer: each finished request as OpenTelemetry spans (tracing on: pagedock/tracing/).
 
     llm_request            arrival -> finish; vLLM's gen_ai.* attributes, the model, adapter,
-      queue                  tenant and priority; status ERROR when it was aborted or failed
+      queue                tenant and priority; status ERROR when it was aborted or failed
       prefill              arrival -> first scheduled -> first token -> finish
+        prefill_chunk      each step that computed part of the prompt, with its tokens
       decode
 
 Made when the request finishes, from the times the engine recorded (RequestTiming), with the
@@ -49,17 +50,38 @@ class RequestTracer:
         reasons = set(finished.finish_reasons)
         if reasons & ERROR_REASONS:
             span.set_status(Status(StatusCode.ERROR, ",".join(sorted(reasons))))
-        inside = set_span_in_context(span)
-        phases = [timing.arrival_time, timing.first_scheduled_time, timing.first_token_time, end]
-        for name, start, stop in zip(
-            ("queue", "prefill", "decode"), phases, phases[1:], strict=False
-        ):
-            if start is not None and stop is not None:
-                child = self.tracer.start_span(
-                    name, context=inside, start_time=wall_ns(start, *now)
-                )
-                child.end(end_time=wall_ns(stop, *now))
+        self._phases(set_span_in_context(span), finished, now)
         span.end(end_time=wall_ns(end, *now))
+
+    def _phases(self, inside: Any, finished: FinishedRequestStats, now: tuple[float, int]) -> None:
+        """queue, prefill (with a span per chunk) and decode, tiling the request's span."""
+        from opentelemetry.trace import set_span_in_context
+
+        timing = finished.timing
+        end = timing.finished_time or timing.arrival_time
+        phases = [timing.arrival_time, timing.first_scheduled_time, timing.first_token_time, end]
+        names = ("queue", "prefill", "decode")
+        for name, start, stop in zip(names, phases, phases[1:], strict=False):
+            if start is None or stop is None:
+                continue
+            child = self.tracer.start_span(name, context=inside, start_time=wall_ns(start, *now))
+            if name == "prefill":
+                self._chunks(set_span_in_context(child), timing.prefill_chunks, now)
+            child.end(end_time=wall_ns(stop, *now))
+
+    def _chunks(
+        self, prefill: Any, chunks: list[tuple[float, float, int]], now: tuple[float, int]
+    ) -> None:
+        """A span per step that computed part of the prompt (a preemption's recomputation
+        too), with how many tokens it computed."""
+        for start, stop, tokens in chunks:
+            chunk = self.tracer.start_span(
+                "prefill_chunk",
+                context=prefill,
+                start_time=wall_ns(start, *now),
+                attributes={"pagedock.num_tokens": tokens},
+            )
+            chunk.end(end_time=wall_ns(stop, *now))
 
     def _attributes(self, finished: FinishedRequestStats) -> dict[str, Any]:
         timing = finished.timing

@@ -37,6 +37,7 @@ from pagedock.http.internal_key import internal_key_headers
 from pagedock.request_ids import current_request
 from pagedock.tenancy.tenants import TENANT_HEADER
 from router.demand import DemandTracker
+from router.http.route_trace import trace_of
 from router.http.stream_failover import StreamFailover, sse_error_event
 from router.http.stream_resume import Resumable, ResumePlan, Segment
 from router.http.upstream import UPSTREAM_ERRORS, AttemptFailed, make_session
@@ -135,6 +136,26 @@ class Proxy:
         )
 
     async def _attempt(
+        self,
+        request: Request,
+        headers: dict[str, str],
+        body: bytes,
+        decision: Decision,
+        replica: Replica,
+        stream: bool,
+        resumable: Resumable | None,
+    ) -> Response:
+        """One try at `replica` (traced as an upstream span, when tracing is on)."""
+        trace = trace_of(request)
+        if trace is None:
+            return await self._try(request, headers, body, decision, replica, stream, resumable)
+
+        def send(sent: dict[str, str]) -> Awaitable[Response]:
+            return self._try(request, sent, body, decision, replica, stream, resumable)
+
+        return await trace.attempt(replica.url, headers, send, lambda r: r.status_code)
+
+    async def _try(
         self,
         request: Request,
         headers: dict[str, str],

@@ -24,6 +24,7 @@ from fastapi import Request
 from pagedock.http.errors import error_json
 from pagedock.http.internal_key import internal_key_headers
 from pagedock.protocol import CONTINUATION_HEADER
+from router.http.route_trace import trace_of
 from router.http.stream_resume import Resumable, Segment, StreamTranscript
 from router.http.upstream import UPSTREAM_ERRORS, AttemptFailed
 from router.http.upstream_errors import Verdict, classify_upstream, refuses_model
@@ -83,6 +84,8 @@ class StreamFailover:
                     self.replica_set.mark_unhealthy(segment.replica, cause)
                 resumed = await self._resume(resumable, transcript, tried, weights)
                 self.metrics.observe_resume(resumed is not None)
+                if (trace := trace_of(resumable.request)) is not None:
+                    trace.resumed(None if resumed is None else resumed.replica.url, cause)
                 if resumed is None:
                     self.metrics.observe_failure("mid_stream")
                     yield _unresumed_event(cause)
@@ -113,6 +116,19 @@ class StreamFailover:
         finally:
             watch.stop()
 
+    async def _send(
+        self, resumable: Resumable, headers: dict[str, str], body: bytes, replica: Replica
+    ) -> tuple[aiohttp.ClientResponse, bytes | None]:
+        """A continuation sent to `replica` (an upstream span of its own, when tracing is on)."""
+        trace = trace_of(resumable.request)
+
+        def send(sent: dict[str, str]) -> Awaitable[tuple[aiohttp.ClientResponse, bytes | None]]:
+            return self._exchange(resumable.request, sent, body, replica, True)
+
+        if trace is None:
+            return await send(headers)
+        return await trace.attempt(replica.url, headers, send, lambda a: a[0].status, resume=True)
+
     async def _resume(
         self,
         resumable: Resumable,
@@ -139,7 +155,7 @@ class StreamFailover:
             try:
                 upstream, content = await unless_stalled(
                     replica,
-                    self._exchange(resumable.request, headers, body, replica, True),
+                    self._send(resumable, headers, body, replica),
                     grace_s,
                 )
             except (AttemptFailed, ReplicaStalled) as e:

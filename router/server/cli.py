@@ -14,6 +14,8 @@ from pagedock.errors import PagedockError
 from pagedock.http.limits import limited_protocol
 from pagedock.logs import check_log_format, configure_logging
 from pagedock.options import add_options, values_for
+from pagedock.tracing.tracer import start_tracing
+from pagedock.tracing.tracing_config import traces_endpoint
 from router.config import RouterConfig
 
 ENV_PREFIX = "PAGEDOCK_"
@@ -28,6 +30,9 @@ class RouteLogging:
     log_format: str = "text"
     """text (a line a person reads) or json (one JSON object a line, with the request's
     x_request_id and W3C trace_id: docs/server.md#logs)."""
+    otlp_traces_endpoint: str | None = None
+    """Export each request's spans (OpenTelemetry, OTLP over HTTP) to this URL; the standard
+    OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT variables turn it on too (docs/observability.md)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,27 +40,34 @@ def main(argv: list[str] | None = None) -> int:
     logs = RouteLogging(**values_for(RouteLogging, ns))
     try:
         check_log_format(logs.log_format)
+        traces_endpoint(logs.otlp_traces_endpoint)
         config = RouterConfig(**values_for(RouterConfig, ns))
     except PagedockError as e:
         print(f"pagedock route: error: {e}", file=sys.stderr)
         return 2
-    return run(config, logs.log_level, logs.log_format)
+    return run(config, logs)
 
 
-def run(config: RouterConfig, log_level: str = "info", log_format: str = "text") -> int:
+def run(config: RouterConfig, logs: RouteLogging | None = None) -> int:
     import uvicorn
 
     from router.server.app import build_app
     from router.server.context import RouterContext
 
-    configure_logging(log_level, log_format)
+    logs = logs or RouteLogging()
+    configure_logging(logs.log_level, logs.log_format)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request otherwise
     try:
         ctx = RouterContext.from_config(config)
     except PagedockError as e:
         print(f"pagedock route: error: {e}", file=sys.stderr)
         return 2
-    uvicorn.run(build_app(ctx), **uvicorn_options(config, log_level))
+    ctx.tracing = start_tracing("pagedock-router", logs.otlp_traces_endpoint)
+    try:
+        uvicorn.run(build_app(ctx), **uvicorn_options(config, logs.log_level))
+    finally:
+        if ctx.tracing is not None:
+            ctx.tracing.shutdown()  # the last requests' spans go out
     return 0
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from pagedock.tenancy.quota import QuotaBook
+from pagedock.tracing.tracer import Tracing
 from router.config import RouterConfig
 from router.demand import DemandTracker
 from router.flow.flow_controller import FlowController
@@ -58,6 +59,8 @@ class RouterContext:
     """Parses and hashes large request bodies off the event loop (two threads: bounded work)."""
     parser: RequestParser = field(init=False)
     """Parses and hashes request bodies, for the HTTP API and the endpoint picker alike."""
+    tracing: Tracing | None = None
+    """Where the requests' spans go (--otlp-traces-endpoint); None: tracing is off."""
     tenants: TenantResolver = field(init=False)
     """Who each request belongs to (router/flow/tenant_resolver.py)."""
     quotas: QuotaBook = field(init=False)

@@ -15,8 +15,11 @@ forward     to them, with failover; the answer carries the tenant's x-ratelimit-
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import Request, Response
+from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from pagedock.http.errors import APIError
@@ -30,6 +33,7 @@ from router.http.hold_queue import HoldRefused
 from router.http.proxy import REPLICA_HEADER, until_disconnect
 from router.http.request_parser import Parsed
 from router.http.response_ids import learn_response_id
+from router.http.route_trace import RouteTrace, trace_of
 from router.http.tenant_salt import salts_by_tenant, tenant_tag
 from router.kv.prompt_hasher import PromptBlocks
 from router.policies.dispatcher import Decision, ModelNotServed, NoReplicaError
@@ -44,6 +48,23 @@ async def generate(ctx: RouterContext, request: Request, model: GenerationModel)
     arrival = time.perf_counter()
     ctx.demand.arrived()
     tenant = ctx.tenants.resolve(request.headers)
+    if ctx.tracing is None:
+        return await _generate(ctx, request, model, tenant, arrival)
+    trace = request.state.trace = RouteTrace(ctx.tracing.tracer, request, tenant.name)
+    try:
+        response = await _generate(ctx, request, model, tenant, arrival)
+    except APIError as e:
+        trace.end(e.status_code, e.message)
+        raise
+    except BaseException as e:
+        trace.end(499 if isinstance(e, ClientDisconnect) else 500, type(e).__name__)
+        raise
+    return traced(response, trace)
+
+
+async def _generate(
+    ctx: RouterContext, request: Request, model: GenerationModel, tenant: Tenant, arrival: float
+) -> Response:
     body = await _read_body(ctx, request)
     # NOTE: held as its raw bytes, parsed once released: a parsed request costs up to ten times
     # its body, and a held one may wait minutes (router/http/body_budget.py).
@@ -54,10 +75,16 @@ async def generate(ctx: RouterContext, request: Request, model: GenerationModel)
         # for a body the router parsed, so never with a continuation (the parser refuses one).
         request.state.tenant = tenant.name
     admission = await _admit(ctx, request, tenant, parsed, len(body))
+    trace = trace_of(request)
+    if trace is not None:
+        trace.waited(admission.ticket.waited_s)
     try:
         session_key = _session_key(ctx, request, parsed)
         conversation = _conversation_replica(ctx, tenant, parsed)
+        started_ns = time.time_ns()
         decision = await decide(ctx, parsed.blocks, session_key, parsed.model, conversation)
+        if trace is not None:
+            trace.routed(decision, started_ns)
         if parsed.blocks is not None and decision.lora_name is None:
             # NOTE: warm start sends the base model only: an adapter's prefixes are not recorded.
             ctx.hot.record(parsed.blocks.token_ids, cache_salt=parsed.blocks.cache_salt)
@@ -73,6 +100,24 @@ async def generate(ctx: RouterContext, request: Request, model: GenerationModel)
     if isinstance(parsed.request, ResponsesRequest):
         response = _learn_owner(ctx, tenant, response)
     return admission.attach(response)
+
+
+def traced(response: Response, trace: RouteTrace) -> Response:
+    """`response`, whose trace ends with its last byte (a stream's, once relayed)."""
+    if not isinstance(response, StreamingResponse):
+        trace.end(response.status_code)
+        return response
+    chunks = response.body_iterator
+
+    async def relayed() -> AsyncIterator[Any]:
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            trace.end(response.status_code)
+
+    response.body_iterator = relayed()
+    return response
 
 
 def _conversation_replica(ctx: RouterContext, tenant: Tenant, parsed: Parsed) -> str | None:

@@ -107,7 +107,7 @@ class Process:
 
 
 def replica_process(
-    model_dir: Path, log_dir: Path, num_kv_blocks: int, port: int | None = None
+    model_dir: Path, log_dir: Path, num_kv_blocks: int, *extra: str, port: int | None = None
 ) -> Process:
     port = port or free_port()
     args = [
@@ -124,6 +124,7 @@ def replica_process(
         "512",
         "--log-level",
         "warning",
+        *extra,
     ]
     return Process(args, log_dir / f"replica-{port}.log")
 

@@ -5,6 +5,7 @@ SDK nor the exporter is imported (FastAPI imports OpenTelemetry's API itself whe
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,7 +29,8 @@ def traced(
 ) -> Iterator[tuple[ServerProcess, OtlpReceiver]]:
     with OtlpReceiver() as receiver:
         # The long-context tiny model: a request can run for seconds, to be left mid-stream.
-        args = tiny_server_args(long_tiny_model_dir, "--otlp-traces-endpoint", receiver.url)
+        traced = ("--otlp-traces-endpoint", receiver.url, "--max-num-batched-tokens", "16")
+        args = tiny_server_args(long_tiny_model_dir, *traced)
         log = tmp_path_factory.mktemp("logs") / "traced.log"
         server = start_server(args, log, env={"OTEL_BSP_SCHEDULE_DELAY": "50"})
         try:
@@ -70,6 +72,25 @@ def test_a_request_is_a_span_under_the_callers_with_its_phases_nested(
     assert all(p.parent_span_id == request.span_id for p in phases)
     assert request.start_ns <= phases[0].start_ns <= phases[0].end_ns <= phases[1].start_ns
     assert phases[1].end_ns <= phases[2].start_ns <= phases[2].end_ns <= request.end_ns
+
+
+def test_each_prefill_chunk_is_a_span_in_the_prefill(
+    traced: tuple[ServerProcess, OtlpReceiver], model_name: str
+) -> None:
+    server, receiver = traced
+    trace_id = "cd" * 16
+    headers = {"traceparent": f"00-{trace_id}-{CALLER_SPAN}-01"}
+    body = {"model": model_name, "prompt": "one two three four five six " * 8, "max_tokens": 1}
+    response = httpx.post(f"{server.url}/v1/completions", json=body, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    prompt_tokens = response.json()["usage"]["prompt_tokens"]
+    found = spans_of(receiver, trace_id, 4 + prompt_tokens // 16)
+    [prefill] = [s for s in found if s.name == "prefill"]
+    chunks = sorted((s for s in found if s.name == "prefill_chunk"), key=lambda s: s.start_ns)
+    assert len(chunks) >= prompt_tokens // 16 >= 2  # --max-num-batched-tokens 16
+    assert sum(c.attributes["pagedock.num_tokens"] for c in chunks) == prompt_tokens
+    assert all(c.parent_span_id == prefill.span_id for c in chunks)
+    assert all(a.end_ns <= b.start_ns for a, b in itertools.pairwise(chunks))
 
 
 def test_a_request_without_a_traceparent_starts_its_own_trace(

@@ -19,6 +19,7 @@ from llm_operator.api.model import ModelSpec
 from llm_operator.api.responses import ResponsesSpec
 from llm_operator.api.router import RouterSpec
 from llm_operator.api.tenancy import TenancySpec
+from llm_operator.api.tracing import TracingSpec
 from llm_operator.api.types import Quantity, RawObject, SpecModel, cel_rules, section
 from llm_operator.names import MAX_NAME_LENGTH
 from pagedock.limits import (
@@ -249,6 +250,8 @@ class LLMDeploymentSpec(SpecModel):
     """Tenants (their API keys in Secrets), priorities, quotas, fair sharing (docs/tenants.md)."""
     responses: ResponsesSpec = section(ResponsesSpec)
     """Where the engines keep the Responses API's stored responses (docs/responses.md)."""
+    tracing: TracingSpec = section(TracingSpec)
+    """OpenTelemetry traces of the engines and the router (docs/observability.md#traces)."""
     scheduling: SchedulingSpec = section(SchedulingSpec)
     """Where engine pods may run."""
     drain_timeout_seconds: int = Field(30, ge=0, le=3600)

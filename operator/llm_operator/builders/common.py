@@ -74,6 +74,22 @@ def responses_store_env(ctx: BuildContext) -> list[Obj]:
     return [{"name": "PAGEDOCK_RESPONSES_STORE", "valueFrom": ref}]
 
 
+def tracing_env(ctx: BuildContext, component: str) -> list[Obj]:
+    """spec.tracing as the standard OpenTelemetry variables (pagedock/tracing/): the endpoint,
+    a parent-based ratio sampler, the service `<name>-<component>`; nothing when it is unset."""
+    tracing = ctx.spec.tracing
+    if tracing.otlp_endpoint is None:
+        return []
+    values = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": tracing.otlp_endpoint,
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": f"{tracing.sampling_ratio:g}",
+        "OTEL_SERVICE_NAME": f"{ctx.name}-{component}",
+        "OTEL_RESOURCE_ATTRIBUTES": f"k8s.namespace.name={ctx.namespace}",
+    }
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
 def http_probe(port: str, period_seconds: int, failure_threshold: int, timeout_seconds: int) -> Obj:
     return {
         "httpGet": {"path": "/health", "port": port},

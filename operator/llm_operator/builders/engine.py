@@ -15,6 +15,7 @@ from llm_operator.builders.common import (
     metadata,
     pod_security_context,
     responses_store_env,
+    tracing_env,
 )
 from llm_operator.builders.context import BuildContext
 from llm_operator.builders.engine_args import engine_args
@@ -160,6 +161,7 @@ def _engine_container(ctx: BuildContext, config_map: Obj) -> Obj:
         + tensor_parallel_env(ctx)
         + kv_events_env(ctx)
         + responses_store_env(ctx)
+        + tracing_env(ctx, COMPONENT)
         + list(ctx.spec.env),
         "resources": _resources(ctx),
         "securityContext": container_security_context(),

@@ -12,6 +12,7 @@ from llm_operator.builders.common import (
     internal_key_env,
     metadata,
     pod_security_context,
+    tracing_env,
 )
 from llm_operator.builders.context import BuildContext
 from llm_operator.builders.gateway import picker_key_env
@@ -161,7 +162,8 @@ def _router_container(ctx: BuildContext) -> Obj:
         + api_key_env(ctx, "PAGEDOCK_REPLICA_API_KEY")
         + internal_key_env(ctx)
         + picker_key_env(ctx)
-        + hub_env(ctx),
+        + hub_env(ctx)
+        + tracing_env(ctx, COMPONENT),
         "resources": ctx.spec.router.resources or DEFAULT_RESOURCES,
         "securityContext": container_security_context(),
         "volumeMounts": cache_mounts(ctx, COMPONENT)
