@@ -56,6 +56,8 @@ class RequestTiming:
     last_token_time: float | None = None
     finished_time: float | None = None
     num_generated_tokens: int = 0
+    grammar_compile: tuple[float, float] | None = None
+    """When its structured-outputs constraint was waited for, before it was queued."""
     prefill_chunks: list[tuple[float, float, int]] = field(default_factory=list)
     """Each step that computed part of its prompt: (start, end, tokens); a preempted request's
     recomputation adds more (the request tracer's prefill_chunk spans)."""

@@ -75,6 +75,9 @@ class EngineRequest:
     thread); None when unguided, or when the engine is to compile `sampling_params`' constraint
     itself as it adds the request (the offline path). Tools need nothing here: a forced tool call
     reaches the engine as a structured-outputs constraint."""
+    grammar_compile: tuple[float, float] | None = None
+    """When `grammar` was waited for (time.monotonic() start, end: a cached one takes no time),
+    for the request's trace; None when it was not compiled ahead."""
     priority: int = 0
     """Lower is scheduled first."""
     lora_request: AdapterRef | None = None

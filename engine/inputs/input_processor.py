@@ -60,6 +60,7 @@ class InputProcessor:
         arrival_time: float | None = None,
         prior_output_token_ids: Sequence[int] = (),
         grammar: object | None = None,
+        grammar_compile: tuple[float, float] | None = None,
         lora_request: AdapterRef | None = None,
         cache_salt: str | None = None,
         tenant: str = DEFAULT_TENANT,
@@ -69,7 +70,8 @@ class InputProcessor:
 
         `prompt`: text (tokenized here) or token ids; `prompt_text`: for ids, the text they were
         made from (kept for the outputs). `prior_output_token_ids`: a continuation. `grammar`:
-        the params' constraint compiled ahead, or None (engine/inputs/engine_request.py).
+        the params' constraint compiled ahead, or None (engine/inputs/engine_request.py), and
+        `grammar_compile` when it was waited for.
         `cache_salt`: vLLM's, a non-empty string of at most MAX_CACHE_SALT_CHARS. `tenant`: who
         it belongs to (fair sharing)."""
         params = params or SamplingParams()
@@ -90,6 +92,7 @@ class InputProcessor:
             prompt=text if text is not None else prompt_text,
             prior_output_token_ids=prior,
             grammar=grammar,
+            grammar_compile=grammar_compile,
             priority=priority,
             lora_request=lora_request,
             cache_salt=cache_salt,

@@ -173,7 +173,9 @@ class AsyncEngine:
         who it belongs to. A structured-outputs constraint is compiled first, on the compiler's
         pool: never on the event loop or the engine thread. Then the engine's input processor
         checks the request, here."""
+        started = time.monotonic()
         grammar = await self._compile_grammar(params)
+        waited = None if grammar is None else (started, time.monotonic())  # for its trace
         self.check_admission()
         return self.input_processor.process(
             request_id,
@@ -184,6 +186,7 @@ class AsyncEngine:
             arrival_time=arrival_time,
             prior_output_token_ids=prior_output_token_ids or (),
             grammar=grammar,
+            grammar_compile=waited,
             lora_request=lora_request,
             cache_salt=cache_salt,
             tenant=tenant,

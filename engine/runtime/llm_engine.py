@@ -171,7 +171,7 @@ class LLMEngine:
         self.input_processor.check_adapter(request.lora_request)  # unloaded since it was made?
         params = request.sampling_params
         compiled = self.guided.compiled(params.structured_outputs, request.grammar)
-        timing = RequestTiming(request.arrival_time)
+        timing = RequestTiming(request.arrival_time, grammar_compile=request.grammar_compile)
         if params.n == 1:
             prior = request.prior_output_token_ids
             self.guided.register(self.runner, [request_id], compiled, params.stop_token_ids, prior)

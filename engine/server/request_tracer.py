@@ -5,6 +5,7 @@
       prefill              arrival -> first scheduled -> first token -> finish
         prefill_chunk      each step that computed part of the prompt, with its tokens
       decode
+      structured_output_compile    the wait for its constraint's grammar, when it had one
 
 Made when the request finishes, from the times the engine recorded (RequestTiming), with the
 HTTP request's W3C `traceparent` (remembered by its generation) as the parent: the router's
@@ -54,10 +55,17 @@ class RequestTracer:
         span.end(end_time=wall_ns(end, *now))
 
     def _phases(self, inside: Any, finished: FinishedRequestStats, now: tuple[float, int]) -> None:
-        """queue, prefill (with a span per chunk) and decode, tiling the request's span."""
+        """queue, prefill (with a span per chunk) and decode, tiling the request's span; the
+        wait for a structured-outputs grammar beside them."""
         from opentelemetry.trace import set_span_in_context
 
         timing = finished.timing
+        if timing.grammar_compile is not None:
+            began, ended = (wall_ns(t, *now) for t in timing.grammar_compile)
+            compiling = self.tracer.start_span(
+                "structured_output_compile", context=inside, start_time=began
+            )
+            compiling.end(end_time=ended)
         end = timing.finished_time or timing.arrival_time
         phases = [timing.arrival_time, timing.first_scheduled_time, timing.first_token_time, end]
         names = ("queue", "prefill", "decode")

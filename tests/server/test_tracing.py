@@ -93,6 +93,26 @@ def test_each_prefill_chunk_is_a_span_in_the_prefill(
     assert all(a.end_ns <= b.start_ns for a, b in itertools.pairwise(chunks))
 
 
+def test_a_guided_requests_grammar_wait_is_a_span(
+    traced: tuple[ServerProcess, OtlpReceiver], model_name: str
+) -> None:
+    server, receiver = traced
+    trace_id = "ef" * 16
+    headers = {"traceparent": f"00-{trace_id}-{CALLER_SPAN}-01"}
+    body = {
+        "model": model_name,
+        "prompt": "Yes or no?",
+        "max_tokens": 4,
+        "structured_outputs": {"choice": ["yes", "no"]},
+    }
+    response = httpx.post(f"{server.url}/v1/completions", json=body, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    found = {s.name: s for s in spans_of(receiver, trace_id, 5)}
+    compiling, request = found["structured_output_compile"], found["llm_request"]
+    assert compiling.parent_span_id == request.span_id
+    assert request.start_ns <= compiling.start_ns <= compiling.end_ns <= found["prefill"].start_ns
+
+
 def test_a_request_without_a_traceparent_starts_its_own_trace(
     traced: tuple[ServerProcess, OtlpReceiver], model_name: str
 ) -> None:
