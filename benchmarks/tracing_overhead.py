@@ -35,18 +35,12 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Sequence
-from contextvars import ContextVar
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -59,27 +53,18 @@ from benchmarks.bench_systems import (
     parse_system,
     usable_cores,
 )
-from benchmarks.comparison_report import (
-    markdown_table,
-    ratio_lines,
-    ratios_between,
-    summarize_systems,
-)
-from benchmarks.load_generator import RequestResult, send_one, summarize
+from benchmarks.load_generator import summarize
 from benchmarks.machine import git_commit, machine_info
 from benchmarks.quality_nll import check_commit
 from benchmarks.repetitions import interleaved_order
 from benchmarks.servers import Server, start_pagedock
+from benchmarks.traced_load import send_traced, trace_id_of, traceparents
+from benchmarks.tracing_report import ARMS, count_spans, markdown, summarize_runs
 from benchmarks.workloads import Workload, check_no_shared_block, workload_a
-from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.otlp_receiver import OtlpReceiver
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-ARMS = ("off", "on")
-TARGET_RATIO = 0.97
-"""Generated tok/s with tracing on over off, at least: tracing costs at most 3 %."""
-REQUEST_SPANS = ("llm_request", "queue", "prefill", "decode")
-"""The spans every traced request has (prefill_chunk spans come on top)."""
 WARMUP_CONTENT_SEED = 2_000
 BSP_SCHEDULE_DELAY_MS = 5000
 """The batch span processor's default export delay (OpenTelemetry SDK), kept as a user has it."""
@@ -90,134 +75,6 @@ TRACING_ENV = (
     "OTEL_SDK_DISABLED",
     "OTEL_TRACES_EXPORTER",
 )
-FIGURES = [
-    "output_tok_s",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "itl_p50_ms",
-    "e2e_p50_ms",
-    "duration_s",
-    "num_errors",
-]
-COLUMNS = [
-    ("output_tok_s", "generated tok/s", 1),
-    ("ttft_p50_ms", "TTFT p50 ms", 0),
-    ("ttft_p99_ms", "TTFT p99 ms", 0),
-    ("itl_p50_ms", "ITL p50 ms", 1),
-    ("num_errors", "errors", 0),
-]
-
-_TRACEPARENT: ContextVar[str | None] = ContextVar("traceparent", default=None)
-
-
-def traceparents(count: int, seed: int) -> list[str]:
-    """`count` W3C traceparent headers, each a trace of its own (sampled), seeded."""
-    rng = random.Random(seed)
-    return [
-        f"00-{rng.getrandbits(128) | 1:032x}-{rng.getrandbits(64) | 1:016x}-01"
-        for _ in range(count)
-    ]
-
-
-def trace_id_of(traceparent: str) -> str:
-    return traceparent.split("-")[1]
-
-
-async def _add_traceparent(request: httpx.Request) -> None:
-    value = _TRACEPARENT.get()
-    if value is not None:
-        request.headers["traceparent"] = value
-
-
-async def send_traced(
-    url: str, workload: Workload, headers: Sequence[str], concurrency: int
-) -> tuple[list[RequestResult], float]:
-    """load_generator.send_all at a fixed concurrency, each request with its own `traceparent`
-    (send_all's client sends the same headers on every request): each task sets it in its own
-    context, and a request hook of the client puts it on the request."""
-    if len(headers) != len(workload.prompts):
-        raise ValueError(f"{len(headers)} traceparents for {len(workload.prompts)} prompts")
-    limits = httpx.Limits(max_connections=max(concurrency, 64) + 8)
-    limit = asyncio.Semaphore(concurrency)
-    hooks = {"request": [_add_traceparent]}
-    async with httpx.AsyncClient(
-        base_url=url, timeout=600, limits=limits, event_hooks=hooks
-    ) as client:
-
-        async def one(prompt: list[int], traceparent: str) -> RequestResult:
-            async with limit:
-                _TRACEPARENT.set(traceparent)  # this task's context only
-                return await send_one(client, None, prompt, workload.max_tokens)
-
-        started = time.perf_counter()
-        tasks = [
-            asyncio.create_task(one(p, h)) for p, h in zip(workload.prompts, headers, strict=True)
-        ]
-        results = await asyncio.gather(*tasks)
-        duration = time.perf_counter() - started
-    return list(results), duration
-
-
-def count_spans(spans: Sequence[ReceivedSpan], trace_ids: Sequence[str]) -> dict[str, Any]:
-    """What the receiver got, and whether each measured request (one trace each) has at least
-    the four spans of a request (REQUEST_SPANS)."""
-    by_trace: dict[str, list[str]] = {t: [] for t in trace_ids}
-    for span in spans:
-        if span.trace_id in by_trace:
-            by_trace[span.trace_id].append(span.name)
-    per_request = [len(names) for names in by_trace.values()]
-    short = [
-        t
-        for t, names in by_trace.items()
-        if len(names) < len(REQUEST_SPANS) or not set(REQUEST_SPANS) <= set(names)
-    ]
-    return {
-        "spans_received": len(spans),
-        "spans_measured": sum(per_request),
-        "measured_requests": len(by_trace),
-        "min_spans_per_request": min(per_request, default=0),
-        "spans_per_request": sum(per_request) / len(per_request) if per_request else 0.0,
-        "requests_not_fully_traced": len(short),
-        "by_name": dict(sorted(Counter(s.name for s in spans).items())),
-    }
-
-
-def summarize_runs(runs: list[dict[str, Any]], target: float = TARGET_RATIO) -> dict[str, Any]:
-    """Median and range per arm, on/off ratios (median over median, per-pair range), and the
-    verdict: tok/s on/off at least `target`, and every measured request of `on` traced."""
-    summary = summarize_systems(runs, list(ARMS), FIGURES)
-    ratios = [
-        ratios_between(runs, [("on", "off")], figure)[0]
-        for figure in ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms")
-    ]
-    by = {(r["system"], r["repetition"]): r for r in runs}
-    reps = sorted({rep for arm, rep in by if arm == "on" and ("off", rep) in by})
-    per_pair = [by[("on", rep)]["output_tok_s"] / by[("off", rep)]["output_tok_s"] for rep in reps]
-    on_runs = [r for r in runs if r["system"] == "on"]
-    traced = bool(on_runs) and all(
-        r["spans"]["requests_not_fully_traced"] == 0
-        and r["spans"]["min_spans_per_request"] >= len(REQUEST_SPANS)
-        for r in on_runs
-    )
-    off_silent = all(r["spans"]["spans_received"] == 0 for r in runs if r["system"] == "off")
-    errors = sum(int(r["num_errors"]) for r in runs)
-    tok_s = ratios[0]["of_medians"]
-    passed = tok_s >= target and traced and off_silent and errors == 0
-    return {
-        "summary": summary,
-        "ratios": ratios,
-        "per_pair_tok_s_ratios": [round(x, 4) for x in per_pair],
-        "verdict": {
-            "target": f"generated tok/s on/off >= {target} (tracing costs <= "
-            f"{round((1 - target) * 100)} %)",
-            "tok_s_on_over_off": round(tok_s, 4),
-            "cost_pct": round((1 - tok_s) * 100, 2),
-            "every_on_request_traced": traced,
-            "off_sent_no_spans": off_silent,
-            "request_errors": errors,
-            "pass": passed,
-        },
-    }
 
 
 def warmup_prompts(vocab: int, count: int, repetitions: int, num_measured: int) -> list[list[int]]:
@@ -301,38 +158,6 @@ def server_env() -> tuple[dict[str, str], dict[str, str]]:
     return otel, removed
 
 
-def markdown(result: dict[str, Any]) -> str:
-    s, v = result["settings"], result["verdict"]
-    machine = result["machine"]
-    on_spans = [r["spans"] for r in result["runs"] if r["system"] == "on"]
-    spans = ", ".join(
-        f"{x['spans_measured']} for {x['measured_requests']} requests "
-        f"(min {x['min_spans_per_request']} each)"
-        for x in on_spans
-    )
-    header = (
-        f"Tracing overhead online: workload A ({s['num_requests']} requests, "
-        f"{result['workload']['max_tokens']} generated each, "
-        f"streamed at concurrency {s['concurrency']}), `pagedock serve` ({s['model']}) without "
-        f"and with `--otlp-traces-endpoint` (receiver in the benchmark's process, "
-        f"OTEL_BSP_SCHEDULE_DELAY={result['env']['OTEL_BSP_SCHEDULE_DELAY']} ms; a `traceparent` "
-        f"on every request in both arms). {s['repetitions']} interleaved repetitions, a fresh "
-        f"server each. {result['started']}, {machine['cpu_model']}, {machine['cores_usable']} "
-        f"cores, load average {result['load_average_before']} before, "
-        f"{result['load_average_after']} after; pagedock {result['commit']}. Median (min–max). "
-        f"{result['note']}"
-    ).strip()
-    verdict = (
-        f"**{'PASS' if v['pass'] else 'FAIL'}**: generated tok/s on/off "
-        f"{v['tok_s_on_over_off']:.3f} (cost {v['cost_pct']:.1f} %; target {v['target']}); "
-        f"per pair {', '.join(f'{x:.3f}' for x in result['per_pair_tok_s_ratios'])}. Spans "
-        f"received per `on` run: {spans or 'none'}; every request traced: "
-        f"{v['every_on_request_traced']}; `off` sent none: {v['off_sent_no_spans']}."
-    )
-    table = markdown_table(result["summary"], COLUMNS)
-    return f"{header}\n\n{table}\n\n{ratio_lines(result['ratios'])}\n\n{verdict}\n"
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=PAGEDOCK_MODEL, help="a built-in name or a directory")
@@ -354,21 +179,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     commit = git_commit(HERE.parent)
     check_commit(commit, args.allow_dirty)
-    from engine.loader.model_loader import read_model_config
-    from pagedock.models.registry import resolve_model
-
     load_before = [round(x, 2) for x in os.getloadavg()]
     wall = time.monotonic()
-    args.vocab = read_model_config(resolve_model(args.model).path).vocab_size
-    settings = EqualSettings(args.kv_cache_gib, threads=args.threads)
-    extra = parse_pagedock_args(args.pagedock_arg)
-    args.engine_args = pagedock_engine_args(settings, parse_system(args.system), extra)
-    args.warmup_prompts = warmup_prompts(
-        args.vocab, args.warmup_requests, args.repetitions, args.num_requests
-    )
-    env, removed = server_env()
-    args.log_dir = Path(tempfile.mkdtemp(prefix="pagedock-tracing-"))
-    print(f"logs: {args.log_dir}", flush=True)
+    env, removed = prepare(args)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     runs = run_all(args)
     result = {
@@ -382,29 +195,10 @@ def main(argv: list[str] | None = None) -> None:
         "load_average_before": load_before,
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "wall_s": round(time.monotonic() - wall, 1),
-        "settings": {
-            "model": args.model,
-            "system": args.system,
-            "concurrency": args.concurrency,
-            "num_requests": args.num_requests,
-            "repetitions": args.repetitions,
-            "warmup_requests": args.warmup_requests,
-            "engine_args": args.engine_args,
-            "on_arm_extra_flag": "--otlp-traces-endpoint http://127.0.0.1:<port>/v1/traces",
-        },
+        "settings": settings_of(args),
         "env": env,
         "env_removed": removed,
-        "workload": {
-            "name": "A",
-            "requests": args.num_requests,
-            "max_tokens": 128,
-            "prompt_lengths": "workload A's, seed 0",
-            "content_seeds": "100 + repetition, the same for both arms of a repetition",
-            "warmup": f"{args.warmup_requests} requests of content seed {WARMUP_CONTENT_SEED}, "
-            "16 tokens, per server",
-            "arrival": f"closed loop at concurrency {args.concurrency}, streamed",
-            "traceparent": "one of its own on every request, both arms (seeded)",
-        },
+        "workload": workload_of(args),
         "receiver": "tests/otlp_receiver.py OtlpReceiver in the benchmark's process, both arms",
         "run_order": [f"{r['system']} #{r['repetition']}" for r in runs],
         **summarize_runs(runs),
@@ -417,6 +211,51 @@ def main(argv: list[str] | None = None) -> None:
     out.with_suffix(".md").write_text(text)
     print("\n" + text)
     print(f"wrote {out}")
+
+
+def prepare(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]:
+    """The model's vocabulary, the engine's arguments, the warm-up prompts and a log folder, on
+    `args`; the servers' environment (and what was removed from it)."""
+    from engine.loader.model_loader import read_model_config
+    from pagedock.models.registry import resolve_model
+
+    args.vocab = read_model_config(resolve_model(args.model).path).vocab_size
+    settings = EqualSettings(args.kv_cache_gib, threads=args.threads)
+    extra = parse_pagedock_args(args.pagedock_arg)
+    args.engine_args = pagedock_engine_args(settings, parse_system(args.system), extra)
+    args.warmup_prompts = warmup_prompts(
+        args.vocab, args.warmup_requests, args.repetitions, args.num_requests
+    )
+    args.log_dir = Path(tempfile.mkdtemp(prefix="pagedock-tracing-"))
+    print(f"logs: {args.log_dir}", flush=True)
+    return server_env()
+
+
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "model": args.model,
+        "system": args.system,
+        "concurrency": args.concurrency,
+        "num_requests": args.num_requests,
+        "repetitions": args.repetitions,
+        "warmup_requests": args.warmup_requests,
+        "engine_args": args.engine_args,
+        "on_arm_extra_flag": "--otlp-traces-endpoint http://127.0.0.1:<port>/v1/traces",
+    }
+
+
+def workload_of(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "name": "A",
+        "requests": args.num_requests,
+        "max_tokens": 128,
+        "prompt_lengths": "workload A's, seed 0",
+        "content_seeds": "100 + repetition, the same for both arms of a repetition",
+        "warmup": f"{args.warmup_requests} requests of content seed {WARMUP_CONTENT_SEED}, "
+        "16 tokens, per server",
+        "arrival": f"closed loop at concurrency {args.concurrency}, streamed",
+        "traceparent": "one of its own on every request, both arms (seeded)",
+    }
 
 
 if __name__ == "__main__":

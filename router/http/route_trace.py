@@ -29,9 +29,9 @@ from router.policies.dispatcher import Decision
 T = TypeVar("T")
 
 
-def trace_of(request: Request) -> RouteTrace | None:
-    """The request's RouteTrace; None when tracing is off."""
-    trace: RouteTrace | None = getattr(request.state, "trace", None)
+def trace_of(request: Request | None) -> RouteTrace | None:
+    """The request's RouteTrace; None when tracing is off (or there is no request: tests)."""
+    trace: RouteTrace | None = getattr(getattr(request, "state", None), "trace", None)
     return trace
 
 

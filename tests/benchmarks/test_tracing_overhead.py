@@ -10,13 +10,8 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from benchmarks.tracing_overhead import (
-    REQUEST_SPANS,
-    count_spans,
-    summarize_runs,
-    trace_id_of,
-    traceparents,
-)
+from benchmarks.traced_load import trace_id_of, traceparents
+from benchmarks.tracing_report import REQUEST_SPANS, count_spans, summarize_runs
 from tests.otlp_receiver import OtlpReceiver
 
 
