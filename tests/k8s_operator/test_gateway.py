@@ -7,7 +7,6 @@ Inference Extension v1.6.0 (inference.networking.k8s.io/v1), HTTPRoute from Gate
 (gateway.networking.k8s.io/v1, standard channel).
 """
 
-import asyncio
 from typing import Any
 
 import aiohttp
@@ -25,7 +24,16 @@ from router.server.cli import build_parser
 from tests.eventually import eventually
 from tests.k8s_operator.emulator import Emulator
 from tests.k8s_operator.gateway_schemas import HTTP_ROUTE_V1, INFERENCE_POOL_V1
-from tests.k8s_operator.helpers import LLMD, NAMESPACE, condition, live, make_llmd, mark_ready, send
+from tests.k8s_operator.helpers import (
+    LLMD,
+    NAMESPACE,
+    condition,
+    live,
+    make_llmd,
+    mark_ready,
+    send,
+    writes_over_resyncs,
+)
 from tests.k8s_operator.test_operator_e2e import CHILDREN, DEPLOYMENTS, SERVICES
 from tests.k8s_operator.test_operator_status_e2e import warnings
 
@@ -268,8 +276,10 @@ async def test_missing_crds_are_named_and_the_rest_of_the_deployment_is_built(
         f"/apis/pagedock.dev/v1alpha1/namespaces/{NAMESPACE}/llmdeployments",
         make_llmd(gateway=GATEWAY),
     )
+    # NOTE: the children are applied one after another: wait for the picker's Service too, not
+    # just for the first ten (CI's run of f757567 read it before it was made).
     await eventually(lambda: all(live(cluster, res, name) for res, name in CHILDREN[:10]))
-    assert live(cluster, SERVICES, "chat-picker")
+    await eventually(lambda: live(cluster, SERVICES, "chat-picker"))
     await ready_deployments(cluster, api)
     await eventually(lambda: reason(cluster, "GatewayReady") == "GatewayCRDMissing")
     gateway = condition(live(cluster, LLMD, "chat"), "GatewayReady") or {}
@@ -279,7 +289,7 @@ async def test_missing_crds_are_named_and_the_rest_of_the_deployment_is_built(
     assert (ready["status"], ready["reason"]) == ("False", "GatewayCRDMissing")
     await eventually(lambda: reason(cluster, "RouterReady") == "ReplicasReady")  # serving
     await eventually(lambda: warnings(cluster, "GatewayCRDMissing"))  # kopf posts it later
-    await asyncio.sleep(1.5)  # a resync pass or more
+    await writes_over_resyncs(cluster, "chat", 2)  # two resync passes seen
     assert len(warnings(cluster, "GatewayCRDMissing")) == 1  # once, not on every pass
 
     cluster.install("inference.networking.k8s.io")  # the resync picks it up, no event needed
