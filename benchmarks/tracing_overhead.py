@@ -1,7 +1,7 @@
 """Tracing's throughput cost on workload A, online (issue 38): `pagedock serve` with tracing off
 against the same server with `--otlp-traces-endpoint`, interleaved, a fresh server per run.
 
-    python benchmarks/tracing_overhead.py                   # the real run (clean commit), ~5 min
+    python benchmarks/tracing_overhead.py                   # the real run (clean commit)
     python benchmarks/tracing_overhead.py --model /tmp/tiny --num-requests 4 --repetitions 1 \
         --allow-dirty --out /tmp/tracing_smoke.json          # a smoke run
 
@@ -22,9 +22,9 @@ on/off as median over median with the per-pair range. Pass: generated tok/s on/o
 costs at most 3 %) and every measured request of the `on` arm traced. Repetition i of both arms
 sends the same token ids (content seed 100 + i), none found in the warm-up's prefix blocks.
 
-Expected time on 2 cores with SmolLM2-135M (online_vs_vllm.json: 128 requests in ~30 s at
-concurrency 32): ~35-45 s of load per run (128 requests rather than 64: a 3 % bar wants runs
-long enough to hold still), ~10 s start-up, warm-up and stop; 6 runs, ~5 min in all (under 8).
+Time: a 2-core AMD EPYC without AVX-512 (2026-12-03) took about 2.5 min per run of 64
+requests at concurrency 16 (75 s of load), so the default 128 requests make 6 runs of about
+4 min; a CPU with AVX-512 and bf16 runs several times faster. --num-requests 64 halves it.
 Writes benchmarks/results/tracing_overhead_<commit>.{json,md}; a tree with uncommitted changes
 is refused unless --allow-dirty (its commit is then marked `+dirty`: a result not to quote).
 """
