@@ -9,6 +9,10 @@ passes through the router (router/policies/response_owners.py remembers where it
 
 An answer whose id can't be read (not JSON, an error, a first event too large) teaches nothing:
 a follow-up to it is routed by the policy.
+
+The endpoint picker, which sees an answer only as the body frames the gateway shows it, reads it
+with a ResponseIdReader: the same rules, fed frame by frame (a JSON answer is kept until its end,
+at most MAX_FIRST_EVENT_BYTES).
 """
 
 from __future__ import annotations
@@ -36,6 +40,33 @@ def learn_response_id(response: Response, learn: Callable[[str], None]) -> Respo
         if found is not None:
             learn(found)
     return response
+
+
+class ResponseIdReader:
+    """An answer's response id, read from its bytes as they come: `feed` each piece (`last` on
+    the final one) until it returns the id; after None with `done` set, nothing more is read."""
+
+    def __init__(self, stream: bool) -> None:
+        self.stream = stream
+        self.done = False
+        self._first = _FirstEvent() if stream else None
+        self._body = bytearray()
+
+    def feed(self, piece: bytes, last: bool) -> str | None:
+        if self.done:
+            return None
+        if self._first is not None:
+            if self._first.add(piece) or last:
+                self.done = True
+                return self._first.response_id()
+            return None
+        self._body += piece
+        if len(self._body) > MAX_FIRST_EVENT_BYTES:
+            self.done, self._body = True, bytearray()
+        elif last:
+            self.done = True
+            return _json_id(bytes(self._body))
+        return None
 
 
 async def _watched(

@@ -16,6 +16,11 @@ plane where to send the request; it never proxies the request itself.
     response headers: the endpoint that served (`envoy.lb` metadata) takes the request's
       in-flight accounting; response body frames pass through; the stream's end releases it.
 
+A Responses API follow-up (`previous_response_id`) is sent first to the replica that made the
+response it continues, as `pagedock route` sends it (reason `conversation`): the picker learns
+each response's id from the answer's body frames as they pass (so only when the gateway sends
+them: a response body mode other than NONE), keyed by a digest of the client's credential.
+
 No eligible endpoint (none healthy, or none in the subset hint) is an immediate 503, a model
 (a LoRA adapter) that no replica serves an immediate 404 `model_not_found`; a request whose best
 estimated time to first token exceeds --picker-shed-ttft-ms an immediate 429. The bodies it
@@ -36,12 +41,16 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from google.protobuf.struct_pb2 import Struct
+from starlette.datastructures import Headers
 
 from pagedock.http.errors import error_json
 from pagedock.limits import MAX_BODY_BYTES
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.protocol.responses import ResponsesRequest
 from router.http.body_budget import BodyLease
-from router.http.request_parser import ClientContinuation, GenerationRequest
+from router.http.request_parser import ClientContinuation, GenerationRequest, Parsed
+from router.http.response_ids import ResponseIdReader
+from router.http.tenant_salt import tenant_tag
 from router.picker import ext_proc
 from router.policies import RouteRequest
 from router.policies.dispatcher import Decision, ModelNotServed, NoReplicaError
@@ -55,6 +64,7 @@ logger = logging.getLogger("pagedock.router.picker")
 BODY_MODELS: dict[str, type[GenerationRequest]] = {
     "/v1/chat/completions": ChatCompletionRequest,
     "/v1/completions": CompletionRequest,
+    "/v1/responses": ResponsesRequest,
 }
 
 
@@ -116,6 +126,8 @@ class RequestStream:
     """An immediate response was sent: Envoy ends the stream."""
     lease: BodyLease | None = None
     """The body's share of the router's body budget, given back when the stream ends."""
+    response_id: ResponseIdReader | None = None
+    """A Responses API request's: reads the id of the response made, to learn its owner."""
 
 
 class EndpointPicker(pb_grpc.ExternalProcessorServicer):
@@ -164,6 +176,7 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
             return [pb.ProcessingResponse(response_headers=pb.HeadersResponse())]
         if kind == "response_body":
             body = request.response_body
+            self._learn_owner(stream, body)
             if stream.response_mode == ext_proc.FULL_DUPLEX:
                 return [ext_proc.response_body_piece(body.body, body.end_of_stream)]
             return [pb.ProcessingResponse(response_body=pb.BodyResponse())]
@@ -269,11 +282,31 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
                 session_key,
                 among,
                 parsed.model if parsed else None,
+                self._conversation(stream, parsed),
             )
         except ModelNotServed as e:
             raise Refusal(404, str(e), "model_not_found") from e
         except NoReplicaError as e:
             raise Refusal(503, str(e), "no_eligible_endpoint") from e
+
+    def _conversation(self, stream: RequestStream, parsed: Parsed | None) -> str | None:
+        """For a Responses API request: the replica that made the response it continues (when
+        known), and a reader of the id of the response it makes (learnt once it passes)."""
+        request = parsed.request if parsed else None
+        if not isinstance(request, ResponsesRequest):
+            return None
+        stream.response_id = ResponseIdReader(bool(request.stream))
+        previous = request.previous_response_id
+        owners = self.ctx.response_owners
+        return None if previous is None else owners.owner(_owner_key(stream), previous)
+
+    def _learn_owner(self, stream: RequestStream, body: pb.HttpBody) -> None:
+        reader, pick = stream.response_id, stream.pick
+        if reader is None or pick is None:
+            return
+        found = reader.feed(body.body, body.end_of_stream)
+        if found is not None:
+            self.ctx.response_owners.learn(_owner_key(stream), found, pick.replica.url)
 
     def _served(self, stream: RequestStream, served: str | None) -> None:
         """The data plane fell back to another of the picked endpoints: count the request there."""
@@ -289,6 +322,12 @@ class EndpointPicker(pb_grpc.ExternalProcessorServicer):
                 self.ctx.dispatcher.commit(pick.decision, fallback, stream.request_id)
                 pick.replica = fallback
         pick.replica.first_byte(stream.request_id)
+
+
+def _owner_key(stream: RequestStream) -> str:
+    """Whose conversations the stream's are: the client's credential, digested (the picker has
+    no tenants of its own), so an id another client holds says nothing of where it lives."""
+    return "credential:" + tenant_tag(Headers(stream.headers))
 
 
 def _handed_back(body: bytes, end_of_stream: bool) -> Iterator[pb.ProcessingResponse]:

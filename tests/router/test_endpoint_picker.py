@@ -408,3 +408,52 @@ async def test_a_clients_continuation_is_a_400(picker: Picker) -> None:
     responses = await picker.exchange(headers(), *body_frames(body))
     status, answer, _ = immediate_status(responses)
     assert (status, answer["error"]["code"]) == (400, "continuation_not_allowed")
+
+
+def responses_body(**fields: Any) -> bytes:
+    return json.dumps({"model": "m", "input": "tell me more", **fields}).encode()
+
+
+def created_event(response_id: str) -> bytes:
+    response = {"id": response_id, "object": "response", "status": "in_progress", "output": []}
+    event = {"type": "response.created", "sequence_number": 0, "response": response}
+    return f"event: response.created\ndata: {json.dumps(event)}\n\n".encode()
+
+
+async def respond(picker: Picker, body: bytes, answer: list[bytes], key: str = "k1") -> str:
+    """One Responses API request through the picker, answered by `answer`'s frames (the
+    gateway sends the response body): the endpoint the picker named first."""
+    first = headers(
+        "/v1/responses",
+        mode=ProcessingMode.FULL_DUPLEX_STREAMED,
+        extra={"authorization": f"Bearer {key}"},
+    )
+    first.protocol_config.response_body_mode = ProcessingMode.FULL_DUPLEX_STREAMED  # type: ignore[assignment]
+    frames = [
+        pb.ProcessingRequest(response_body=pb.HttpBody(body=piece, end_of_stream=i == len(answer)))
+        for i, piece in enumerate(answer, start=1)
+    ]
+    responses = await picker.exchange(
+        first, *body_frames(body), response_headers(served=None), *frames
+    )
+    return destination_header(responses[0]).split(",")[0]
+
+
+async def test_a_responses_follow_up_goes_to_the_replica_that_made_its_response(
+    picker: Picker,
+) -> None:
+    # The first turn's id is read from its stream's first event, cut between two frames.
+    event = created_event("resp_1")
+    made_on = await respond(picker, responses_body(stream=True), [event[:40], event[40:]])
+    for endpoint in {A, B, C} - {made_on}:  # the policy alone would send it elsewhere
+        cache_prompt_on(picker, endpoint, 4)
+    follow_up = responses_body(previous_response_id="resp_1")
+    answer = json.dumps({"id": "resp_2", "object": "response"}).encode()
+    assert await respond(picker, follow_up, [answer[:5], answer[5:]]) == made_on
+    assert picker.ctx.dispatcher.log.recent(1)[0].reason == "conversation"
+    # A JSON answer teaches too, and the hint outranks load; another client's follow-up is
+    # routed by the policy (by load: the conversation's replica is the busiest).
+    picker.replica(made_on).load.num_requests_waiting = 10
+    third = responses_body(previous_response_id="resp_2")
+    assert await respond(picker, third, [b"{}"]) == made_on
+    assert await respond(picker, third, [b"{}"], key="another") != made_on

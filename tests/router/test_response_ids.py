@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from fastapi import Response
 from fastapi.responses import StreamingResponse
 
-from router.http.response_ids import MAX_FIRST_EVENT_BYTES, learn_response_id
+from router.http.response_ids import MAX_FIRST_EVENT_BYTES, ResponseIdReader, learn_response_id
 
 RESPONSE = {"id": "resp_abc", "object": "response", "status": "in_progress", "output": []}
 CREATED = (
@@ -117,3 +117,17 @@ def test_closing_the_stream_closes_the_relay_under_it() -> None:
 
     asyncio.run(leave_early())
     assert closed == [True]
+
+
+def test_a_reader_fed_frame_by_frame_reads_either_kind_and_gives_up_past_the_limit() -> None:
+    stream = ResponseIdReader(stream=True)
+    assert [stream.feed(CREATED[i : i + 9], False) for i in range(0, len(CREATED), 9)][-1] == (
+        "resp_abc"
+    )
+    assert stream.done and stream.feed(CREATED, True) is None
+    answer = json.dumps(RESPONSE).encode()
+    reader = ResponseIdReader(stream=False)
+    assert (reader.feed(answer[:10], False), reader.feed(answer[10:], True)) == (None, "resp_abc")
+    huge = ResponseIdReader(stream=False)
+    assert huge.feed(b" " * (MAX_FIRST_EVENT_BYTES + 1), False) is None and huge.done
+    assert huge.feed(answer, True) is None
