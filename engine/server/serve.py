@@ -10,11 +10,13 @@ off the main thread).
 
 from __future__ import annotations
 
+import concurrent.futures
 import gc
 import logging
 import signal
 import threading
 import uuid
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -34,6 +36,7 @@ from engine.server.request_log import RequestLog
 from engine.server.request_tracer import RequestTracer
 from engine.server.tenancy.tenant_resolver import TenantResolver
 from engine.startup_stages import mark_stage
+from engine.structured_outputs.grammar_compiler import DEFAULT_COMPILE_TIMEOUT_S
 from engine.worker.huge_pages import set_kv_cache_prefault
 from pagedock.errors import TensorParallelError
 from pagedock.http.limits import limited_protocol
@@ -113,6 +116,17 @@ def _kv_publisher(async_engine: AsyncEngine, options: ServerOptions) -> VllmKVPu
     return kv_publisher
 
 
+def wait_for_grammar_compiler(warm_up: concurrent.futures.Future[Any] | None) -> None:
+    """Wait for the grammar compiler's warm-up, so that no guided request meets its cost while
+    others are served; a failure is the first guided request's to report, not the server's."""
+    if warm_up is None:
+        return
+    try:
+        warm_up.result(timeout=DEFAULT_COMPILE_TIMEOUT_S)
+    except Exception as e:  # a tokenizer xgrammar can't read: guided requests will say so
+        logger.warning("the structured-outputs grammar compiler did not warm up: %s", e)
+
+
 def freeze_startup_heap() -> None:
     """Move everything built so far (the model, the tokenizer, the app: hundreds of thousands of
     objects that live as long as the process) out of the cyclic collector's reach, so that a full
@@ -128,8 +142,10 @@ def run_server(config: EngineConfig, options: ServerOptions) -> int:
     set_weights_load_strategy(config.weights_load_strategy)
     set_kv_cache_prefault(config.kv_cache_prefault)
     engine = LLMEngine(config)
+    grammar = engine.guided.warm_up()  # on its pool, while the app is built
     ctx = build_context(engine, options, own_thread=False)
     uv_config = build_uvicorn_config(build_app(ctx), options)
+    wait_for_grammar_compiler(grammar)
     freeze_startup_heap()
     mark_stage("warmup_done")
     server = DrainingServer(uv_config, drain=lambda: drain(ctx), on_ready=lambda: _on_ready(ctx))

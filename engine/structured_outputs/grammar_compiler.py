@@ -159,6 +159,13 @@ class GrammarCompiler:
             "structured_outputs",
         )
 
+    def warm_up(self) -> concurrent.futures.Future[Any]:
+        """Build xgrammar's compiler and compile one small grammar, on the pool: what the first
+        guided request would otherwise do (the import and the vocabulary's TokenizerInfo hold
+        the GIL for up to half a second at a time, a stall of every other request). The server
+        waits for it before it is ready."""
+        return self._pool.submit(self._compile, StructuredOutputsParams(json_object=True))
+
     def cache_len(self) -> int:
         with self._lock:
             return len(self._cache)

@@ -59,6 +59,11 @@ class GuidedDecoding:
     def timeout_error(self, params: StructuredOutputsParams) -> InvalidRequestError:
         return self._compiler().timeout_error(params)
 
+    def warm_up(self) -> concurrent.futures.Future[Any] | None:
+        """Ready the grammar compiler ahead of the first guided request (None: this model has
+        no tokenizer, so no structured outputs)."""
+        return None if self.compiler is None else self.compiler.warm_up()
+
     def compiled(self, params: StructuredOutputsParams | None, compiled: Any) -> Any:
         """The request's compiled grammar: `compiled` when the caller compiled it already (off
         the engine thread), else compiled now on the pool and waited for, with the compiler's
