@@ -16,6 +16,7 @@ import logging
 import signal
 import threading
 import uuid
+from importlib import import_module
 from typing import Any
 
 import uvicorn
@@ -141,6 +142,9 @@ def run_server(config: EngineConfig, options: ServerOptions) -> int:
     set_cpu_kernels_cache(config.cpu_kernels_cache)
     set_weights_load_strategy(config.weights_load_strategy)
     set_kv_cache_prefault(config.kv_cache_prefault)
+    # xgrammar's import (the warm-up's first half) beside the weights' loading, which mostly
+    # runs in torch's kernels without the GIL.
+    threading.Thread(target=import_module, args=("xgrammar",), daemon=True).start()
     engine = LLMEngine(config)
     grammar = engine.guided.warm_up()  # on its pool, while the app is built
     ctx = build_context(engine, options, own_thread=False)
