@@ -72,7 +72,7 @@ CMD ["route"]
 FROM slim AS operator
 COPY --from=operator-venv /opt/venv /opt/venv
 USER 10001:10001
-EXPOSE 8081
+EXPOSE 8080 8081
 HEALTHCHECK --interval=30s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8081/healthz', timeout=2)"]
 ENTRYPOINT ["pagedock"]

@@ -1,7 +1,8 @@
 """Status conditions in the standard Kubernetes shape (metav1.Condition)."""
 
 import datetime
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -64,3 +65,16 @@ def condition(type_: str, ok: bool, reason: str, message: str, generation: int |
         last_transition_time=now_rfc3339(),
         observed_generation=generation,
     )
+
+
+def conditions_of(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An object's status conditions."""
+    return list((body.get("status") or {}).get("conditions", []))
+
+
+def condition_message(status: Mapping[str, Any], type_: str) -> str | None:
+    """The message of the condition `type_` in a status, if it has one."""
+    for item in status.get("conditions", []):
+        if item.get("type") == type_:
+            return item.get("message")
+    return None

@@ -48,6 +48,8 @@ class OperatorSettings:
     """How often the built-in autoscaler polls the routers' demand and decides (mode builtin)."""
     liveness_port: int = 8081
     """Port of the operator's own /healthz endpoint (0 disables it)."""
+    metrics_port: int = 8080
+    """Port of the operator's own /metrics, in Prometheus's text format (0 disables it)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "log_level", self.log_level.upper())  # frozen: set once, here

@@ -40,6 +40,7 @@ def operator_settings() -> OperatorSettings:
         scrape_metrics=False,
         peering_name="",
         liveness_port=0,
+        metrics_port=0,
     )
 
 

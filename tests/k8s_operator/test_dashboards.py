@@ -1,6 +1,6 @@
 """The chart's Grafana dashboards and PrometheusRule: they render, have the shapes Grafana and
 prometheus-operator read, every query parses (promql-parser) and reads only series and labels
-the engine and router export, with the labels a ServiceMonitor scrape adds."""
+the engine, router and operator export, with the labels a ServiceMonitor scrape adds."""
 
 import json
 import re
@@ -115,6 +115,8 @@ def test_every_alert_has_a_severity_a_summary_a_description_and_a_duration() -> 
         "PagedockEngineStalled",
         "PagedockKVCacheExhausted",
         "PagedockSaturated",
+        "PagedockAutoscalerAtMaxReplicas",
+        "PagedockReconcileErrors",
     }
     for name, alert in alerts(rule).items():
         assert alert["labels"]["severity"] in {"critical", "warning"}, name
@@ -196,6 +198,8 @@ def test_the_alerts_thresholds_come_from_the_values() -> None:
         "stalledEngine": {"for": "3m"},
         "kvCacheExhausted": {"usage": 0.9, "for": "20m"},
         "saturation": {"queuedRequests": 8, "for": "30m"},
+        "autoscalerAtMax": {"for": "45m"},
+        "reconcileErrors": {"for": "20m"},
     }
     rule = prometheus_rule({"metrics": {"prometheusRule": rule_values}})
     assert rule["metadata"]["labels"]["release"] == "prom"
@@ -210,6 +214,23 @@ def test_the_alerts_thresholds_come_from_the_values() -> None:
     assert by_name["PagedockKVCacheExhausted"]["for"] == "20m"
     assert "> 8" in by_name["PagedockSaturated"]["expr"]
     assert by_name["PagedockSaturated"]["for"] == "30m"
+    assert by_name["PagedockAutoscalerAtMaxReplicas"]["for"] == "45m"
+    assert "for 45m" in by_name["PagedockAutoscalerAtMaxReplicas"]["annotations"]["description"]
+    assert by_name["PagedockReconcileErrors"]["for"] == "20m"
+
+
+def test_the_operators_alerts_read_the_autoscalers_gauge_and_the_reconcile_errors() -> None:
+    """Not a guess from queues: the gauge the autoscaler sets when it is at maxReplicas with a
+    demand for as many or more, and the errors the reconciler counts."""
+    by_name = alerts(prometheus_rule())
+    at_max = {
+        s.series for s in selectors(parse(by_name["PagedockAutoscalerAtMaxReplicas"]["expr"]))
+    }
+    assert at_max == {"pagedock_operator_autoscaler_at_max_replicas"}
+    errors = {s.series for s in selectors(parse(by_name["PagedockReconcileErrors"]["expr"]))}
+    assert errors == {"pagedock_operator_reconcile_errors_total"}
+    for name in ("PagedockAutoscalerAtMaxReplicas", "PagedockReconcileErrors"):
+        assert "{{ $labels.llmdeployment }}" in by_name[name]["annotations"]["description"]
 
 
 @pytest.mark.parametrize("spec", [{}, {"gateway": {}}], ids=["plain", "gateway"])
@@ -222,6 +243,8 @@ def test_the_service_monitors_select_each_deployments_engine_and_router_service(
     services = [c for c in build_children(ctx) if c["kind"] == "Service"]
     scraped = {}
     for monitor in rendered("ServiceMonitor"):
+        if monitor["metadata"]["name"] == "pagedock-operator":
+            continue  # the operator's own: the next test
         selector = monitor["spec"]["selector"]["matchLabels"].items()
         (endpoint,) = monitor["spec"]["endpoints"]
         assert endpoint["path"] == "/metrics"
@@ -232,3 +255,40 @@ def test_the_service_monitors_select_each_deployments_engine_and_router_service(
             and endpoint["port"] in [p.get("name") for p in s["spec"]["ports"]]
         ]
     assert scraped == {"pagedock-engines": ["chat-engine"], "pagedock-routers": ["chat-router"]}
+
+
+def test_the_operators_service_monitor_scrapes_its_metrics_port_keeping_the_series_namespace() -> (
+    None
+):
+    (monitor,) = [
+        m for m in rendered("ServiceMonitor") if m["metadata"]["name"].endswith("operator")
+    ]
+    (service,) = [s for s in rendered("Service") if s["metadata"]["name"] == "pagedock-metrics"]
+    (deployment,) = rendered("Deployment")
+    selector = monitor["spec"]["selector"]["matchLabels"].items()
+    assert selector <= service["metadata"]["labels"].items()
+    assert "namespaceSelector" not in monitor["spec"]  # its own: the operator's namespace
+    (endpoint,) = monitor["spec"]["endpoints"]
+    # The series carry the LLMDeployment's namespace, which the scrape's must not replace.
+    assert (endpoint["port"], endpoint["path"], endpoint["honorLabels"]) == (
+        "metrics",
+        "/metrics",
+        True,
+    )
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == "metrics"]
+    pod = deployment["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    (container_port,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PAGEDOCK_OPERATOR_METRICS_PORT"] == str(container_port["containerPort"]) == "8080"
+
+
+def test_the_metrics_port_comes_from_the_values() -> None:
+    (deployment,) = rendered("Deployment", {"metricsPort": 9090})
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PAGEDOCK_OPERATOR_METRICS_PORT"] == "9090"
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in container["ports"]
+    with helm.Chart.load(str(CHART)) as chart, pytest.raises(helm.HelmValuesError):
+        chart.validate_schema({"metricsPort": 8081})  # the liveness endpoint's

@@ -1,6 +1,7 @@
-"""Every series the chart's dashboards and alerts read is there on a live engine and router: one
-`pagedock serve` (LoRA on, so its per-adapter family registers) behind one `pagedock route`, one
-request through the router, then both /metrics read with prometheus_client's parser."""
+"""Every series of the engine's and router's that the chart's dashboards and alerts read is there
+on a live engine and router: one `pagedock serve` (LoRA on, so its per-adapter family registers)
+behind one `pagedock route`, one request through the router, then both /metrics read with
+prometheus_client's parser. The operator's series: test_operator_metrics_live.py."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from tests.k8s_operator.chart import prometheus_rule
-from tests.k8s_operator.exported_metrics import exported_families, series_index
+from tests.k8s_operator.exported_metrics import fleet_families, parse_scrape, series_index
 from tests.k8s_operator.monitoring_queries import chart_queries, parse, selectors
 from tests.router.live import Process, replica_process, router_process, wait_synced
 
@@ -53,25 +53,18 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list
 
 
 def scrape(process: Process) -> dict[str, list[Sample]]:
-    text = httpx.get(process.url + "/metrics", timeout=10).text
-    families = {family.name: family for family in text_string_to_metric_families(text)}
-    # NOTE: the text format gives each counter's and histogram's NAME_created series a gauge
-    # family of its own; they belong to NAME.
-    return {
-        name: family.samples
-        for name, family in families.items()
-        if not (name.endswith("_created") and name.removesuffix("_created") in families)
-    }
+    return parse_scrape(httpx.get(process.url + "/metrics", timeout=10).text)
 
 
 def test_every_series_the_chart_reads_is_on_the_live_engine_or_router(
     scraped: dict[str, list[Sample]],
 ) -> None:
-    index = series_index(exported_families())
+    index = series_index(fleet_families())
     read = {
         selector.series
         for query in chart_queries(prometheus_rule())
         for selector in selectors(parse(query.expr))
+        if selector.series in index  # the operator's: test_operator_metrics_live.py
     }
     missing, without_samples = [], set()
     for series in sorted(read):
@@ -91,7 +84,7 @@ def test_the_live_series_carry_the_labels_the_queries_were_checked_against(
 ) -> None:
     """tests/k8s_operator/test_dashboards.py checks labels against the registered label names;
     the live series carry exactly those (plus `le` on histogram buckets)."""
-    families = exported_families()
+    families = fleet_families()
     assert set(scraped) == set(families), set(scraped) ^ set(families)
     for name, samples in scraped.items():
         for sample in samples:

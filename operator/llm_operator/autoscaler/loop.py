@@ -25,7 +25,13 @@ from llm_operator import API_VERSION, KIND
 from llm_operator.api.spec import InvalidSpecError, LLMDeploymentSpec, parse_spec
 from llm_operator.autoscaler.events import post_event
 from llm_operator.autoscaler.record import Clock
-from llm_operator.autoscaler.rule import Decision, Observation, ScalerState, decide
+from llm_operator.autoscaler.rule import (
+    SCALING_REASONS,
+    Decision,
+    Observation,
+    ScalerState,
+    decide,
+)
 from llm_operator.autoscaler.scale_down import annotation_patches, coldest
 from llm_operator.autoscaler.signals import RouterDemand, poll_routers, ready_pod_ips
 from llm_operator.autoscaler.state_store import StateStore
@@ -35,6 +41,7 @@ from llm_operator.k8s.kube import KubeClient, KubeError
 from llm_operator.k8s.leadership import Peering, is_active
 from llm_operator.k8s.resources import KINDS, LLM_DEPLOYMENT, POD, collection_paths
 from llm_operator.names import engine_name, selector_labels, selector_string
+from llm_operator.operator_metrics import AutoscalerReading, OperatorMetrics
 from llm_operator.settings import OperatorSettings
 
 Obj = dict[str, Any]
@@ -48,6 +55,7 @@ class Autoscaler:
     settings: OperatorSettings
     lock: Callable[[str, str], asyncio.Lock] = lambda namespace, name: asyncio.Lock()
     """The reconciler's lock of an LLMDeployment (controller/reconcile.py)."""
+    metrics: OperatorMetrics = field(default_factory=lambda: OperatorMetrics(SCALING_REASONS))
     states: dict[tuple[str, str], ScalerState] = field(default_factory=dict)
     _status_at: dict[tuple[str, str], float] = field(default_factory=dict)
     store: StateStore = field(init=False)
@@ -69,10 +77,14 @@ class Autoscaler:
                 self._forget(namespace)  # another peer decides (and records) here
                 continue
             listing = await self.kube.get(path)
-            for body in (listing or {}).get("items", []):
+            items = (listing or {}).get("items", [])
+            for body in items:
                 body.setdefault("apiVersion", API_VERSION)  # a list's items may omit them
                 body.setdefault("kind", KIND)
                 await self.scale_one(body)
+            # The series of LLMDeployments gone since end here, even those deleted mid-tick.
+            listed = [(b["metadata"]["namespace"], b["metadata"]["name"]) for b in items]
+            self.metrics.retain_autoscaled(namespace, listed)
 
     async def scale_one(self, body: Mapping[str, Any]) -> Decision | None:
         meta = body["metadata"]
@@ -85,9 +97,11 @@ class Autoscaler:
             if self.states.pop(key, None) is not None and not meta.get("deletionTimestamp"):
                 await self.store.discard(key)  # turned off (a deletion takes it with the owner)
             self.store.forget(key)
+            self.metrics.forget_autoscaler(key)
             return None
         demand = await self._demand(*key)
         if demand is None:
+            self.metrics.observe_no_demand(key)
             return None  # no router answered: no decision (status keeps the last one)
         clock = Clock(time.monotonic(), time.time())
         state = self.states.get(key)
@@ -98,6 +112,8 @@ class Autoscaler:
         scaled = decision.replicas != spec.replicas
         if scaled:
             await self._scale(body, spec.replicas, decision, demand)
+            self.metrics.count_scaling(key, spec.replicas, decision.replicas, decision.cause)
+        self.metrics.observe_autoscaler(key, reading(spec, obs, decision, demand))
         await self.store.save(key, state, clock, force=scaled)
         await self._write_status(body, key, decision, demand, scaled)
         return decision
@@ -112,6 +128,7 @@ class Autoscaler:
         for key in [k for k in self.states if namespace is None or k[0] == namespace]:
             del self.states[key]
             self.store.forget(key)
+        self.metrics.retain_autoscaled(namespace, ())
 
     async def _demand(self, namespace: str, name: str) -> RouterDemand | None:
         selector = selector_string(selector_labels(name, "router"))
@@ -188,3 +205,26 @@ class Autoscaler:
             status["lastScaleTime"] = now_rfc3339()
         path = LLM_DEPLOYMENT.object_path(key[0], key[1], "status")
         await self.kube.patch(path, {"status": {"autoscaler": status}})
+
+
+def reading(
+    spec: LLMDeploymentSpec, obs: Observation, decision: Decision, demand: RouterDemand
+) -> AutoscalerReading:
+    """What the metrics show of one tick."""
+    autoscaling = spec.autoscaling
+    return AutoscalerReading(
+        desired_replicas=decision.replicas,
+        wanted_replicas=decision.wanted_replicas,
+        current_replicas=obs.current_replicas,
+        ready_replicas=obs.ready_replicas,
+        min_replicas=autoscaling.min_replicas,
+        max_replicas=autoscaling.max_replicas,
+        target_concurrency=autoscaling.target_concurrency,
+        concurrency=obs.concurrency,
+        stable_concurrency=decision.stable_concurrency,
+        panic_concurrency=decision.panic_concurrency,
+        panicking=decision.panicking,
+        num_held_requests=demand.num_held,
+        num_inflight_requests=demand.num_inflight,
+        num_routers=demand.num_routers,
+    )

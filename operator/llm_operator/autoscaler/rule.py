@@ -60,6 +60,17 @@ class Decision:
     stable_concurrency: float
     panic_concurrency: float
     panicking: bool
+    cause: str = "steady"
+    """`reason` as one word for a metric label: one of SCALING_REASONS, or steady when held."""
+    wanted_replicas: int = 0
+    """What the demand asked for, before the bounds and the scale limits."""
+
+
+# The `cause` of a decision that changes the replicas, by direction.
+SCALING_REASONS = {
+    "up": ("concurrency", "panic", "scale_up_limit"),
+    "down": ("concurrency", "stabilization", "idle"),
+}
 
 
 @dataclass
@@ -87,19 +98,23 @@ def decide(spec: AutoscalingSpec, state: ScalerState, obs: Observation) -> Decis
     if panic_want >= max(obs.ready_replicas, 1) * spec.panic_threshold_percentage / 100:
         state.panic_until = obs.now + stable_s
     panicking = state.panic_until is not None and obs.now < state.panic_until
-    want = max(panic_want, obs.current_replicas) if panicking else stable_want
-    want, reason = _bounded(spec, state, obs, want)
-    return Decision(want, reason, round(stable, 2), round(panic, 2), panicking)
+    wanted = max(panic_want, obs.current_replicas) if panicking else stable_want
+    want, reason, cause = _bounded(spec, state, obs, wanted)
+    if panicking and cause == "concurrency" and want > obs.current_replicas:
+        cause = "panic"
+    return Decision(
+        want, reason, round(stable, 2), round(panic, 2), panicking, cause, wanted_replicas=wanted
+    )
 
 
 def _bounded(
     spec: AutoscalingSpec, state: ScalerState, obs: Observation, want: int
-) -> tuple[int, str]:
-    """The want after the scale-up limit, stabilization, zero and min/max; and why."""
+) -> tuple[int, str, str]:
+    """The want after the scale-up limit, stabilization, zero and min/max; why, and its cause."""
     current = obs.current_replicas
     if spec.min_replicas == 0 and (_idle(spec, obs) or (current == 0 and obs.concurrency == 0)):
         state.wants.clear()  # from zero only on demand (a restarted router is not demand)
-        return 0, f"no request for {obs.idle_seconds:.0f} s"
+        return 0, f"no request for {obs.idle_seconds:.0f} s", "idle"
     floor = max(spec.min_replicas, 1)
     want = min(max(want, floor), spec.max_replicas)
     _record(state.wants, obs.now, want, float(spec.scale_down_stabilization_seconds))
@@ -112,20 +127,26 @@ def _bounded(
                 max(limit, current),
                 f"wants {want}, limited to {max(limit, current)} "
                 f"while {current - obs.ready_replicas} start",
+                "scale_up_limit",
             )
-        return want, f"concurrency {obs.concurrency} ({obs.num_held} held)"
+        return want, f"concurrency {obs.concurrency} ({obs.num_held} held)", "concurrency"
     if want < current:
         started = obs.now if state.started_at is None else state.started_at  # 0.0 is a time
         if obs.now - started < spec.scale_down_stabilization_seconds:
-            return current, f"wants {want}, no scale-down in the first stabilization window"
+            return (
+                current,
+                f"wants {want}, no scale-down in the first stabilization window",
+                "steady",
+            )
         stabilized = min(current, max(w for _, w in state.wants))
         if stabilized > want:
             return (
                 stabilized,
                 f"wants {want}, held at {stabilized} by the scale-down stabilization window",
+                "stabilization",
             )
-        return want, f"concurrency {obs.concurrency} over the stable window"
-    return want, "steady"
+        return want, f"concurrency {obs.concurrency} over the stable window", "concurrency"
+    return want, "steady", "steady"
 
 
 def _idle(spec: AutoscalingSpec, obs: Observation) -> bool:

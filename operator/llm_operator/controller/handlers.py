@@ -12,6 +12,8 @@ deletes the children through their owner references. kopf removes the finalizer 
 versions put on objects (`pagedock.dev/finalizer`) when it first sees them.
 Child watches are filtered by label on the API server (`settings.watching.label_selectors`).
 A registry is built per run (not at import) so tests can start several operators in one process.
+The reconciler and the autoscaler update one OperatorMetrics, served on `metrics_port`
+(metrics_server.py).
 """
 
 import asyncio
@@ -24,12 +26,15 @@ import kopf
 
 from llm_operator import GROUP, PLURAL, VERSION
 from llm_operator.autoscaler.loop import Autoscaler
+from llm_operator.autoscaler.rule import SCALING_REASONS
+from llm_operator.controller.metrics_server import MetricsServer
 from llm_operator.controller.reconcile import Reconciler
 from llm_operator.controller.resync import resync_forever
 from llm_operator.k8s.kube import KubeClient, KubeError
 from llm_operator.k8s.leadership import Peering
 from llm_operator.k8s.resources import LLM_DEPLOYMENT
 from llm_operator.names import MANAGED_BY, OWNER_LABEL
+from llm_operator.operator_metrics import OperatorMetrics
 from llm_operator.settings import OperatorSettings
 
 PREFIX = "pagedock.dev"
@@ -94,13 +99,18 @@ def make_registry(operator: OperatorSettings) -> kopf.OperatorRegistry:
     ) -> None:
         configure(settings, operator)
         kube = KubeClient(lambda: login(settings=settings, logger=logger))
-        memo["reconciler"] = reconciler = Reconciler(kube, operator)
+        metrics = OperatorMetrics(SCALING_REASONS)
+        memo["metrics_server"] = None
+        if operator.metrics_port:
+            server = MetricsServer(metrics)
+            memo["metrics_server"] = server if await server.start(operator.metrics_port) else None
+        memo["reconciler"] = reconciler = Reconciler(kube, operator, metrics=metrics)
         peering = None
         if not settings.peering.standalone and PEER_IDENTITY in memo:
             peering = Peering(settings.peering.name, memo[PEER_IDENTITY], settings.peering.priority)
         resync = resync_forever(reconciler, operator.namespaces, peering)
         memo["resync"] = asyncio.create_task(resync)
-        memo["scaler"] = autoscaler = Autoscaler(kube, operator, reconciler.lock)
+        memo["scaler"] = autoscaler = Autoscaler(kube, operator, reconciler.lock, metrics)
         memo["autoscaler"] = asyncio.create_task(autoscaler.run_forever(peering))
 
     kopf.on.cleanup(registry=registry)(cleanup)
@@ -137,6 +147,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     except TimeoutError:
         logging.getLogger(__name__).warning("the autoscaler windows were not all saved")
     await memo["reconciler"].kube.close()
+    if memo["metrics_server"] is not None:
+        await memo["metrics_server"].stop()
 
 
 async def child_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -17,7 +18,12 @@ from llm_operator import API_VERSION, KIND
 from llm_operator.api.spec import InvalidSpecError, parse_spec
 from llm_operator.builders import BuildContext, build_children, child_refs
 from llm_operator.builders.adapter_source import adapter_problem, lora_enabled
-from llm_operator.conditions import Condition, merge_conditions
+from llm_operator.conditions import (
+    Condition,
+    condition_message,
+    conditions_of,
+    merge_conditions,
+)
 from llm_operator.controller.adapter_delivery import deliver_adapters
 from llm_operator.controller.adapter_sync import AdapterSync
 from llm_operator.controller.drain_sizing import DrainSizing
@@ -28,12 +34,14 @@ from llm_operator.controller.model_delivery import (
     model_claim_shared,
     with_delivery,
 )
+from llm_operator.controller.reconcile_outcome import GONE, ApplyIssues, error_reason
 from llm_operator.fleet.adapter_status import adapter_warnings, adapters_ready
 from llm_operator.fleet.gateway_status import gateway_state
 from llm_operator.fleet.metrics import FleetStats
 from llm_operator.fleet.pod_failures import read_engine_failure
 from llm_operator.fleet.startup import EngineStartups
 from llm_operator.fleet.status import (
+    INVALID_SPEC,
     ChildrenState,
     build_conditions,
     deployment_counts,
@@ -44,6 +52,7 @@ from llm_operator.k8s.diff import is_subset, merge_patch, with_last_applied
 from llm_operator.k8s.kube import KubeClient, KubeError
 from llm_operator.k8s.resources import KINDS, LLM_DEPLOYMENT, ResourceKind, kind_of
 from llm_operator.names import engine_name, router_name, selector_labels, selector_string
+from llm_operator.operator_metrics import OperatorMetrics
 from llm_operator.settings import OperatorSettings
 
 Obj = dict[str, Any]
@@ -52,16 +61,6 @@ logger = logging.getLogger(__name__)
 # request fails again until someone changes something, so the refusal goes into status (and every
 # resync tries again) instead of failing the whole reconcile.
 REFUSED_STATUSES = frozenset({400, 403, 422})
-
-
-@dataclasses.dataclass
-class ApplyIssues:
-    """What stopped children from being applied in one pass (the rest were applied)."""
-
-    refusals: list[str] = dataclasses.field(default_factory=list)
-    """`<kind> <name>: <server message>` of each child the API server refused."""
-    missing_crds: list[str] = dataclasses.field(default_factory=list)
-    """CRDs (e.g. inferencepools.inference.networking.k8s.io) that optional children need."""
 
 
 @dataclasses.dataclass
@@ -78,6 +77,7 @@ class Reconciler:
     drains: DrainSizing = dataclasses.field(init=False)
     _followups: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     _followup_due: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
 
     def __post_init__(self) -> None:
         self.adapters = AdapterSync(self.kube, self._follow_up)
@@ -94,41 +94,53 @@ class Reconciler:
         self.adapters.forget(namespace, name)
         self.startups.forget(namespace, name)
         self.drains.forget(namespace, name)
+        self.metrics.forget((namespace, name))
 
     async def reconcile(self, body: Mapping[str, Any], stats: FleetStats | None = None) -> None:
         """Bring the children and the status of this LLMDeployment in line with its spec."""
-        meta = body["metadata"]
-        async with self.lock(meta["namespace"], meta["name"]):
-            self._followup_due.discard((meta["namespace"], meta["name"]))
-            # NOTE: as it is now, not `body` (read before the lock: a resync's list, then its
-            # scrape): a spec.replicas the autoscaler wrote since must not be undone.
-            latest = await self.kube.get(
-                LLM_DEPLOYMENT.object_path(meta["namespace"], meta["name"])
-            )
-            if latest is None or latest["metadata"].get("deletionTimestamp"):
-                return
-            body = {"apiVersion": API_VERSION, "kind": KIND, **latest}
-            meta = body["metadata"]
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        async with self.lock(*key):
+            started = time.monotonic()  # the pass, not its wait for the one before
             try:
-                spec = parse_spec(body)
-            except InvalidSpecError as error:
-                await self._reject(body, str(error))
-                return
-            ctx = BuildContext(meta["name"], meta["namespace"], spec, self.settings)
-            if (problem := adapter_problem(ctx)) is not None:
-                await self._reject(body, problem)
-                return
-            delivery = await deliver_model(self.kube, body, ctx, functools.partial(emit, body))
-            shared = await model_claim_shared(self.kube, ctx)
-            ctx = dataclasses.replace(
-                ctx, claim_shared=delivery.claim_shared, model_claim_shared=shared
-            )
-            ctx = await self.drains.size(body, ctx)
-            issues = ApplyIssues()
-            live = await self._apply_children(body, ctx, held_back(ctx, delivery), issues)
-            await self._prune(body, ctx)
-            adapters = await self._sync_adapters(body, ctx)
-            await self._write_status(body, ctx, live, stats, delivery, issues, adapters)
+                failure = await self._reconcile(body, stats)
+            except Exception as error:
+                self.metrics.count_reconcile(key, time.monotonic() - started, error_reason(error))
+                raise
+            if failure != GONE:
+                self.metrics.count_reconcile(key, time.monotonic() - started, failure)
+
+    async def _reconcile(self, body: Mapping[str, Any], stats: FleetStats | None) -> str | None:
+        """One pass, under the lock: None, the Ready reason of what it could not apply, or GONE."""
+        meta = body["metadata"]
+        self._followup_due.discard((meta["namespace"], meta["name"]))
+        # NOTE: as it is now, not `body` (read before the lock: a resync's list, then its
+        # scrape): a spec.replicas the autoscaler wrote since must not be undone.
+        latest = await self.kube.get(LLM_DEPLOYMENT.object_path(meta["namespace"], meta["name"]))
+        if latest is None or latest["metadata"].get("deletionTimestamp"):
+            return GONE
+        body = {"apiVersion": API_VERSION, "kind": KIND, **latest}
+        meta = body["metadata"]
+        try:
+            spec = parse_spec(body)
+        except InvalidSpecError as error:
+            await self._reject(body, str(error))
+            return INVALID_SPEC
+        ctx = BuildContext(meta["name"], meta["namespace"], spec, self.settings)
+        if (problem := adapter_problem(ctx)) is not None:
+            await self._reject(body, problem)
+            return INVALID_SPEC
+        delivery = await deliver_model(self.kube, body, ctx, functools.partial(emit, body))
+        shared = await model_claim_shared(self.kube, ctx)
+        ctx = dataclasses.replace(
+            ctx, claim_shared=delivery.claim_shared, model_claim_shared=shared
+        )
+        ctx = await self.drains.size(body, ctx)
+        issues = ApplyIssues()
+        live = await self._apply_children(body, ctx, held_back(ctx, delivery), issues)
+        await self._prune(body, ctx)
+        adapters = await self._sync_adapters(body, ctx)
+        await self._write_status(body, ctx, live, stats, delivery, issues, adapters)
+        return issues.reason()
 
     async def _sync_adapters(self, body: Mapping[str, Any], ctx: BuildContext) -> list[Obj] | None:
         """status.adapters (controller/adapter_sync.py); None with LoRA off, when the Jobs of
@@ -239,7 +251,7 @@ class Reconciler:
             "selector": selector_string(selector_labels(ctx.name, "engine")),
             "endpoint": ctx.endpoint(),
             "model": ctx.served_model_name,
-            **_stats_fields(stats),
+            **(stats.status_fields() if stats is not None else {}),
             "adapters": adapters,
             "adaptersReady": None if adapters is None else adapters_ready(adapters),
             "startup": await self.startups.read(ctx.namespace, ctx.name, state.engine),
@@ -247,7 +259,7 @@ class Reconciler:
         }
         conditions = build_conditions(state, ctx.spec.model.source, generation)
         conditions = with_delivery(conditions, delivery, generation)
-        old = self._written.get((ctx.namespace, ctx.name), _conditions_of(body))
+        old = self._written.get((ctx.namespace, ctx.name), conditions_of(body))
         await self._patch_status(body, status, conditions)
         for reason, message in transition_warnings(old, conditions):
             emit(body, reason, message, type_="Warning")
@@ -280,7 +292,7 @@ class Reconciler:
     async def _reject(self, body: Mapping[str, Any], message: str) -> None:
         generation = body["metadata"].get("generation")
         old = body.get("status") or {}
-        changed = _condition_message(old, "Ready") != message
+        changed = condition_message(old, "Ready") != message
         await self._patch_status(
             body, {"observedGeneration": generation}, invalid_spec_conditions(message, generation)
         )
@@ -321,26 +333,3 @@ def is_owned_by(child: Obj, owner: Mapping[str, Any]) -> bool:
     uid = owner["metadata"].get("uid")
     references = child.get("metadata", {}).get("ownerReferences", [])
     return any(reference.get("uid") == uid for reference in references)
-
-
-def _stats_fields(stats: FleetStats | None) -> Obj:
-    if stats is None:
-        return {}
-    fields = {
-        "kvCacheUsage": stats.kv_cache_usage,
-        "prefixCacheHitRate": stats.prefix_cache_hit_rate,
-        "numRequestsWaiting": stats.num_requests_waiting,
-        "numRequestsRunning": stats.num_requests_running,
-    }
-    return {key: value for key, value in fields.items() if value is not None}
-
-
-def _conditions_of(body: Mapping[str, Any]) -> list[Obj]:
-    return list((body.get("status") or {}).get("conditions", []))
-
-
-def _condition_message(status: Obj, type_: str) -> str | None:
-    for item in status.get("conditions", []):
-        if item.get("type") == type_:
-            return item.get("message")
-    return None

@@ -29,6 +29,16 @@ class FleetStats:
     num_requests_waiting: int
     num_requests_running: int
 
+    def status_fields(self) -> dict[str, float | int]:
+        """The status fields these give (a hit rate only once there were lookups)."""
+        fields = {
+            "kvCacheUsage": self.kv_cache_usage,
+            "prefixCacheHitRate": self.prefix_cache_hit_rate,
+            "numRequestsWaiting": self.num_requests_waiting,
+            "numRequestsRunning": self.num_requests_running,
+        }
+        return {key: value for key, value in fields.items() if value is not None}
+
 
 def parse_samples(text: str) -> dict[str, float]:
     """Sum of each wanted metric's samples (labels ignored) in a Prometheus text exposition."""

@@ -10,6 +10,7 @@ from llm_operator.fleet.pod_failures import SAME_CAUSE, SEVERITY, PodFailure
 
 Obj = dict[str, Any]
 CHILD_REJECTED = "ChildRejected"
+INVALID_SPEC = "InvalidSpec"
 FAILURE_REASONS = frozenset({*SEVERITY, CHILD_REJECTED, GATEWAY_CRD_MISSING})
 
 
@@ -172,8 +173,8 @@ def transition_warnings(old: list[dict], new: list[Condition]) -> list[tuple[str
 def invalid_spec_conditions(message: str, generation: int | None) -> list[Condition]:
     """An invalid spec: nothing is reconciled until it is fixed."""
     return [
-        condition("ModelReady", False, "InvalidSpec", message, generation),
-        condition("Ready", False, "InvalidSpec", message, generation),
+        condition("ModelReady", False, INVALID_SPEC, message, generation),
+        condition("Ready", False, INVALID_SPEC, message, generation),
     ]
 
 
