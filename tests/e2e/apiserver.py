@@ -15,7 +15,8 @@ from tests.e2e.api_request import ApiRequest, describe
 from tests.e2e.authorizer import RBAC_GROUP, Authorizer
 from tests.e2e.labels import matches_selector
 from tests.k8s_operator.emulator import RESOURCES as OPERATOR_RESOURCES
-from tests.k8s_operator.emulator import Emulator, _stamp_new
+from tests.k8s_operator.emulator import Emulator
+from tests.k8s_operator.write_results import stamp_new
 
 ALL_VERBS = {"list", "watch", "get", "patch", "create", "delete", "update"}
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
@@ -142,11 +143,9 @@ class ClusterApi(Emulator):
                 del history[index]
                 return
 
-    async def _serve_list(self, request: Any) -> Any:
-        listed: dict[str, Any] = await super()._serve_list(request)
-        selector = request.params.get("labelSelector", "")
-        listed["items"] = [item for item in listed["items"] if _selected(item, selector)]
-        return listed
+    def selected(self, item: dict[str, Any], selector: str) -> bool:
+        """Set-based terms too (labels.py), not only equality."""
+        return _selected(item, selector)
 
     async def _serve_watch(self, request: Any) -> AsyncIterator[Any]:
         selector = request.params.get("labelSelector", "")
@@ -157,7 +156,7 @@ class ClusterApi(Emulator):
     def add_namespace(self, name: str) -> None:
         """NOTE: kmock's path parser cannot route `/api/v1/namespaces` writes: stored directly."""
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-        _stamp_new(namespace)
+        stamp_new(namespace)
         self.objects["v1/namespaces", None, name] = namespace
 
     def live(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:

@@ -9,7 +9,9 @@ pass over the stored objects that writes through the API (so watchers see events
   the pods' readiness.
 * endpoint slices: one EndpointSlice per Service with a selector (`kubernetes.io/service-name`),
   an endpoint per selected pod with an IP, `conditions.ready` from the pod's Ready condition.
-* garbage collection: an object whose every owner (by uid) is gone is deleted (background).
+* garbage collection: the emulator's own collector (background, foreground, orphan: see
+  tests/k8s_operator/garbage_collector.py), which runs after every write; the kubelet's loop
+  runs a pass too, as the controller manager's collector resyncs.
 """
 
 from __future__ import annotations
@@ -235,12 +237,6 @@ def _resolve_target(target: int | str, pods: list[Obj]) -> int | None:
 
 
 async def collect_garbage(kubelet: Kubelet) -> None:
-    objects = list(kubelet.api.objects.items())
-    live_uids = {o.raw["metadata"].get("uid") for _, o in objects if not o.deleted}
-    for (resource, namespace, name), obj in objects:
-        refs = [] if obj.deleted else obj.raw["metadata"].get("ownerReferences") or []
-        if refs and not any(ref.get("uid") in live_uids for ref in refs):
-            plural = f"{resource.version}/{resource.plural}"
-            await kubelet.client.delete(
-                f"{resource.group}/{plural}" if resource.group else plural, namespace, name
-            )
+    """A pass of the API server's garbage collector (tests/k8s_operator/garbage_collector.py),
+    which also runs after every write: propagation policies, `blockOwnerDeletion`, orphaning."""
+    await kubelet.api.garbage_collector.collect()

@@ -1,82 +1,64 @@
 """kmock's Kubernetes emulator plus what the operator relies on from a real API server:
 uid, resourceVersion, generation, creationTimestamp and generateName on create; a new
-resourceVersion on every update and a generation bump on spec changes; equality label selectors on
-lists; admission of LLMDeployments as for their CRD (pruning, defaults, the OpenAPI schema and the
-CEL rules: admission.py), a refusal storing nothing; a strategic merge patch of a built-in kind
-applied with Kubernetes' patch strategies (strategic_merge.py; 415 for a custom resource); a
-patch's stale resourceVersion a 409 Conflict; and, on request, a refusal (403, 422, ...) of
-writes to one resource, or a whole API group missing (404), as in a cluster without a CRD.
-(kmock stores objects as posted and merge-patches them; no GC or controllers.)"""
+resourceVersion on every update and a generation bump on a change beyond metadata and status
+(write_results.py); equality label selectors on lists; admission of LLMDeployments as for their
+CRD (pruning, defaults, the OpenAPI schema and the CEL rules: admission.py), a refusal storing
+nothing; a strategic merge patch of a built-in kind applied with Kubernetes' patch strategies
+(strategic_merge.py; 415 for a custom resource); server-side apply with field managers and
+conflicts (server_side_apply.py) and managedFields on every write (managed_fields.py); PUT
+(replace.py); a stale resourceVersion a 409 Conflict; DELETE with propagation policies and the
+garbage collector (garbage_collector.py); a Table with the CRD's printer columns for `kubectl
+get` (printer_columns.py); and, on request, a refusal (403, 422, ...) of writes to one resource,
+or a whole API group missing (404), as in a cluster without a CRD. kmock stores the objects and
+merge-patches them: every write reaches it as a create's body or a merge patch (or a JSON patch
+ending in the whole object) that makes what the API server would store."""
 
-import datetime
-import itertools
-import uuid
+import asyncio
+import copy
 from typing import Any
 
 import aiohttp.web
+import jsonpatch
 import kmock
 from kmock._internal.dicts import patch_dict
 from llm_operator.api.crd import build_crd
 
 from tests.k8s_operator.admission import Admission
+from tests.k8s_operator.emulated_resources import PRINTER_COLUMNS
+from tests.k8s_operator.emulated_resources import RESOURCES as RESOURCES  # the fixtures' import
 from tests.k8s_operator.field_errors import Invalid
+from tests.k8s_operator.field_paths import schema_of
+from tests.k8s_operator.garbage_collector import GarbageCollector, requested_policy
+from tests.k8s_operator.managed_fields import Scope, manager_from, record_update
+from tests.k8s_operator.printer_columns import table, wants_table
+from tests.k8s_operator.replace import replaced
+from tests.k8s_operator.scale_subresource import scale_of
+from tests.k8s_operator.server_side_apply import APPLY, ApplyError, apply, configuration
 from tests.k8s_operator.strategic_merge import PatchError, is_built_in, strategic_merge
+from tests.k8s_operator.validation import KUBERNETES_VERSION
+from tests.k8s_operator.write_results import (
+    conflict,
+    content_type,
+    name_mismatch,
+    next_version,
+    not_found,
+    parse_selector,
+    rewrite,
+    set_fields,
+    stamp_new,
+    stamp_update,
+)
+from tests.k8s_operator.write_results import (
+    merge_patch_between as merge_patch_between,
+)
 
-RESOURCES: dict[str, kmock.ResourceInfo] = {
-    "pagedock.dev/v1alpha1/llmdeployments": kmock.ResourceInfo(
-        kind="LLMDeployment",
-        namespaced=True,
-        subresources={"status", "scale"},
-        verbs={"list", "watch", "get", "patch", "create", "delete", "update"},
-    ),
-    "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
-        kind="CustomResourceDefinition",
-        namespaced=False,
-        verbs={"list", "watch", "get", "create", "patch"},
-    ),
-    "v1/namespaces": kmock.ResourceInfo(
-        kind="Namespace", namespaced=False, verbs={"list", "watch", "get"}
-    ),
-    "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create"}),
-    "apps/v1/deployments": kmock.ResourceInfo(
-        kind="Deployment",
-        namespaced=True,
-        subresources={"status", "scale"},
-        verbs={"list", "watch", "get", "patch", "create", "delete"},
-    ),
-    "v1/services": kmock.ResourceInfo(
-        kind="Service",
-        namespaced=True,
-        verbs={"list", "watch", "get", "patch", "create", "delete"},
-    ),
-    "v1/pods": kmock.ResourceInfo(
-        kind="Pod",
-        namespaced=True,
-        subresources={"status"},
-        verbs={"list", "watch", "get", "patch", "create", "delete"},
-    ),
-    "batch/v1/jobs": kmock.ResourceInfo(
-        kind="Job",
-        namespaced=True,
-        subresources={"status"},
-        verbs={"list", "watch", "get", "patch", "create", "delete"},
-    ),
-    "v1/secrets": kmock.ResourceInfo(
-        kind="Secret", namespaced=True, verbs={"list", "watch", "get", "create"}
-    ),
-    "v1/persistentvolumeclaims": kmock.ResourceInfo(
-        kind="PersistentVolumeClaim",
-        namespaced=True,
-        verbs={"list", "watch", "get", "create"},
-    ),
-}
 STRATEGIC = "application/strategic-merge-patch+json"
 UNSUPPORTED_SMP = (
     "the body of the request was in an unknown format - accepted media types include: "
     "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
 )
+WRITES = (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
 ADMISSIONS: dict[str, Admission] = {"pagedock.dev/v1alpha1/llmdeployments": Admission(build_crd())}
-_versions = itertools.count(1000)
 
 
 class Emulator(kmock.KubernetesEmulator):
@@ -86,6 +68,7 @@ class Emulator(kmock.KubernetesEmulator):
         self.missing_groups: set[str] = set()
         self.admissions: dict[str, Admission] = dict(ADMISSIONS)
         """The custom resources whose writes go through admission, by resource."""
+        self.garbage_collector = GarbageCollector(self)
 
     def refuse(self, action: kmock.action, resource: str, status: int, message: str) -> None:
         """Answer every `action` (CREATE, UPDATE) on `resource` with this error, as an API server
@@ -112,33 +95,108 @@ class Emulator(kmock.KubernetesEmulator):
         for (action, resource), error in self.refusals.items():
             if request.action == action and request.resource == resource:
                 raise error  # before kmock's own _handle, which would store the object
-        data = request.data if isinstance(request.data, dict) else None
-        if request.action == kmock.action.UPDATE and data is not None:
-            self._as_merge_patch(request, data)
-        if request.resource is not None and data is not None:
-            if request.action == kmock.action.CREATE:
-                _stamp_new(data)
-            elif request.action == kmock.action.UPDATE:
-                data.setdefault("metadata", {})["resourceVersion"] = str(next(_versions))
-                if request.subresource is None:
-                    self._bump_generation(request, data)
-        self._admit(request)
-        return await super()._handle(request)
+        if request.resource is not None:
+            await self._prepare(request)
+        response = await super()._handle(request)
+        if request.resource is not None and request.action in WRITES:
+            self.garbage_collector.wake()
+        return response
 
-    def _as_merge_patch(self, request: Any, data: dict[str, Any]) -> None:
+    async def _prepare(self, request: Any) -> None:
+        """Turn a write into what kmock stores (a create's body, a merge patch that makes the
+        new object of the stored one), as the API server would store it; mark a DELETE's object
+        as its propagation policy says."""
+        method = str(getattr(request.method, "value", request.method))
+        if method == "PUT" and request.name is not None:
+            self._as_replace(request)
+        elif request.action == kmock.action.UPDATE and content_type(request) == APPLY:
+            self._as_apply(request)
+        elif request.action == kmock.action.UPDATE and request.data is not None:
+            self._as_merge_patch(request, request.data)
+        if request.action in (kmock.action.CREATE, kmock.action.UPDATE):
+            self._finish_write(request)
+        elif request.action == kmock.action.DELETE and request.name is not None:
+            key = (request.resource, request.namespace, request.name)
+            async with self._lock:
+                if key in self._objects and not self._objects[key].deleted:
+                    policy = requested_policy(request)
+                    if policy != "Background":
+                        await self.garbage_collector.delete(key, policy)
+
+    def _stored(self, request: Any) -> dict[str, Any] | None:
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects or self.objects[key].deleted:
+            return None  # kmock answers 404
+        return self.objects[key].raw
+
+    def _status_apart(self, request: Any) -> bool:
+        try:
+            return "status" in self.resources[request.resource].subresources
+        except KeyError:
+            return False
+
+    def _schema(self, request: Any, obj: dict[str, Any]) -> dict[str, Any]:
+        admission = next((a for r, a in self.admissions.items() if request.resource == r), None)
+        return schema_of(obj, None if admission is None else admission.schema)
+
+    def _scope(self, request: Any) -> Scope:
+        return Scope(request.subresource or "", self._status_apart(request))
+
+    def _as_replace(self, request: Any) -> None:
+        """A PUT: the merge patch from the stored object to the replacement (replace.py)."""
+        old = self._stored(request)
+        if old is None:
+            raise kmock.KubernetesError(404, "NotFound", not_found(request), {})
+        custom = not is_built_in(old.get("apiVersion", ""), old.get("kind", ""))
+        new = replaced(old, request.data, request, self._status_apart(request), custom)
+        set_fields(request, action=kmock.action.UPDATE, data=merge_patch_between(old, new))
+
+    def _as_apply(self, request: Any) -> None:
+        """A server-side apply (server_side_apply.py): the merge patch to the applied object,
+        or the create of it when there is none."""
+        old = self._stored(request)
+        try:
+            config = configuration(request.data, request.text)
+            name = config.setdefault("metadata", {}).setdefault("name", request.name)
+            if name != request.name:
+                raise ApplyError(400, "BadRequest", name_mismatch(name, request.name), {})
+            if old is not None:
+                self._check_version(request, old, config)
+            manager, force = request.params.get("fieldManager", ""), request.params.get("force")
+            new = apply(
+                old,
+                config,
+                manager,
+                self._scope(request),
+                self._schema(request, config),
+                force in ("true", "1"),
+            )
+        except ApplyError as error:
+            raise kmock.KubernetesError(*error.status_args) from None
+        if old is None:
+            if request.namespace is not None:
+                new["metadata"]["namespace"] = request.namespace
+            set_fields(request, action=kmock.action.CREATE, data=new)
+        else:
+            set_fields(request, data=merge_patch_between(old, new))
+
+    def _check_version(self, request: Any, old: dict[str, Any], body: Any) -> None:
+        """A write's resourceVersion precondition: 409 when stale."""
+        wanted = ((body if isinstance(body, dict) else {}).get("metadata") or {}).get(
+            "resourceVersion"
+        )
+        if wanted is not None and wanted != old.get("metadata", {}).get("resourceVersion"):
+            raise kmock.KubernetesError(409, "Conflict", conflict(request), {})
+
+    def _as_merge_patch(self, request: Any, data: Any) -> None:
         """Check a patch's resourceVersion precondition (409 when stale), and turn a strategic
         merge patch of a built-in kind into the JSON merge patch with the same result, which
         kmock applies (415 for a custom resource, as the API server answers)."""
-        key = (request.resource, request.namespace, request.name)
-        if key not in self.objects or self.objects[key].deleted:
-            return  # kmock answers 404
-        old = self.objects[key].raw
-        wanted = (data.get("metadata") or {}).get("resourceVersion")
-        current = old.get("metadata", {}).get("resourceVersion")
-        if wanted is not None and wanted != current:
-            raise kmock.KubernetesError(409, "Conflict", _conflict(request), {})
-        content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
-        if content_type != STRATEGIC or request.subresource == "scale":
+        old = self._stored(request)
+        if old is None:
+            return
+        self._check_version(request, old, data)
+        if content_type(request) != STRATEGIC or request.subresource == "scale":
             return
         if not is_built_in(old.get("apiVersion", ""), old.get("kind", "")):
             raise kmock.KubernetesError(415, "UnsupportedMediaType", UNSUPPORTED_SMP, {})
@@ -150,113 +208,110 @@ class Emulator(kmock.KubernetesEmulator):
         data.clear()
         data.update(patch)
 
-    def _admit(self, request: Any) -> None:
-        """Raise the API server's 422 when admission refuses a write (a create, or a patch of the
-        object, its status or its scale, on its merged result), else make the request's body
-        store what the API server would (pruned and defaulted). A status write skips the CEL
-        rules (they are all on spec)."""
-        admission = next((a for r, a in self.admissions.items() if request.resource == r), None)
-        writes = (kmock.action.CREATE, kmock.action.UPDATE)
-        if admission is None or request.action not in writes or request.data is None:
+    def _finish_write(self, request: Any) -> None:
+        """The stored result of a create or an update: server-set metadata (new
+        resourceVersion, generation on a change beyond metadata and status), admission for
+        the custom resources that have it (admission.py: a 422 stores nothing) and
+        managedFields; the request's body becomes what makes it."""
+        old = None if request.action == kmock.action.CREATE else self._stored(request)
+        if request.data is None or (old is None and request.action != kmock.action.CREATE):
             return
-        old = None
-        if request.action == kmock.action.UPDATE:
-            key = (request.resource, request.namespace, request.name)
-            if key not in self.objects or self.objects[key].deleted:
-                return  # kmock answers 404
-            old = self.objects[key].raw
-        obj = request.data if old is None else dict(patch_dict(old, request.data))  # as kmock's
         try:
-            admitted = admission.admit(obj, old, rules=request.subresource != "status")
+            obj = (
+                copy.deepcopy(request.data) if old is None else dict(patch_dict(old, request.data))
+            )
+        except jsonpatch.JsonPatchException as error:
+            raise kmock.KubernetesError(422, "Invalid", str(error), {}) from None
+        if old is None:
+            stamp_new(obj)
+        else:
+            stamp_update(old, obj, bump=request.subresource != "status")
+        obj = self._admit(request, old, obj)
+        if content_type(request) != APPLY:
+            manager = manager_from(request.params, request.headers)
+            record_update(old, obj, manager, self._scope(request), self._schema(request, obj))
+        rewrite(request.data, old, obj)
+
+    def _admit(
+        self, request: Any, old: dict[str, Any] | None, obj: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The object as admission stores it (pruned and defaulted), or the API server's 422.
+        A status write skips the CEL rules (they are all on spec)."""
+        admission = next((a for r, a in self.admissions.items() if request.resource == r), None)
+        if admission is None:
+            return obj
+        try:
+            return admission.admit(obj, old, rules=request.subresource != "status")
         except Invalid as error:
             status = (error.status, error.reason, error.message, error.details)
             raise kmock.KubernetesError(*status) from None
-        if admitted != obj:
-            _rewrite(request.data, old, admitted)
+
+    @property
+    def store_lock(self) -> asyncio.Lock:
+        """kmock's lock over its objects (the garbage collector writes under it)."""
+        lock: asyncio.Lock = self._lock
+        return lock
+
+    async def publish_patched(self, key: Any, changes: dict[str, Any]) -> None:
+        """Merge-patch a stored object with a new resourceVersion; watchers see MODIFIED."""
+        obj = self._objects[key]
+        obj.patch(patch_dict(changes, {"metadata": {"resourceVersion": next_version()}}))
+        await self._buses[key[0]].put({"type": "MODIFIED", "object": obj.raw})
+
+    async def publish_deleted(self, key: Any) -> None:
+        obj = self._objects[key]
+        raw = obj.raw
+        obj.delete()
+        await self._buses[key[0]].put({"type": "DELETED", "object": raw})
 
     async def _serve_list(self, request: Any) -> Any:
         listing: dict[str, Any] = await super()._serve_list(request)  # type: ignore[assignment]
-        wanted = _parse_selector(request.params.get("labelSelector", ""))
-        listing["items"] = [
-            item
-            for item in listing["items"]
-            if wanted.items() <= item.get("metadata", {}).get("labels", {}).items()
-        ]
+        selector = request.params.get("labelSelector", "")
+        listing["items"] = [item for item in listing["items"] if self.selected(item, selector)]
+        columns = next((c for r, c in PRINTER_COLUMNS.items() if request.resource == r), None)
+        if columns and wants_table(request):
+            return table(listing["items"], columns, next_version())
         return listing
 
-    def _bump_generation(self, request: Any, data: dict[str, Any]) -> None:
-        if "spec" not in data:
-            return
-        key = (request.resource, request.namespace, request.name)
-        if key not in self.objects or self.objects[key].deleted:
-            return
-        generation = self.objects[key].get("metadata", {}).get("generation", 1)
-        data.setdefault("metadata", {})["generation"] = generation + 1
+    async def _serve_fetch(self, request: Any) -> Any:
+        return self._shown(request, await super()._serve_fetch(request))
 
+    async def _serve_update(self, request: Any) -> Any:
+        return self._shown(request, await super()._serve_update(request))
 
-def _rewrite(body: Any, old: dict[str, Any] | None, admitted: dict[str, Any]) -> None:
-    """Make a create's body the admitted object, a merge patch's the diff from `old` to it, and
-    end a JSON patch with replacing the whole object by it.
+    def _shown(self, request: Any, found: Any) -> Any:
+        """An object as a Table (kubectl get) or as its Scale (the scale subresource)."""
+        if request.subresource == "scale":
+            return scale_of(found)
+        columns = next((c for r, c in PRINTER_COLUMNS.items() if request.resource == r), None)
+        if columns and wants_table(request):
+            return table([found], columns, found["metadata"].get("resourceVersion", ""))
+        return found
 
-    NOTE: in place, since kmock matches its reactions to the request it logged (its log shows
-    what was stored, then). kmock stores under a lock another write may hold: a merge patch from
-    the stored object keeps what that write changes meanwhile, as kmock's merge always did, and
-    a JSON patch keeps its own operations (kopf's `test` of the resourceVersion first)."""
-    if isinstance(body, dict):
-        patch = admitted if old is None else _diff(old, admitted)
-        body.clear()
-        body.update(patch)
-    else:
-        body.append({"op": "replace", "path": "", "value": admitted})
+    async def _serve_server_version(self, request: Any) -> Any:
+        """`/version`: the Kubernetes release whose OpenAPI the emulator applies (the chart's
+        `kubeVersion` is checked against it by Helm)."""
+        version: dict[str, Any] = await super()._serve_server_version(request)  # type: ignore[assignment]
+        major, minor = KUBERNETES_VERSION.split(".")[:2]
+        git_version = f"v{KUBERNETES_VERSION}" + (
+            ".0" if KUBERNETES_VERSION.count(".") == 1 else ""
+        )
+        return {**version, "major": major, "minor": minor, "gitVersion": git_version}
 
+    async def _serve_version(self, request: Any) -> Any:
+        """Discovery as the API server words it: the core group's version is `v1` (not `/v1`:
+        Helm's REST mapper finds no core kind then), a singular name is the kind's in lower
+        case, and a subresource has no short names or categories of its own."""
+        listed: dict[str, Any] = await super()._serve_version(request)  # type: ignore[assignment]
+        listed["groupVersion"] = listed.get("groupVersion", "").lstrip("/")
+        for resource in listed.get("resources", []):
+            if "/" in resource["name"]:
+                resource["shortNames"], resource["categories"] = [], []
+            elif resource["singularName"] == resource["name"]:
+                resource["singularName"] = resource["kind"].lower()
+        return listed
 
-def _diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """The merge patch (RFC 7386) that turns `old` into `new`."""
-    patch: dict[str, Any] = {key: None for key in old if key not in new}
-    for key, value in new.items():
-        if isinstance(value, dict) and isinstance(old.get(key), dict):
-            if nested := _diff(old[key], value):
-                patch[key] = nested
-        elif key not in old or old[key] != value:
-            patch[key] = value
-    return patch
-
-
-def _stamp_new(data: dict[str, Any]) -> None:
-    meta = data.setdefault("metadata", {})
-    if "name" not in meta and "generateName" in meta:
-        meta["name"] = meta["generateName"] + uuid.uuid4().hex[:8]
-    meta.setdefault("uid", str(uuid.uuid4()))
-    meta.setdefault("resourceVersion", str(next(_versions)))
-    meta.setdefault("generation", 1)
-    now = datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    meta.setdefault("creationTimestamp", now)
-
-
-def _parse_selector(selector: str) -> dict[str, str]:
-    """`a=b,c=d` (equality terms only, which is all the operator sends)."""
-    return dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
-
-
-def merge_patch_between(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch (RFC 7386) that makes `new` of `old`: a key `new` lacks is null, a
-    map recurses, anything else that differs is `new`'s value."""
-    patch: dict[str, Any] = {key: None for key in old if key not in new}
-    for key, value in new.items():
-        before = old.get(key)
-        if isinstance(value, dict) and isinstance(before, dict):
-            inner = merge_patch_between(before, value)
-            if inner:
-                patch[key] = inner
-        elif key not in old or before != value:
-            patch[key] = value
-    return patch
-
-
-def _conflict(request: Any) -> str:
-    group = request.resource.group
-    qualified = request.resource.plural + (f".{group}" if group else "")
-    return (
-        f'Operation cannot be fulfilled on {qualified} "{request.name}": the object has been '
-        "modified; please apply your changes to the latest version and try again"
-    )
+    def selected(self, item: dict[str, Any], selector: str) -> bool:
+        """Whether a listed object matches the label selector (equality terms)."""
+        wanted = parse_selector(selector)
+        return wanted.items() <= (item.get("metadata", {}).get("labels") or {}).items()
