@@ -65,6 +65,8 @@ class ErrorResponse(OpenAIModel):
 
 class StreamOptions(OpenAIModel):
     include_usage: bool = False
+    # vLLM's: with include_usage, every chunk also carries the usage so far (GuideLLM asks).
+    continuous_usage_stats: bool = False
 
 
 CONTINUATION_HEADER = "x-pagedock-continuation"
@@ -186,6 +188,12 @@ class SamplingFields(OpenAIModel):
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def continuous_usage(self) -> bool:
+        """vLLM's rule: `continuous_usage_stats` counts only with `include_usage`."""
+        options = self.stream_options
+        return options is not None and options.include_usage and options.continuous_usage_stats
 
 
 def response_exclusions(include_usage: bool, return_token_ids: bool) -> dict[str, Any] | None:

@@ -147,22 +147,20 @@ async def _stream(
             created=created,
             model=gen.model,
             choices=choices,
-            usage=usage,
+            usage=usage if usage is not None or not body.continuous_usage else gen.usage(),
             prompt_token_ids=prompt_token_ids,
         )
         prompt_token_ids = None
         return sse_data(message.model_dump_json(exclude=exclude))
 
+    role_pending = body.continuation is None  # a continuation's client has had the role chunk
     try:
-        if body.continuation is None:  # a continuation's client has had the role chunk
-            echo = _echo(body) or ""
-            yield chunk(
-                [
-                    ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=echo))
-                    for i in gen.choices
-                ]
-            )
         async for deltas in gen.deltas():
+            # NOTE: the role chunk goes with the first output, as vLLM sends it: benchmark
+            # clients (`vllm bench serve`) time the first token by the first chunk.
+            if role_pending:
+                role_pending = False
+                yield chunk(_role_choices(body, gen), _prompt_usage(body, gen))
             yield chunk([_chunk_choice(ctx, body, d, tool_deltas) for d in deltas])
         if body.include_usage:
             yield chunk([], gen.usage())
@@ -174,6 +172,19 @@ async def _stream(
     finally:
         gen.close()
     yield SSE_DONE
+
+
+def _role_choices(body: ChatCompletionRequest, gen: Generation) -> list[ChatChunkChoice]:
+    """Each choice's first delta: the role, and the echo when the request asked for it."""
+    delta = DeltaMessage(role="assistant", content=_echo(body) or "")
+    return [ChatChunkChoice(index=i, delta=delta) for i in gen.choices]
+
+
+def _prompt_usage(body: ChatCompletionRequest, gen: Generation) -> UsageInfo | None:
+    """The role chunk's continuous usage: the prompt's tokens, none generated yet (vLLM's)."""
+    if not body.continuous_usage:
+        return None
+    return UsageInfo(prompt_tokens=gen.num_prompt_tokens, total_tokens=gen.num_prompt_tokens)
 
 
 def _chunk_choice(

@@ -138,7 +138,7 @@ async def _stream(
             created=created,
             model=gen.model,
             choices=choices,
-            usage=usage,
+            usage=usage if usage is not None or not body.continuous_usage else gen.usage(),
             prompt_token_ids=prompt_token_ids,  # in the first chunk only
         )
         prompt_token_ids = None
