@@ -12,6 +12,7 @@ __all__ = [
     "LLM",
     "LLMEngine",
     "LoRARequest",
+    "PoolingParams",
     "RequestOutput",
     "SamplingParams",
     "StructuredOutputsParams",
@@ -21,6 +22,7 @@ _LAZY = {
     "LLM": "engine.runtime.llm",
     "LLMEngine": "engine.runtime.llm_engine",
     "LoRARequest": "engine.inputs.engine_request",
+    "PoolingParams": "engine.inputs.pooling_params",
     "RequestOutput": "engine.runtime.outputs",
     "SamplingParams": "engine.inputs.sampling_params",
     "StructuredOutputsParams": "engine.inputs.sampling_params",
@@ -28,6 +30,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from engine.inputs.engine_request import LoRARequest
+    from engine.inputs.pooling_params import PoolingParams
     from engine.inputs.sampling_params import SamplingParams, StructuredOutputsParams
     from engine.runtime.llm import LLM
     from engine.runtime.llm_engine import LLMEngine

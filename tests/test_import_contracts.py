@@ -57,8 +57,8 @@ PROGRAMS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("engine.tool_calls",),
         ("engine.server.kv_events", "engine.server.tenancy"),
         ("engine.server.openai",),
-        # the Responses API, served by the chat path of engine.server.openai
-        ("engine.server.responses",),
+        # the Responses API, served by the chat path of engine.server.openai; embeddings
+        ("engine.server.responses", "engine.server.embeddings"),
         ("engine.server",),
     ),
     "router": (

@@ -6,11 +6,18 @@ import enum
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
-from engine.core.scheduler_output import LogprobsLists, ScheduledRequest
+from engine.core.scheduler_output import EngineCoreOutput, LogprobsLists, ScheduledRequest
 from engine.inputs.engine_request import DEFAULT_TENANT, EngineRequest
+from engine.inputs.pooling_params import PoolingParams
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.kv.block_hash import BlockHash, hash_blocks
+
+if TYPE_CHECKING:
+    import torch
+
+Block = TypeVar("Block")
 
 
 class RequestStatus(enum.IntEnum):
@@ -77,6 +84,9 @@ class Request:
     prompt_logprobs: LogprobsLists | None
     """The prompt logprobs computed so far, held until they go out with the first token (then
     None); None from the start when not asked for."""
+    pooling_params: PoolingParams | None = None
+    """An embedding request's pooling, resolved (set from its EngineRequest): it computes its
+    prompt, is pooled and finishes, sampling nothing; None: a generation request."""
 
     def __init__(
         self,
@@ -134,7 +144,7 @@ class Request:
         cls, request: EngineRequest, eos_token_ids: Sequence[int], timing: RequestTiming
     ) -> Request:
         """The scheduler's request for a validated EngineRequest (one completion of it)."""
-        return cls(
+        core = cls(
             request_id=request.request_id,
             prompt_token_ids=request.prompt_token_ids,
             sampling_params=request.sampling_params,
@@ -146,6 +156,8 @@ class Request:
             cache_salt=request.cache_salt,
             tenant=request.tenant,
         )
+        core.pooling_params = request.pooling_params
+        return core
 
     @property
     def arrival_time(self) -> float:
@@ -182,12 +194,13 @@ class Request:
                 self.stop_token_ids | (set() if params.ignore_eos else self.eos_token_ids)
             )
         offset, num_rows = self._prompt_logprobs_rows(start, num_new)
+        pooling_offset, num_pooling_rows = self._pooling_rows(start, num_new)
         return ScheduledRequest(
             request_id=self.request_id,
             new_token_ids=self.all_token_ids[start : start + num_new],
             num_computed_tokens=start,
             block_ids=block_ids,
-            do_sample=start + num_new == self.num_tokens,
+            do_sample=start + num_new == self.num_tokens and self.pooling_params is None,
             sampling_params=params,
             prompt_token_ids=self.prompt_token_ids,
             output_token_ids=self.output_token_ids,
@@ -196,6 +209,9 @@ class Request:
             lora_slot=self.lora_slot,
             prompt_logprobs_offset=offset,
             num_prompt_logprobs_rows=num_rows,
+            pooling_params=self.pooling_params,
+            pooling_offset=pooling_offset,
+            num_pooling_rows=num_pooling_rows,
         )
 
     def _prompt_logprobs_rows(self, start: int, num_new: int) -> tuple[int, int]:
@@ -207,6 +223,42 @@ class Request:
         first = max(start, self.num_computed_prompt_logprobs)
         end = min(start + num_new, self.num_prompt_tokens - 1)
         return first - start, max(end - first, 0)
+
+    def _pooling_rows(self, start: int, num_new: int) -> tuple[int, int]:
+        """(offset in the chunk, count) of the rows whose final hidden states its pooling reads
+        (engine/worker/pooler.py sums them across chunks); (0, 0) for a generation request."""
+        if self.pooling_params is None:
+            return 0, 0
+        first, end = self.pooling_params.pooled_positions(self.num_prompt_tokens)
+        first, end = max(first, start), min(end, start + num_new)
+        return (first - start, end - first) if end > first else (0, 0)
+
+    def limit_prefix_hit(self, blocks: list[Block], block_size: int) -> tuple[list[Block], int]:
+        """The leading cached `blocks` it may take, and their tokens: all of them, except for an
+        embedding request, which must compute every position its pooling reads (MEAN and CLS:
+        from the first; LAST: the last, never a hit anyway). Its own blocks are cached as any
+        request's, for later requests to share."""
+        if self.pooling_params is not None:
+            first, _ = self.pooling_params.pooled_positions(self.num_prompt_tokens)
+            blocks = blocks[: first // block_size]
+        return blocks, len(blocks) * block_size
+
+    def pooled(self, embedding: torch.Tensor | None) -> tuple[RequestStatus, EngineCoreOutput]:
+        """An embedding request whose prompt is computed: the status it finishes with and its
+        output (an error when the runner pooled nothing for it, which is a bug)."""
+        if embedding is None:
+            error = "internal error: the prompt was computed but not pooled"
+            return RequestStatus.FINISHED_ERROR, EngineCoreOutput(
+                self.request_id, [], "error", error=error
+            )
+        output = EngineCoreOutput(
+            self.request_id,
+            [],
+            "stop",
+            num_cached_tokens=self.num_cached_tokens,
+            pooling_output=embedding,
+        )
+        return RequestStatus.FINISHED_STOPPED, output
 
     def add_prompt_logprobs(self, rows: LogprobsLists) -> None:
         """The prompt logprobs one step computed (the rows after those already held)."""

@@ -10,7 +10,8 @@ awaiting their first token are at least half the decodes), or with an inter-toke
 prompts outnumber the decodes (engine/core/step_time.py). When the pool runs dry for a running
 request, the lowest-priority (then newest) running request is preempted by recompute: its blocks
 are freed and it returns to the front of the queue. With LoRA, a request for an adapter is admitted
-only with an adapter slot."""
+only with an adapter slot. An embedding request is a prompt like any other; it finishes, pooled,
+once its prompt is computed."""
 
 from __future__ import annotations
 
@@ -192,7 +193,9 @@ class Scheduler:
             request = self.waiting.select(self.lora_slots)
             if request is None:
                 break  # every waiting request's adapter waits for a LoRA slot
-            computed_blocks, num_computed = self.kv_cache_manager.get_computed_blocks(request)
+            computed_blocks, num_computed = request.limit_prefix_hit(
+                self.kv_cache_manager.get_computed_blocks(request)[0], self.block_size
+            )
             num_new = request.num_tokens - num_computed
             if num_new > budget and not self.config.enable_chunked_prefill:
                 break
@@ -271,6 +274,11 @@ class Scheduler:
                 request.add_prompt_logprobs(runner_output.prompt_logprobs[item.request_id])
             self.waiting.charge(request.tenant, item.num_new_tokens)
             self.kv_cache_manager.cache_blocks(request)
+            if request.pooling_params is not None and _remaining(request) == 0:
+                status, pooled = request.pooled(runner_output.pooler_output.get(item.request_id))
+                self._finish_running(request, status)
+                core_outputs.append(pooled)
+                continue
             sampled = runner_output.sampled.get(item.request_id)
             if sampled is not None:
                 core_outputs.append(self._append_token(request, sampled))

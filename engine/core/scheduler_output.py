@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from engine.inputs.pooling_params import PoolingParams
 from engine.inputs.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -32,6 +37,11 @@ class ScheduledRequest:
     # many, each giving the log-probabilities of the prompt token after its position.
     prompt_logprobs_offset: int = 0
     num_prompt_logprobs_rows: int = 0
+    # An embedding request's pooling (None: a generation request), and the chunk's rows whose
+    # final hidden states it reads: from this offset on, this many.
+    pooling_params: PoolingParams | None = None
+    pooling_offset: int = 0
+    num_pooling_rows: int = 0
 
     @property
     def num_new_tokens(self) -> int:
@@ -90,11 +100,13 @@ class LogprobsLists:
 @dataclass
 class ModelRunnerOutput:
     """Sampled tokens by request id (only requests that sampled this step), per-request errors,
-    and the prompt logprobs the step computed (requests that asked for them)."""
+    the prompt logprobs the step computed (requests that asked for them), and the embeddings of
+    the embedding requests whose prompt it finished."""
 
     sampled: dict[str, SampledToken]
     errors: dict[str, str] = field(default_factory=dict)
     prompt_logprobs: dict[str, LogprobsLists] = field(default_factory=dict)
+    pooler_output: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,3 +122,5 @@ class EngineCoreOutput:
     error: str | None = None
     # With the first token of a request that asked: every prompt token's logprobs (from 1 on).
     prompt_logprobs: LogprobsLists | None = None
+    # An embedding request's embedding (float32, on the CPU), with its finish.
+    pooling_output: torch.Tensor | None = None

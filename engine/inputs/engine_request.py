@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.inputs.pooling_params import PoolingParams
 from engine.inputs.sampling_params import SamplingParams
 from pagedock.errors import InvalidRequestError
 from pagedock.tenancy.tenants import DEFAULT_TENANT_NAME
@@ -89,6 +90,10 @@ class EngineRequest:
     """Who it belongs to: the waiting queue shares the engine fairly between tenants
     (engine/core/fair_queue.py); a bounded set of names (the server's tenants file, or at most
     64 a router named)."""
+    pooling_params: PoolingParams | None = None
+    """An embedding request's pooling, resolved (InputProcessor.process_pooling): it runs its
+    prompt, returns the pooled hidden states and samples nothing (`sampling_params` is then
+    POOLING_SAMPLING, one token that is never sampled); None: a generation request."""
 
     @property
     def max_tokens(self) -> int:

@@ -23,7 +23,9 @@ from engine.inputs.engine_request import (
     EngineRequest,
     UnknownAdapterError,
 )
-from engine.inputs.sampling_params import SamplingParams
+from engine.inputs.pooler_config import PoolerConfig
+from engine.inputs.pooling_params import PoolingParams
+from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
 from pagedock.errors import InvalidRequestError, PromptTooLongError
 from pagedock.limits import MAX_CACHE_SALT_CHARS
 
@@ -40,14 +42,17 @@ class InputProcessor:
         vocab_size: int,
         max_model_len: int,
         lora_modules: Mapping[str, str] | None = None,
+        pooler_config: PoolerConfig | None = None,
     ) -> None:
         """`lora_modules`: the LoRA adapters the engine serves, {name: path}, read at each check
         (the engine's LoRARegistry: adapters come and go while it runs); None when LoRA is
-        off."""
+        off. `pooler_config`: the model's embedding defaults (None: LAST, normalized, no
+        Matryoshka)."""
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.lora_modules = lora_modules
+        self.pooler_config = pooler_config or PoolerConfig()
 
     def process(
         self,
@@ -99,6 +104,65 @@ class InputProcessor:
             tenant=tenant,
         )
 
+    def process_pooling(
+        self,
+        request_id: str,
+        prompt: str | Sequence[int],
+        params: PoolingParams | None = None,
+        *,
+        prompt_text: str | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+        lora_request: AdapterRef | None = None,
+        cache_salt: str | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> EngineRequest:
+        """An embedding request checked and resolved (engine/inputs/pooling_params.py): the
+        model's pooling and normalization where it names none, its prompt cut to its last
+        `truncate_prompt_tokens`, at most max_model_len tokens (PromptTooLongError: nothing is
+        generated, so the whole context is the prompt's), `dimensions` only where the model
+        declares Matryoshka support. The other arguments are `process`'s."""
+        params = params or PoolingParams()
+        self.check_adapter(lora_request)
+        _check_cache_salt(cache_salt)
+        text, token_ids = self._prompt_ids(prompt)
+        token_ids = self._truncated(token_ids, params.truncate_prompt_tokens)
+        if len(token_ids) > self.max_model_len:
+            raise PromptTooLongError(
+                f"this model's maximum context length is {self.max_model_len} tokens, but the "
+                f"input has {len(token_ids)} tokens; shorten it, or set truncate_prompt_tokens",
+                "input",
+            )
+        config = self.pooler_config
+        why = None if params.dimensions is None else config.dimensions_error(params.dimensions)
+        if why is not None:
+            raise InvalidRequestError(why, "dimensions")
+        return EngineRequest(
+            request_id=request_id,
+            prompt_token_ids=token_ids,
+            sampling_params=pooling_sampling_params(),
+            arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+            prompt=text if text is not None else prompt_text,
+            priority=priority,
+            lora_request=lora_request,
+            cache_salt=cache_salt,
+            tenant=tenant,
+            pooling_params=params.with_defaults(config.pooling_type, config.normalize),
+        )
+
+    def _truncated(self, token_ids: list[int], truncate_prompt_tokens: int | None) -> list[int]:
+        """The prompt's last `truncate_prompt_tokens` (-1: max_model_len) tokens, as vLLM's."""
+        if truncate_prompt_tokens is None:
+            return token_ids
+        if truncate_prompt_tokens > self.max_model_len:
+            raise InvalidRequestError(
+                f"truncate_prompt_tokens ({truncate_prompt_tokens}) is greater than this model's "
+                f"maximum context length ({self.max_model_len})",
+                "truncate_prompt_tokens",
+            )
+        keep = self.max_model_len if truncate_prompt_tokens == -1 else truncate_prompt_tokens
+        return token_ids[-keep:]
+
     def check_adapter(self, lora_request: AdapterRef | None) -> None:
         """A request for an adapter runs with that adapter or not at all: never on the base
         model, nor on another adapter's weights. The engine checks again as it queues the
@@ -135,6 +199,12 @@ class InputProcessor:
         token_ids = list(prompt)
         _check_prompt_ids(token_ids, self.vocab_size)
         return None, token_ids
+
+
+def pooling_sampling_params() -> SamplingParams:
+    """What an embedding request carries as sampling params: one token, never sampled (its
+    `do_sample` is always false), and one output, when it finishes."""
+    return SamplingParams(max_tokens=1, output_kind=RequestOutputKind.FINAL_ONLY)
 
 
 def same_path(a: str, b: str) -> bool:

@@ -168,15 +168,40 @@ class LlamaForCausalLM(nn.Module):
         meta: AttentionMetadata,
         sample_indices: torch.Tensor,  # [num_sampled]: rows of the batch whose logits are needed
     ) -> torch.Tensor:  # [num_sampled, vocab_size], float32
+        hidden, residual = self.decode_layers(input_ids, positions, kv_caches, meta)
+        return self.logits(hidden, residual, sample_indices)
+
+    def decode_layers(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every layer over the batch: (hidden, residual) of every row, before the final norm."""
         hidden = self.embed_tokens(input_ids)
         cos_sin = self.rotary.lookup(positions, hidden.dtype)
         residual: torch.Tensor | None = None
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             hidden, residual = layer(cos_sin, hidden, residual, kv_cache, meta)
         assert residual is not None
-        # The last add and norm only at the rows that sample (indexing copies them).
-        hidden, _ = self.norm.add_and_norm(hidden[sample_indices], residual[sample_indices])
-        logits = self.lm_head(hidden).float()
+        return hidden, residual
+
+    def final_hidden(
+        self, hidden: torch.Tensor, residual: torch.Tensor, indices: torch.Tensor
+    ) -> torch.Tensor:
+        """[len(indices), hidden_size]: the rows' last hidden states after the final norm (what
+        transformers' LlamaModel returns as last_hidden_state; embeddings pool these). Indexing
+        copies the rows, so `hidden` and `residual` are left as they were."""
+        normed, _ = self.norm.add_and_norm(hidden[indices], residual[indices])
+        return normed
+
+    def logits(
+        self, hidden: torch.Tensor, residual: torch.Tensor, sample_indices: torch.Tensor
+    ) -> torch.Tensor:
+        """[len(sample_indices), vocab_size] float32: the last add and norm, and the LM head,
+        only at the rows that sample."""
+        logits = self.lm_head(self.final_hidden(hidden, residual, sample_indices)).float()
         if self.tp is not None:  # rank 0 gets the whole vocabulary, the others nothing
             logits = self.tp.gather_vocab(logits, self.config.vocab_size)
         return logits

@@ -1,4 +1,5 @@
-"""The offline API, as vLLM users know it: LLM(model=...).generate(prompts, sampling_params)."""
+"""The offline API, as vLLM users know it: LLM(model=...).generate(prompts, sampling_params), and
+.embed(prompts, pooling_params) for embeddings."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any, cast
 from engine.config import DEFAULT_MODEL, EngineConfig
 from engine.core.scheduler_stats import SchedulerStats
 from engine.inputs.engine_request import AdapterRef
+from engine.inputs.pooling_params import PoolingParams
 from engine.inputs.sampling_params import RequestOutputKind, SamplingParams
 from engine.runtime.llm_engine import LLMEngine
-from engine.runtime.outputs import RequestOutput
+from engine.runtime.outputs import EmbeddingRequestOutput, RequestOutput
 
 Prompt = str | list[int]
 
@@ -51,6 +53,34 @@ class LLM:
             final_only = replace(p, output_kind=RequestOutputKind.FINAL_ONLY)
             self.engine.add_request(request_id, prompt, final_only, lora_request=adapter)
         return self._run(request_ids, use_tqdm)
+
+    def embed(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        pooling_params: PoolingParams | Sequence[PoolingParams] | None = None,
+        *,
+        truncate_prompt_tokens: int | None = None,
+        use_tqdm: bool = True,
+        lora_request: AdapterRef | Sequence[AdapterRef | None] | None = None,
+    ) -> list[EmbeddingRequestOutput]:
+        """vLLM's: the embedding of every prompt (text or token ids), one per prompt, in order:
+        the model's final hidden states pooled as `pooling_params` say (the model's default
+        where they say nothing: engine/inputs/pooling_params.py). The prompts run batched like
+        generate's; `truncate_prompt_tokens` applies to every prompt. A failed prompt raises
+        RuntimeError."""
+        prompt_list = _as_prompt_list(prompts)
+        params = _as_pooling_list(pooling_params, len(prompt_list))
+        if truncate_prompt_tokens is not None:
+            params = [replace(p, truncate_prompt_tokens=truncate_prompt_tokens) for p in params]
+        adapters = _as_adapter_list(lora_request, len(prompt_list))
+        request_ids = [f"offline-{next(self._ids)}" for _ in prompt_list]
+        for request_id, prompt, p, adapter in zip(
+            request_ids, prompt_list, params, adapters, strict=True
+        ):
+            processor = self.engine.input_processor
+            request = processor.process_pooling(request_id, prompt, p, lora_request=adapter)
+            self.engine.output_processor.add_request(self.engine.add_engine_request(request))
+        return [EmbeddingRequestOutput.of(o) for o in self._run(request_ids, use_tqdm)]
 
     def chat(
         self,
@@ -121,6 +151,18 @@ def _as_params_list(
         return [params] * count
     if len(params) != count:
         raise ValueError(f"{len(params)} sampling params for {count} prompts")
+    return list(params)
+
+
+def _as_pooling_list(
+    params: PoolingParams | Sequence[PoolingParams] | None, count: int
+) -> list[PoolingParams]:
+    if params is None:
+        return [PoolingParams()] * count
+    if isinstance(params, PoolingParams):
+        return [params] * count
+    if len(params) != count:
+        raise ValueError(f"{len(params)} pooling params for {count} prompts")
     return list(params)
 
 

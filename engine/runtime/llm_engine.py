@@ -20,6 +20,7 @@ from engine.executor.tp_executor import TPExecutor
 from engine.executor.tp_worker import threads_per_rank
 from engine.inputs.engine_request import AdapterRef, EngineRequest
 from engine.inputs.input_processor import InputProcessor
+from engine.inputs.pooler_config import read_pooler_config
 from engine.inputs.sampling_params import SamplingParams
 from engine.loader.model_loader import read_model_config
 from engine.lora.adapter_config import check_adapter_names
@@ -89,6 +90,7 @@ class LLMEngine:
             self.model_config.vocab_size,
             self.max_model_len,
             self.loras.registry if config.enable_lora else None,
+            read_pooler_config(self.model_path, self.model_config.hidden_size),
         )
         self.guided = GuidedDecoding(
             self.tokenizer, self.model_config.vocab_size, self.eos_token_ids, config

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.core.request import RequestTiming
 from engine.core.scheduler_output import EngineCoreOutput, SampledToken
@@ -28,6 +29,9 @@ from engine.runtime.outputs import (
     RequestOutput,
 )
 from pagedock.text.detokenizer import IncrementalDetokenizer, SupportsDecode
+
+if TYPE_CHECKING:
+    import torch
 
 # Finishes that end a completion without text: nothing held back is released.
 _NO_TEXT_FINISHES = ("abort", "error")
@@ -51,6 +55,8 @@ class NewRequest:
     tenant: str = DEFAULT_TENANT
     priority: int = 0
     """Who it belongs to and the priority it runs at (for the per-tenant metrics)."""
+    is_pooling: bool = False
+    """An embedding request: no tokens, its prompt counted when it finishes."""
 
     @classmethod
     def of(cls, request: EngineRequest, timing: RequestTiming, child_ids: list[str]) -> NewRequest:
@@ -66,6 +72,7 @@ class NewRequest:
             lora_name=None if request.lora_request is None else request.lora_request.name,
             tenant=request.tenant,
             priority=request.priority,
+            is_pooling=request.pooling_params is not None,
         )
 
 
@@ -157,6 +164,7 @@ class _RequestState:
         self.error: str | None = None
         # Once computed (with the first token); a DELTA request's go out once, then are dropped.
         self.prompt_logprobs: PromptLogprobs | None = None
+        self.pooling_output: torch.Tensor | None = None
 
     @property
     def finished(self) -> bool:
@@ -184,6 +192,7 @@ class _RequestState:
             self.num_cached_tokens,
             self.error,
             prompt_logprobs,
+            self.pooling_output,
         )
 
 
@@ -236,6 +245,9 @@ class OutputProcessor:
             state.error = state.error or core.error
             if core.prompt_logprobs is not None:
                 state.prompt_logprobs = prompt_logprobs_of(core.prompt_logprobs, self.tokenizer)
+            if core.pooling_output is not None:
+                state.pooling_output = core.pooling_output
+                state.num_cached_tokens = core.num_cached_tokens
             stepped.setdefault(state.new.request_id, []).append(delta)
         stats = IterationStats()
         outputs = []
@@ -268,6 +280,8 @@ class OutputProcessor:
             stats.num_generation_tokens += num_new
         if state.finished:
             timing.finished_time = now
+            if state.new.is_pooling:  # its prompt is all it ran (it has no first token)
+                stats.num_prompt_tokens += len(state.new.prompt_token_ids)
             del self._requests[state.new.request_id]
             reasons = [c.finish_reason or "abort" for c in state.completions]
             new = state.new

@@ -11,16 +11,23 @@ A CompletionOutput's `text`, `token_ids` and `logprobs` mean what the request's
 `finish_reason` / `stop_reason` are set on the output that ends a completion. With n > 1, a
 DELTA output lists the completions that advanced this step (by `index`); the other kinds list
 all n.
+
+An embedding request has one output, when it finishes: its `pooling_output` is the embedding and
+its one completion is empty. `LLM.embed` hands it out as vLLM's EmbeddingRequestOutput.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.core.request import RequestTiming
 from engine.core.scheduler_output import SampledToken
 from engine.inputs.engine_request import DEFAULT_TENANT
 from engine.runtime.logprobs import PromptLogprobs
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -48,6 +55,8 @@ class RequestOutput:
     # one's {token id: Logprob} (engine/runtime/logprobs.py). A DELTA request gets them in its
     # first output, the other kinds in every output.
     prompt_logprobs: PromptLogprobs | None = None
+    # An embedding request's embedding (float32, on the CPU), in its finished output.
+    pooling_output: torch.Tensor | None = None
 
     # The single-completion shorthand offline users reach for: outs[0].text.
     @property
@@ -61,6 +70,36 @@ class RequestOutput:
     @property
     def finish_reason(self) -> str | None:
         return self.outputs[0].finish_reason
+
+
+@dataclass
+class EmbeddingOutput:
+    """vLLM's: one embedding."""
+
+    embedding: list[float]
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass
+class EmbeddingRequestOutput:
+    """vLLM's: what `LLM.embed` returns per prompt."""
+
+    request_id: str
+    outputs: EmbeddingOutput
+    prompt_token_ids: list[int]
+    finished: bool = True
+
+    @classmethod
+    def of(cls, output: RequestOutput) -> EmbeddingRequestOutput:
+        """An embedding request's finished output; RuntimeError when it has no embedding."""
+        if output.pooling_output is None:
+            why = output.error or output.finish_reason
+            raise RuntimeError(f"request {output.request_id} ended without an embedding: {why}")
+        embedding = output.pooling_output.tolist()
+        return cls(output.request_id, EmbeddingOutput(embedding), output.prompt_token_ids)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine.kernels.cpu_kernels import cpu_kernel_path
 from engine.server.drain import drain_report
+from engine.server.embeddings.create import create_embedding
 from engine.server.kv_events.ndjson_stream import KVEventResponse
 from engine.server.openai.chat import create_chat_completion
 from engine.server.openai.completions import create_completion
@@ -38,6 +39,8 @@ from pagedock.protocol import (
     CompletionResponse,
     DetokenizeRequest,
     DetokenizeResponse,
+    EmbeddingRequest,
+    EmbeddingResponse,
     ErrorResponse,
     LoadLoRAAdapterRequest,
     ModelCard,
@@ -99,6 +102,10 @@ def api_routes(ctx: ServerContext) -> APIRouter:
     async def completions(body: CompletionRequest, raw_request: Request) -> Response:
         require_trusted_continuation(ctx, body, raw_request)
         return await create_completion(ctx, body, raw_request)
+
+    @router.post("/v1/embeddings", response_model=EmbeddingResponse, responses=_ERRORS)
+    async def embeddings(body: EmbeddingRequest, raw_request: Request) -> Response:
+        return await create_embedding(ctx, body, raw_request)
 
     @router.get("/v1/models", response_model=ModelList, responses=_ERRORS)
     async def models() -> ModelList:

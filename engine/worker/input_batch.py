@@ -7,6 +7,8 @@ slot_mapping                 block_ids[pos // bs] * bs + pos % bs
 sample_indices               the last row of each request that samples this step, then the rows
                              whose logits give prompt logprobs (requests that asked for them)
 lora_mapping                 each row's adapter slot (-1: base), LoRA engines only
+pooling_indices              the rows whose final hidden states embedding requests pool, request
+                             by request in batch order; None in a step without any (the usual)
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class ModelInputs:
     sample_requests: list[ScheduledRequest]
     lora_mapping: LoRAMapping | None = None
     """The step's adapter per row; None without LoRA or when no row has an adapter."""
+    pooling_indices: torch.Tensor | None = None
+    """The rows embedding requests pool (`pooling_rows`); None when no request pools any."""
 
 
 def order_decodes_first(scheduled: list[ScheduledRequest]) -> list[ScheduledRequest]:
@@ -85,6 +89,7 @@ def build_model_inputs(
         sample_indices=torch.from_numpy(sample_indices).to(device),
         sample_requests=[batch[i] for i in sample_rows],
         lora_mapping=build_lora_mapping(batch, query_lens, device) if with_lora else None,
+        pooling_indices=pooling_rows(batch, query_start_loc, device),
     )
 
 
@@ -104,6 +109,23 @@ def prompt_logprobs_rows(
             for i, s in asking
         ]
     )
+
+
+def pooling_rows(
+    batch: list[ScheduledRequest], query_start_loc: np.ndarray, device: torch.device
+) -> torch.Tensor | None:
+    """The rows whose final hidden states embedding requests pool this step, request by
+    request in batch order; None when none does (a step of generation only: nothing added)."""
+    pooling = [(i, s) for i, s in enumerate(batch) if s.num_pooling_rows]
+    if not pooling:
+        return None
+    rows = np.concatenate(
+        [
+            np.arange(s.num_pooling_rows) + int(query_start_loc[i]) + s.pooling_offset
+            for i, s in pooling
+        ]
+    )
+    return torch.from_numpy(rows).to(device)
 
 
 def build_lora_mapping(

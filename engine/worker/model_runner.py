@@ -1,4 +1,5 @@
-"""Runs one step on the model: builds the flat varlen batch, runs the forward pass, samples."""
+"""Runs one step on the model: builds the flat varlen batch, runs the forward pass, samples, and
+pools the hidden states of embedding requests (engine/worker/pooler.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from engine.structured_outputs.structured_output_manager import StructuredOutput
 from engine.worker.cuda_graph_runner import DecodeGraphRunner, GraphCapture, is_graphable
 from engine.worker.huge_pages import zeroed_tensor
 from engine.worker.input_batch import ModelInputs, build_model_inputs, order_decodes_first
+from engine.worker.pooler import Pooler
 
 logger = logging.getLogger("pagedock.engine")
 
@@ -65,6 +67,8 @@ class ModelRunner:
         self.graphs: DecodeGraphRunner | None = None
         # LoRA engines: the adapters' slot weights; the model's projections read its mapping.
         self.lora = lora
+        # Embedding requests' pooled hidden states, summed across their prefill chunks.
+        self.pooler = Pooler()
 
     def capture_decode_graphs(
         self, max_num_seqs: int, max_model_len: int, capturer: GraphCapture
@@ -86,12 +90,14 @@ class ModelRunner:
     def execute(self, output: SchedulerOutput) -> ModelRunnerOutput:
         for request_id in output.finished_req_ids:
             self.generators.pop(request_id, None)
+        self.pooler.drop(output.finished_req_ids)
+        self.pooler.drop(output.preempted_req_ids)  # a recompute pools every row again
         if output.is_empty:
             return ModelRunnerOutput({})
         batch = order_decodes_first(output.scheduled)
         if self.send_step is not None:
             self.send_step(batch)
-        logits, sampling = self.forward(batch)
+        logits, sampling, pooled_hidden = self.forward(batch)
         prompt_logprobs: dict[str, LogprobsLists] = {}
         if logits.shape[0] > len(sampling):  # prompt-logprob rows follow the sampling rows
             prompt_logprobs = compute_prompt_logprobs(logits[len(sampling) :], batch)
@@ -99,12 +105,17 @@ class ModelRunner:
         if sampling:
             result = self._sample(logits[: len(sampling)].cpu(), sampling)
         result.prompt_logprobs = prompt_logprobs
+        if pooled_hidden is not None or self.pooler.has_pending:
+            result.pooler_output = self.pooler.pool(batch, pooled_hidden)
         return result
 
-    def forward(self, batch: list[ScheduledRequest]) -> tuple[torch.Tensor, list[ScheduledRequest]]:
+    def forward(
+        self, batch: list[ScheduledRequest]
+    ) -> tuple[torch.Tensor, list[ScheduledRequest], torch.Tensor | None]:
         """The step's logits: rows of the requests that sample, in the returned order, then the
-        rows of prompt logprobs (input_batch.py). Every tensor-parallel rank runs this on the
-        same batch; only rank 0's logits hold anything."""
+        rows of prompt logprobs (input_batch.py); and the final hidden states of the rows
+        embedding requests pool (None in a step without any). Every tensor-parallel rank runs
+        this on the same batch; only rank 0's logits hold anything."""
         # NOTE: a graphable step has no prompt-logprob rows: those are never a chunk's last
         # prompt position, so a one-token chunk with one does not sample.
         if (
@@ -112,25 +123,38 @@ class ModelRunner:
             and is_graphable(batch, self.graphs.max_size)
             and (self.lora is None or all(s.lora_slot < 0 for s in batch))
         ):  # NOTE: the graphs hold no LoRA: a step with adapter rows runs eagerly
-            return self.graphs.run(batch), batch
+            return self.graphs.run(batch), batch, None  # (no pooling: every row samples)
         inputs = build_model_inputs(batch, self.block_size, self.device, self.lora is not None)
         if inputs.lora_mapping is None:
-            return self._run_model(inputs), inputs.sample_requests
+            logits, pooled_hidden = self._run_model(inputs)
+            return logits, inputs.sample_requests, pooled_hidden
         assert self.lora is not None
         for s in batch:
             if s.lora_name is not None:
                 self.lora.activate(s.lora_slot, s.lora_name)
         with self.lora.step(inputs.lora_mapping):
-            return self._run_model(inputs), inputs.sample_requests
+            logits, pooled_hidden = self._run_model(inputs)
+        return logits, inputs.sample_requests, pooled_hidden
 
-    def _run_model(self, inputs: ModelInputs) -> torch.Tensor:
-        return self.model(
-            inputs.input_ids,
-            inputs.positions,
-            self.kv_caches,
-            inputs.meta,
-            inputs.sample_indices,
+    def _run_model(self, inputs: ModelInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits, pooled rows' final hidden states or None). A step without pooling rows is
+        the model's plain forward pass: generation pays nothing for embeddings."""
+        if inputs.pooling_indices is None:
+            logits = self.model(
+                inputs.input_ids,
+                inputs.positions,
+                self.kv_caches,
+                inputs.meta,
+                inputs.sample_indices,
+            )
+            return logits, None
+        # NOTE: the same layers and logits as forward() (a tensor-parallel rank, which knows no
+        # pooling, runs forward(): the collectives match); only the pooled rows' norm is added.
+        hidden, residual = self.model.decode_layers(
+            inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta
         )
+        pooled_hidden = self.model.final_hidden(hidden, residual, inputs.pooling_indices)
+        return self.model.logits(hidden, residual, inputs.sample_indices), pooled_hidden
 
     def _sample(self, logits: torch.Tensor, sampling: list[ScheduledRequest]) -> ModelRunnerOutput:
         """Sample the step's rows in one batch; if that fails, each row alone (`_sample_each`)."""

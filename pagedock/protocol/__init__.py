@@ -10,6 +10,7 @@ names, defaults and response shapes follow OpenAI's API; the extra request field
     tokenize.py     /tokenize, /detokenize   models.py    /v1/models, /version
     render.py       /v1/.../render           tools.py     tools, tool_choice, tool calls
     lora.py         /v1/load_lora_adapter, /v1/unload_lora_adapter
+    embeddings.py   /v1/embeddings
     responses.py    /v1/responses: the request and the Response object; its items, events
                     and chat form in response_items.py, response_events.py, response_chat.py
 
@@ -39,6 +40,12 @@ from pagedock.protocol.completions import (
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
+)
+from pagedock.protocol.embeddings import (
+    EmbeddingData,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    EmbeddingUsage,
 )
 from pagedock.protocol.lora import LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest
 from pagedock.protocol.models import ModelCard, ModelList, VersionResponse
@@ -108,6 +115,10 @@ __all__ = [
     "DeltaToolCall",
     "DetokenizeRequest",
     "DetokenizeResponse",
+    "EmbeddingData",
+    "EmbeddingRequest",
+    "EmbeddingResponse",
+    "EmbeddingUsage",
     "ErrorInfo",
     "ErrorResponse",
     "FunctionCall",

@@ -3,7 +3,8 @@
 request as the engine will read it, the model it names (the base model or a LoRA adapter, which
 decides the replicas it may go to and the chain its blocks are hashed on: the dispatcher's part),
 its prompt's blocks, and the plan to resume its stream. A Responses API request is read the same
-way (its prompt hashed when it starts a conversation; its stream is not resumable).
+way (its prompt hashed when it starts a conversation; its stream is not resumable); an embeddings
+request is read for its model, tenant and priority only (not hashed: it is routed by load).
 
 The router never judges a request's content: a body it can't parse is None here, and is still
 forwarded (the engine answers it). One exception: a client's `continuation` is refused with a 400
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from pagedock.http.errors import APIError
-from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from pagedock.protocol.responses import ResponsesRequest
 from pagedock.tenancy.tenants import Tenant
 from router.config import RouterConfig
@@ -38,7 +39,7 @@ from router.kv.prompt_hasher import PromptBlocks, PromptHasher
 # ones in the parser's pool (the router context's small prompt pool).
 INLINE_PARSE_BYTES = 16_384
 
-GenerationRequest = ChatCompletionRequest | CompletionRequest | ResponsesRequest
+GenerationRequest = ChatCompletionRequest | CompletionRequest | ResponsesRequest | EmbeddingRequest
 
 
 class ClientContinuation(APIError):
@@ -108,7 +109,9 @@ class RequestParser:
             raise ClientContinuation()
         if parsed is not None:
             body = _with_tenant(parsed, body, tenant, owner)
-        plan = resume_plan(parsed, body) if self.config.max_stream_resumes else None
+        plan = None
+        if self.config.max_stream_resumes and not isinstance(parsed, EmbeddingRequest):
+            plan = resume_plan(parsed, body)
         named = parsed.model if parsed is not None else _model_field(body)
         if len(body) > self.config.max_hash_bytes:
             return Parsed(parsed, None, plan, named, body)

@@ -46,6 +46,7 @@ from starlette.datastructures import Headers
 from pagedock.http.errors import error_json
 from pagedock.limits import MAX_BODY_BYTES
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.protocol.embeddings import EmbeddingRequest
 from pagedock.protocol.responses import ResponsesRequest
 from router.http.body_budget import BodyLease
 from router.http.request_parser import ClientContinuation, GenerationRequest, Parsed
@@ -65,6 +66,7 @@ BODY_MODELS: dict[str, type[GenerationRequest]] = {
     "/v1/chat/completions": ChatCompletionRequest,
     "/v1/completions": CompletionRequest,
     "/v1/responses": ResponsesRequest,
+    "/v1/embeddings": EmbeddingRequest,
 }
 
 

@@ -25,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pagedock.http.auth import docs_urls
 from pagedock.http.errors import install_api_error_handlers
 from pagedock.http.request_context import RequestContextMiddleware
-from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from router.demand import demand_view
 from router.http.body_budget import BodyLeases
 from router.http.root_path import RootPathMiddleware
@@ -82,6 +82,11 @@ def _add_api_routes(app: FastAPI, ctx: RouterContext) -> None:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await generate(ctx, request, CompletionRequest)
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        """By load alone: its prompt is not hashed (no prefix affinity to gain)."""
+        return await generate(ctx, request, EmbeddingRequest)
 
     add_responses_routes(app, ctx)
 

@@ -1,4 +1,4 @@
-"""generate: one chat, completions or Responses API request through the router.
+"""generate: one chat, completions, Responses API or embeddings request through the router.
 
 tenant      who it belongs to (router/flow/tenant_resolver.py; 401 if nobody)
 body        read within the body budget (413, 503 router_memory_full)
@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 
 from pagedock.http.errors import APIError
 from pagedock.limits import MAX_BODY_BYTES  # the engine's default --max-body-bytes too
-from pagedock.protocol import ChatCompletionRequest, CompletionRequest
+from pagedock.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from pagedock.protocol.responses import ResponsesRequest
 from pagedock.tenancy.tenants import Tenant
 from router.flow.admission import Admission, admit
@@ -39,7 +39,9 @@ from router.kv.prompt_hasher import PromptBlocks
 from router.policies.dispatcher import Decision, ModelNotServed, NoReplicaError
 from router.server.context import RouterContext
 
-GenerationModel = type[ChatCompletionRequest | CompletionRequest | ResponsesRequest]
+GenerationModel = type[
+    ChatCompletionRequest | CompletionRequest | ResponsesRequest | EmbeddingRequest
+]
 # A prompt the router could not tokenize is counted at about four bytes a token.
 BYTES_PER_TOKEN_ESTIMATE = 4
 
@@ -88,7 +90,7 @@ async def _generate(
         if parsed.blocks is not None and decision.lora_name is None:
             # NOTE: warm start sends the base model only: an adapter's prefixes are not recorded.
             ctx.hot.record(parsed.blocks.token_ids, cache_salt=parsed.blocks.cache_salt)
-        stream = bool(parsed.request and parsed.request.stream)
+        stream = bool(getattr(parsed.request, "stream", False))  # (embeddings never stream)
         # A resumable stream goes with its plan's body: the same bytes it keeps to resume with.
         forwarded = parsed.plan.body() if parsed.plan is not None else parsed.body
         response = await ctx.proxy.forward(

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from engine import LLM, SamplingParams
+from engine.inputs.pooling_params import PoolingParams
 from pagedock.errors import TensorParallelError
 from tests.engine.conftest import hf_greedy, make_prompts
 from tests.tiny_model import make_tiny_llama_dir
@@ -101,6 +102,27 @@ def test_tp2_prompt_logprobs_equal_one_ranks_under_pressure(
         ):
             assert a is not None and b is not None
             assert abs(a[token_id].logprob - b[token_id].logprob) < 1e-4
+
+
+def test_tp2_embeddings_equal_one_ranks_beside_generation(
+    tp2: LLM, model_dir: Path, prompts: list[list[int]]
+) -> None:
+    """Rank 0 pools; the other ranks, which know nothing of pooling, run the same collectives
+    (steps mixing embedding chunks, generations and preemptions under PRESSURE)."""
+    import torch
+
+    params = PoolingParams(pooling_type="MEAN")
+    one_rank = LLM(str(model_dir), **PRESSURE).embed(prompts, params, use_tqdm=False)
+    for i, prompt in enumerate(prompts[:2]):
+        tp2.engine.add_request(f"beside-{i}", prompt, GREEDY)
+    two_ranks = tp2.embed(prompts, params, use_tqdm=False)
+    for ours, theirs in zip(two_ranks, one_rank, strict=True):
+        torch.testing.assert_close(
+            torch.tensor(ours.outputs.embedding),
+            torch.tensor(theirs.outputs.embedding),
+            atol=1e-5,
+            rtol=0.0,
+        )
 
 
 def test_every_layer_runs_two_all_reduces_and_each_step_one_logits_gather(tp2: LLM) -> None:

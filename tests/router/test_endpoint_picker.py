@@ -457,3 +457,17 @@ async def test_a_responses_follow_up_goes_to_the_replica_that_made_its_response(
     third = responses_body(previous_response_id="resp_2")
     assert await respond(picker, third, [b"{}"]) == made_on
     assert await respond(picker, third, [b"{}"], key="another") != made_on
+
+
+async def test_an_embeddings_request_goes_among_the_replicas_of_its_adapter(
+    picker: Picker,
+) -> None:
+    serve_models(picker, A)
+    serve_models(picker, B, "sql")
+    serve_models(picker, C)
+    body = json.dumps({"model": "sql", "input": ["a", "b"]}).encode()
+    responses = await picker.exchange(headers("/v1/embeddings"), *body_frames(body))
+    assert destination_header(responses[0]) == B
+    missing = json.dumps({"model": "nope", "input": "a"}).encode()
+    responses = await picker.exchange(headers("/v1/embeddings"), *body_frames(missing))
+    assert immediate_status(responses)[0] == 404
