@@ -25,6 +25,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import aiohttp
@@ -72,6 +73,18 @@ _CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+@dataclass
+class Forwarding:
+    """One request on its way to its decision's replicas: what every attempt sends."""
+
+    request: Request
+    headers: dict[str, str]
+    body: bytes
+    decision: Decision
+    stream: bool
+    resumable: Resumable | None
+
+
 class Proxy:
     def __init__(
         self,
@@ -112,6 +125,7 @@ class Proxy:
         resumable = None
         if plan is not None:
             body, resumable = plan.body(), Resumable(request, headers, decision, plan)
+        job = Forwarding(request, headers, body, decision, stream, resumable)
         last: AttemptFailed | None = None
         for attempt, replica in enumerate(decision.replicas[: self.dispatcher.config.max_attempts]):
             if attempt:
@@ -119,9 +133,7 @@ class Proxy:
             else:
                 self.metrics.observe_overhead(time.perf_counter() - arrival)
             try:
-                return await self._attempt(
-                    request, headers, body, decision, replica, stream, resumable
-                )
+                return await self._attempt(job, replica)
             except AttemptFailed as failed:
                 last = failed
                 if failed.mark_unhealthy:
@@ -135,36 +147,20 @@ class Proxy:
             code="replicas_unavailable",
         )
 
-    async def _attempt(
-        self,
-        request: Request,
-        headers: dict[str, str],
-        body: bytes,
-        decision: Decision,
-        replica: Replica,
-        stream: bool,
-        resumable: Resumable | None,
-    ) -> Response:
+    async def _attempt(self, job: Forwarding, replica: Replica) -> Response:
         """One try at `replica` (traced as an upstream span, when tracing is on)."""
-        trace = trace_of(request)
+        trace = trace_of(job.request)
         if trace is None:
-            return await self._try(request, headers, body, decision, replica, stream, resumable)
+            return await self._try(job, replica, job.headers)
 
         def send(sent: dict[str, str]) -> Awaitable[Response]:
-            return self._try(request, sent, body, decision, replica, stream, resumable)
+            return self._try(job, replica, sent)
 
-        return await trace.attempt(replica.url, headers, send, lambda r: r.status_code)
+        return await trace.attempt(replica.url, job.headers, send, lambda r: r.status_code)
 
-    async def _try(
-        self,
-        request: Request,
-        headers: dict[str, str],
-        body: bytes,
-        decision: Decision,
-        replica: Replica,
-        stream: bool,
-        resumable: Resumable | None,
-    ) -> Response:
+    async def _try(self, job: Forwarding, replica: Replica, headers: dict[str, str]) -> Response:
+        """One try at `replica`, sending `headers` (the job's, with this try's trace context)."""
+        request, decision = job.request, job.decision
         request_id = uuid.uuid4().hex
         cached_tokens = self.dispatcher.commit(decision, replica, request_id)
         self.metrics.observe_decision(
@@ -176,7 +172,9 @@ class Proxy:
             upstream, content = await until_disconnect(
                 request,
                 unless_stalled(
-                    replica, self._exchange(request, headers, body, replica, stream), grace_s
+                    replica,
+                    self._exchange(request, headers, job.body, replica, job.stream),
+                    grace_s,
                 ),
             )
         except ReplicaStalled as e:  # already out of the healthy set: try the next replica
@@ -186,7 +184,7 @@ class Proxy:
             replica.end(request_id)
             raise
         if content is None:
-            response = await self._streamed(upstream, replica, request_id, resumable)
+            response = await self._streamed(upstream, replica, request_id, job.resumable)
         else:
             replica.end(request_id)
             response = _buffered(upstream, content, replica, decision.model)
