@@ -16,7 +16,13 @@ import pytest
 from tests.eventually import eventually_sync
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.router.fake_replica import FakeReplica, ServerThread
-from tests.router.live import Process, replica_process, router_process
+from tests.router.live import (
+    Process,
+    replica_process,
+    replica_view,
+    router_process,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(300)
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -41,6 +47,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Process, O
             stack.callback(process.kill)
         for process in (*engines, router):
             process.wait_ready()
+        # Every replica a candidate before the first request (the router is ready with one).
+        wait_until(lambda: all(replica_view(router).get(u, {}).get("healthy") for u in urls), 30)
         yield router, receiver
 
 
