@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from engine.kernels.cpu_kernels import cpu_kernel_path
 from engine.server.drain import drain_report
 from engine.server.embeddings.create import create_embedding
+from engine.server.kv_events.event_sources import kv_event_sources, server_info
 from engine.server.kv_events.ndjson_stream import KVEventResponse
 from engine.server.openai.chat import create_chat_completion
 from engine.server.openai.completions import create_completion
@@ -151,7 +152,25 @@ def kv_event_routes(ctx: ServerContext) -> APIRouter:
             )
         return KVEventResponse(ctx.kv_hub, consumer)
 
+    _add_event_source_routes(router, ctx)
     return router
+
+
+def _add_event_source_routes(router: APIRouter, ctx: ServerContext) -> None:
+    """Where vLLM's consumers find this engine's ZMQ events (kv_events/event_sources.py)."""
+
+    @router.get("/get_server_info", responses=_ERRORS)
+    async def get_server_info() -> JSONResponse:
+        block_size = ctx.engine.engine.config.block_size
+        info = server_info(
+            ctx.served_model_name, ctx.model_root, ctx.kv_hub.instance_id, block_size
+        )
+        return JSONResponse(info)
+
+    @router.get("/kv_event_sources", responses=_ERRORS)
+    async def get_kv_event_sources(raw_request: Request) -> JSONResponse:
+        local = raw_request.scope.get("server") or ("127.0.0.1", 0)
+        return JSONResponse(kv_event_sources(ctx.kv_publisher, str(local[0])))
 
 
 def _add_render_routes(router: APIRouter, ctx: ServerContext) -> None:
