@@ -267,11 +267,26 @@ class Emulator(kmock.KubernetesEmulator):
     async def _serve_list(self, request: Any) -> Any:
         listing: dict[str, Any] = await super()._serve_list(request)  # type: ignore[assignment]
         selector = request.params.get("labelSelector", "")
-        listing["items"] = [item for item in listing["items"] if self.selected(item, selector)]
+        named = field_selected_name(request.params.get("fieldSelector", ""))
+        listing["items"] = [
+            item
+            for item in listing["items"]
+            if self.selected(item, selector) and named in (None, item["metadata"].get("name"))
+        ]
         columns = next((c for r, c in PRINTER_COLUMNS.items() if request.resource == r), None)
         if columns and wants_table(request):
             return table(listing["items"], columns, next_version())
-        return listing
+        # As the API server lists: a typed list at a resource version of now (kmock leaves out
+        # the kind, which client-go's informers need, and gives "..." as the version).
+        kind = next((i.kind for r, i in self.resources.items() if request.resource == r), None)
+        resource = request.resource
+        group_version = f"{resource.group}/{resource.version}" if resource.group else "v1"
+        return {
+            "apiVersion": group_version,
+            "kind": f"{kind}List" if kind else "List",
+            "metadata": {"resourceVersion": next_version()},
+            "items": listing["items"],
+        }
 
     async def _serve_fetch(self, request: Any) -> Any:
         return self._shown(request, await super()._serve_fetch(request))
@@ -315,3 +330,13 @@ class Emulator(kmock.KubernetesEmulator):
         """Whether a listed object matches the label selector (equality terms)."""
         wanted = parse_selector(selector)
         return wanted.items() <= (item.get("metadata", {}).get("labels") or {}).items()
+
+
+def field_selected_name(selector: str) -> str | None:
+    """The name a `fieldSelector` of `metadata.name=NAME` asks for (kubectl wait's and get's
+    selector; other field selectors are not applied)."""
+    for term in filter(None, selector.split(",")):
+        field, _, value = term.partition("=")
+        if field.strip() == "metadata.name":
+            return value.strip().lstrip("=")
+    return None
