@@ -278,7 +278,8 @@ class Emulator(kmock.KubernetesEmulator):
             return table(listing["items"], columns, next_version())
         # As the API server lists: a typed list at a resource version of now (kmock leaves out
         # the kind, which client-go's informers need, and gives "..." as the version).
-        kind = next((i.kind for r, i in self.resources.items() if request.resource == r), None)
+        info = next((i for r, i in self.resources.items() if request.resource == r), None)
+        kind = info.get("kind") if isinstance(info, dict) else getattr(info, "kind", None)
         resource = request.resource
         group_version = f"{resource.group}/{resource.version}" if resource.group else "v1"
         return {
