@@ -8,7 +8,8 @@ index.
 A broken stream drops the replica's blocks from the index (the router can no longer vouch for
 them) and is retried with exponential backoff (router/kv/subscriber_base.py); the next snapshot
 rebuilds the view. A replica whose instance id changed (it restarted) is rebuilt from its new
-snapshot, never from stale deltas.
+snapshot, never from stale deltas. A failed health check leaves a live stream be
+(replica_failed): its own heartbeats say whether it is alive.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ class EventSubscriber(KVEventSubscriber):
         backoff_s = (config.event_backoff_min_s, config.event_backoff_max_s)
         super().__init__(replica, index, config, metrics, backoff_s)
         self.client = client
+
+    def replica_failed(self) -> None:
+        """The stream has its own liveness (heartbeats, STREAM_READ_TIMEOUT_S, the instance id),
+        so a failed health check or request leaves it be: the replica is out of the candidate set
+        while unhealthy anyway, its view stays current, and the stream keeps its place under the
+        engine's --max-kv-event-subscribers (one slow check must not hand it to an idle client)."""
 
     def _failed(self, error: Exception) -> None:
         """A refusal or an oversized snapshot is shown on the replica; a broken stream, a gap or

@@ -70,6 +70,11 @@ class KVEventSubscriber(ABC):
             await asyncio.sleep(self._retry_delay_s(backoff_s))
             backoff_s = min(backoff_s * 2, self._backoff_max_s)
 
+    def replica_failed(self) -> None:
+        """The replica failed a check or a request. A stream with no liveness of its own (vLLM's
+        ZMQ) can't tell a publisher that is gone: start over, dropping the view."""
+        self.resubscribe()
+
     def resubscribe(self) -> None:
         """Drop the current stream (the replica failed a check); run() reconnects after backoff,
         having dropped the replica's view."""

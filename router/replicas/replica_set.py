@@ -70,8 +70,8 @@ class ReplicaSet:
         return [r for r in self.replicas.values() if r.healthy and not r.warming]
 
     def mark_unhealthy(self, replica: Replica, why: str) -> None:
-        """Out of the candidate set at once, its cache view dropped until a fresh snapshot and its
-        model list until the check that finds it healthy again."""
+        """Out of the candidate set at once, its model list dropped until the check that finds it
+        healthy again; its cache view as its KV stream decides (replica_failed)."""
         if replica.healthy:
             logger.warning("replica %s is unhealthy: %s", replica.url, why)
             replica.unhealthy_since = time.monotonic()
@@ -79,7 +79,7 @@ class ReplicaSet:
         replica.served_models = None
         subscriber = self._subscribers.get(replica.url)
         if subscriber is not None:
-            subscriber.resubscribe()  # which drops its cache view, in slices
+            subscriber.replica_failed()
         else:
             self.index.drop(replica.url)
 

@@ -1,14 +1,21 @@
-"""EventSubscriber.apply: the KV event stream's lines into the index, gaps and restarts resync."""
+"""EventSubscriber.apply: the KV event stream's lines into the index, gaps and restarts resync;
+a failed health check leaves a live stream (and its place under the engine's cap) be."""
 
 from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
 from router.kv.event_subscriber import EventSubscriber, ResyncNeeded
 from router.kv.kv_index import KVIndex
+from router.kv.subscriber_base import cancel_and_wait
 from router.metrics import RouterMetrics
 from router.replicas.replica import Replica
+from tests.eventually import eventually
 from tests.router.factories import h, make_config
 
 URL = "http://replica"
@@ -114,3 +121,37 @@ def test_stored_runs_are_grouped_by_the_chain_their_parent_names() -> None:
     counts = index.groups.counts(URL, 10)
     assert counts.groups == [(h(1), 3)]
     assert counts.untraced_blocks == 1  # the snapshot's: its parents are not sent
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_a_failed_check_keeps_a_live_stream_and_its_view() -> None:
+    """A slow /health (an engine busy with a flood of connections) must not end the stream: its
+    place under --max-kv-event-subscribers would go to whoever asks next."""
+    connections: list[httpx.Request] = []
+    hold = asyncio.Event()
+
+    async def lines() -> AsyncIterator[bytes]:
+        yield json.dumps(snapshot(hashes=(1, 2))).encode() + b"\n"
+        await hold.wait()
+        yield json.dumps(batch(5, stored(3))).encode() + b"\n"
+        await asyncio.Event().wait()
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        connections.append(request)
+        return httpx.Response(200, content=lines())
+
+    index, replica = KVIndex(), Replica(URL)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(serve)) as client:
+        subscriber = EventSubscriber(
+            replica, index, client, make_config(), RouterMetrics("prefix-aware")
+        )
+        task = asyncio.create_task(subscriber.run())
+        try:
+            await eventually(lambda: replica.kv_synced, what="the snapshot applied")
+            subscriber.replica_failed()
+            hold.set()
+            await eventually(lambda: index.num_blocks(URL) == 3, what="the next batch applied")
+            assert replica.kv_synced and len(connections) == 1
+        finally:
+            await cancel_and_wait(task)

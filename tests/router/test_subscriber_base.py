@@ -82,11 +82,13 @@ async def test_an_attempt_that_had_synced_starts_the_backoff_again() -> None:
     assert subscriber.delays == [0.5, 1.0, 2.0, 3.0, 0.5, 1.0]
 
 
-async def test_resubscribe_ends_the_attempt_not_the_loop() -> None:
+@pytest.mark.parametrize("end", ["resubscribe", "replica_failed"])
+async def test_resubscribe_ends_the_attempt_not_the_loop(end: str) -> None:
+    """replica_failed() too, for a stream with no liveness of its own (vLLM's ZMQ)."""
     subscriber = HangingSubscriber()
     task = asyncio.create_task(subscriber.run())
     await subscriber.started.wait()
-    subscriber.resubscribe()
+    getattr(subscriber, end)()
     await subscriber.finished.wait()
     assert not task.done() and subscriber.drops == 1 and subscriber.delays == [0.5]
     await cancel_and_wait(task)
