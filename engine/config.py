@@ -80,6 +80,11 @@ class EngineConfig(TenancyConfig):
         default=True, metadata=option_meta(off_flag="--no-chunked-prefill")
     )
     """Split prompts longer than the step's remaining token budget across steps."""
+    long_prefill_token_threshold: int = 0
+    """A prompt with more tokens than this left to compute is prefilled at most this many a step
+    while other requests run or wait, so a short request that arrives during a long prompt starts
+    in the next step and decodes beside small chunks (alone, the prompt takes the whole budget;
+    vLLM caps it always). 0 = no cap. Needs chunked prefill."""
     max_grammar_mask_ms: float = field(default=10.0, metadata=option_meta(metavar="MS"))
     """The most CPU time one token's structured-outputs mask may take, a row (ten times that for
     all the rows of one constraint), on the engine thread: a constraint over it fails its
@@ -186,6 +191,12 @@ class EngineConfig(TenancyConfig):
         )
         _check((self.max_step_ms or 0) >= 0, f"max_step_ms must be 0 or more: {self.max_step_ms}")
         _check(self.max_num_seqs >= 1, f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
+        threshold = self.long_prefill_token_threshold
+        _check(threshold >= 0, f"long_prefill_token_threshold must be 0 or more: {threshold}")
+        _check(
+            not threshold or self.enable_chunked_prefill,
+            "long_prefill_token_threshold needs chunked prefill: a prompt can't be capped whole",
+        )
         _check(
             self.max_grammar_mask_ms >= 0,
             f"max_grammar_mask_ms must be 0 or more, got {self.max_grammar_mask_ms}",

@@ -3,7 +3,8 @@
 Each step, running requests go first: their decodes (a token each), then their prefill chunks, the
 shortest remaining first, so a long prompt never holds a decode back; then waiting requests join in
 the waiting queue's order (fair between tenants: engine/core/fair_queue.py) while budget, sequence
-slots and KV blocks last; prefill and decode share the step.
+slots and KV blocks last; prefill and decode share the step. With long_prefill_token_threshold,
+a prompt with more left than it takes at most that many tokens a step while it is not alone.
 A step with running decodes takes a fifth of the token budget in prefill (all of it while prompts
 awaiting their first token are at least half the decodes), or with an inter-token target
 (max_step_ms) as many prefill tokens as the learned step cost fits under it, stretched while those
@@ -135,10 +136,13 @@ class Scheduler:
         step_budget = self.step_time.step_budget(
             self.config, self.token_budget, len(decodes), num_prompts
         )
-        budget = self._schedule_running(decodes + prefills, step_budget, scheduled, preempted)
+        alone = len(self.running) + len(self.waiting) <= 1
+        cap = self.config.long_prefill_token_threshold or self.token_budget
+        cap = self.token_budget if alone else cap
+        budget = self._schedule_running(decodes + prefills, step_budget, scheduled, preempted, cap)
         if not preempted:
             # A step that had to preempt has no blocks to spare for newcomers.
-            self._schedule_waiting(budget, scheduled)
+            self._schedule_waiting(budget, scheduled, cap)
         finished, self.finished_req_ids = self.finished_req_ids, set()
         num_tokens = sum(s.num_new_tokens for s in scheduled)
         return SchedulerOutput(
@@ -169,13 +173,14 @@ class Scheduler:
         budget: int,
         scheduled: list[ScheduledRequest],
         preempted: list[str],
+        cap: int,
     ) -> int:
         for request in order:
             if budget <= 0:
                 break
             if request.status != RequestStatus.RUNNING:
                 continue  # preempted earlier in this step
-            num_new = min(_remaining(request), budget)
+            num_new = min(_remaining(request), budget, cap)
             while self.kv_cache_manager.allocate_slots(request, num_new) is None:
                 victim = self._pick_victim()
                 budget += _unschedule(victim, scheduled)
@@ -188,7 +193,7 @@ class Scheduler:
                 budget -= num_new
         return budget
 
-    def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest]) -> None:
+    def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest], cap: int) -> None:
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.select(self.lora_slots)
             if request is None:
@@ -199,7 +204,7 @@ class Scheduler:
             num_new = request.num_tokens - num_computed
             if num_new > budget and not self.config.enable_chunked_prefill:
                 break
-            num_new = min(num_new, budget)
+            num_new = min(num_new, budget, cap)
             new_blocks = self.kv_cache_manager.allocate_slots(
                 request, num_new, computed_blocks, num_computed
             )

@@ -191,10 +191,19 @@ def test_engine_args_mirror_the_engine_settings() -> None:
     assert "--no-prefix-caching" in args and "--no-chunked-prefill" in args
 
 
-def test_a_step_target_is_passed_only_when_set() -> None:
-    assert "--max-step-ms" not in engine_args(make_context({}))
-    args = engine_args(make_context({"engine": {"maxStepMs": 120}}))
-    assert args[args.index("--max-step-ms") + 1] == "120.0"
+@pytest.mark.parametrize(
+    ("field", "value", "flag", "passed"),
+    [
+        ("maxStepMs", 120, "--max-step-ms", "120.0"),
+        ("longPrefillTokenThreshold", 256, "--long-prefill-token-threshold", "256"),
+    ],
+)
+def test_step_shaping_is_passed_only_when_set(
+    field: str, value: int, flag: str, passed: str
+) -> None:
+    assert flag not in engine_args(make_context({}))
+    args = engine_args(make_context({"engine": {field: value}}))
+    assert args[args.index(flag) + 1] == passed
 
 
 def test_the_cpu_gemm_and_kv_cache_dtypes_are_passed_only_when_not_auto() -> None:

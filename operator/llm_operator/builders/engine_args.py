@@ -49,6 +49,7 @@ def _optional_args(ctx: BuildContext) -> list[str]:
         "--kv-cache-memory": engine.kv_cache_memory,
         "--num-kv-blocks": engine.num_kv_blocks,
         "--max-step-ms": engine.max_step_ms,
+        "--long-prefill-token-threshold": engine.long_prefill_token_threshold or None,
         "--responses-store-ttl-s": responses.ttl_seconds,
         "--responses-store-max-entries": responses.max_entries,
     }
