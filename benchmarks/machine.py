@@ -32,7 +32,7 @@ def machine_info() -> dict[str, Any]:
         "cores_usable": len(os.sched_getaffinity(0)),
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "python": platform.python_version(),
-        "torch": _version("torch"),
+        "torch": package_version("torch"),
         "platform": platform.platform(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
@@ -97,7 +97,8 @@ def _cpuinfo() -> dict[str, str]:
     return info
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """The installed version of `package`; None when it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -38,7 +38,6 @@ import os
 import sys
 import tempfile
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +53,25 @@ from benchmarks.bench_systems import (
     usable_cores,
 )
 from benchmarks.load_generator import summarize
-from benchmarks.machine import git_commit, machine_info
+from benchmarks.machine import git_commit
 from benchmarks.quality_nll import check_commit
 from benchmarks.repetitions import interleaved_order
+from benchmarks.result_header import ResultHeader
 from benchmarks.servers import Server, start_pagedock
 from benchmarks.traced_load import send_traced, trace_id_of, traceparents
 from benchmarks.tracing_report import ARMS, count_spans, markdown, summarize_runs
 from benchmarks.workloads import Workload, check_no_shared_block, workload_a
 from tests.otlp_receiver import OtlpReceiver
 
+PACKAGES = (
+    "pagedock",
+    "torch",
+    "opentelemetry-sdk",
+    "opentelemetry-exporter-otlp-proto-http",
+    "opentelemetry-proto",
+    "httpx",
+    "uvicorn",
+)
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 WARMUP_CONTENT_SEED = 2_000
@@ -131,24 +140,6 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
     return runs
 
 
-def versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for package in (
-        "pagedock",
-        "torch",
-        "opentelemetry-sdk",
-        "opentelemetry-exporter-otlp-proto-http",
-        "opentelemetry-proto",
-        "httpx",
-        "uvicorn",
-    ):
-        try:
-            out[package] = version(package)
-        except PackageNotFoundError:
-            out[package] = None
-    return out
-
-
 def server_env() -> tuple[dict[str, str], dict[str, str]]:
     """Set the servers' tracing environment (they inherit this process's): the batch delay at
     its default, nothing that would trace without the flag. Returns (set, removed)."""
@@ -179,22 +170,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     commit = git_commit(HERE.parent)
     check_commit(commit, args.allow_dirty)
-    load_before = [round(x, 2) for x in os.getloadavg()]
-    wall = time.monotonic()
+    header = ResultHeader.begin(commit)
     env, removed = prepare(args)
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     runs = run_all(args)
     result = {
-        "benchmark": "tracing overhead online: pagedock serve, --otlp-traces-endpoint off vs on",
-        "issue": 38,
-        "started": started,
-        "note": args.note,
-        "commit": commit,
-        "machine": machine_info(),
-        "versions": versions(),
-        "load_average_before": load_before,
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": round(time.monotonic() - wall, 1),
+        **header.finish(
+            "tracing overhead online: pagedock serve, --otlp-traces-endpoint off vs on",
+            38,
+            args.note,
+            PACKAGES,
+        ),
         "settings": settings_of(args),
         "env": env,
         "env_removed": removed,

@@ -31,21 +31,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.machine import git_commit, machine_info  # noqa: E402
+from benchmarks.machine import git_commit  # noqa: E402
 from benchmarks.quality_nll import check_commit  # noqa: E402
 from benchmarks.repetitions import interleaved_order  # noqa: E402
+from benchmarks.result_header import ResultHeader  # noqa: E402
 from benchmarks.router_workload import common_prefix_length  # noqa: E402
 from benchmarks.vllm_router_fleet import EngineEvents, VllmRouter  # noqa: E402
 from tests.eventually import eventually_sync  # noqa: E402
@@ -196,25 +195,14 @@ def _cell(figure: dict[str, float]) -> str:
     return f"{figure['median']:.1%} ({figure['min']:.1%}-{figure['max']:.1%})"
 
 
-def versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for package in ("pagedock", "vllm-router", "torch", "httpx", "pyzmq", "msgpack"):
-        try:
-            out[package] = version(package)
-        except PackageNotFoundError:
-            out[package] = None
-    return out
-
-
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
-    engine = replica_process(args.model_dir, args.log_dir, args.num_kv_blocks, port=1)
+    engine_args = replica_process(args.model_dir, args.log_dir, args.num_kv_blocks, port=1).args
+    engine_args[engine_args.index("--port") + 1] = "<port>"
     return {
         "arms": list(ARMS),
         "model": "tests/tiny_model.py make_tiny_llama_dir (2 layers, hidden 64, vocab 512)",
         "engines": 2,
-        "engine_args": [
-            {"1": "<port>", str(args.model_dir): "<tmp>/tiny"}.get(a, a) for a in engine.args
-        ],
+        "engine_args": [{str(args.model_dir): "<tmp>/tiny"}.get(a, a) for a in engine_args],
         "engine_kv_events": "--kv-events-config zmq, tcp://*:<port>, replay tcp://*:<port>",
         "vllm_router_args": "--policy P --worker-startup-check-interval 1; kv_aware: "
         f"--kv-event-model {MODEL} --kv-event-block-size {BLOCK_SIZE} --kv-event-source "
@@ -266,26 +254,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     commit = git_commit(ROOT)
     check_commit(commit, args.allow_dirty)
-    load_before = [round(x, 2) for x in os.getloadavg()]
-    wall = time.monotonic()
+    header = ResultHeader.begin(commit)
     prepare(args)
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     runs = []
     for repetition, arm in interleaved_order(ARMS, args.repetitions):
         runs.append(run_arm(arm, repetition, args))
         print(json.dumps(runs[-1]), flush=True)
     summary = summarize(runs)
     result = {
-        "benchmark": "prefix affinity through vllm-router in front of two pagedock engines",
-        "issue": 39,
-        "started": started,
-        "note": args.note,
-        "commit": commit,
-        "machine": machine_info(),
-        "versions": versions(),
-        "load_average_before": load_before,
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": round(time.monotonic() - wall, 1),
+        **header.finish(
+            "prefix affinity through vllm-router in front of two pagedock engines",
+            39,
+            args.note,
+            ("pagedock", "vllm-router", "torch", "httpx", "pyzmq", "msgpack"),
+        ),
         "settings": settings_of(args),
         "summary": summary,
         "runs": runs,

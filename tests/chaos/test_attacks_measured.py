@@ -57,6 +57,7 @@ from tests.router.live import (
     replica_process,
     replica_view,
     router_process,
+    running_fleet,
     wait_synced,
     wait_until,
 )
@@ -97,19 +98,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     replicas = [long_replica(model, logs) for _ in range(2)]
     picker_port = free_port()
     router = router_process(model, logs, [r.url for r in replicas], *router_flags(picker_port))
-    try:
-        for p in replicas:
-            p.start()
-        for p in replicas:
-            p.wait_ready()
-        router.start().wait_ready(timeout_s=30)
-        wait_synced(router, [r.url for r in replicas], 30)
+    with running_fleet([router], replicas):
         yield Fleet(router, replicas, picker_port)
-    finally:
-        for p in [router, *replicas]:
-            if p.proc is not None:
-                p.proc.send_signal(signal.SIGCONT)  # one a failed test left stopped
-            p.kill()
 
 
 def long_replica(model: Any, logs: Any) -> Process:

@@ -22,7 +22,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.router.live import ROOT, WORDS, Process, replica_process, router_process, wait_synced
+from tests.router.live import (
+    ROOT,
+    WORDS,
+    Process,
+    replica_process,
+    router_process,
+    running_fleet,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # 100 requests a run: the p99 of 40 was a run's slowest request, one scheduling hiccup.
@@ -39,17 +46,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Process, l
     )
     replicas = [replica_process(model, logs, 128) for _ in range(2)]
     router = router_process(model, logs, [r.url for r in replicas], "--request-read-timeout-s", "3")
-    try:
-        for p in replicas:
-            p.start()
-        for p in replicas:
-            p.wait_ready()
-        router.start().wait_ready(timeout_s=30)
-        wait_synced(router, [r.url for r in replicas])
+    with running_fleet([router], replicas):
         yield router, replicas
-    finally:
-        for p in [router, *replicas]:
-            p.kill()
 
 
 def good_workload(router: Process, seed: int) -> list[float]:

@@ -3,6 +3,7 @@ the `pagedock` command, on random free ports, always killed in teardown."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +193,29 @@ def wait_synced(router: Process, urls: list[str], timeout_s: float = 10.0) -> No
         ),
         timeout_s,
     )
+
+
+@contextlib.contextmanager
+def running_fleet(
+    routers: list[Process], replicas: list[Process], sync_timeout_s: float = 30.0
+) -> Iterator[None]:
+    """The replicas started together (they load the model at once), then each router, ready once
+    every replica is healthy and synced in it; every process killed however the block ends (one
+    a test left stopped is continued first)."""
+    try:
+        for replica in replicas:
+            replica.start()
+        for replica in replicas:
+            replica.wait_ready()
+        for router in routers:
+            router.start().wait_ready(timeout_s=30)
+            wait_synced(router, [r.url for r in replicas], sync_timeout_s)
+        yield
+    finally:
+        for process in [*routers, *replicas]:
+            if process.proc is not None:
+                process.proc.send_signal(signal.SIGCONT)
+            process.kill()
 
 
 def metric_sum(url: str, name: str) -> float:

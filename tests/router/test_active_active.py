@@ -19,7 +19,7 @@ from tests.router.live import (
     replica_process,
     replica_view,
     router_process,
-    wait_synced,
+    running_fleet,
     wait_until,
 )
 
@@ -38,18 +38,8 @@ def fleet(
     )
     replicas = [replica_process(model, logs, 128) for _ in range(2)]
     routers = [router_process(model, logs, [r.url for r in replicas]) for _ in range(2)]
-    try:
-        for p in replicas:
-            p.start()
-        for p in replicas:
-            p.wait_ready()
-        for router in routers:
-            router.start().wait_ready(timeout_s=30)
-            wait_synced(router, [r.url for r in replicas])
+    with running_fleet(routers, replicas):
         yield routers, replicas
-    finally:
-        for p in [*routers, *replicas]:
-            p.kill()
 
 
 def tenant_prompts(seed: int, tenants: int) -> list[str]:

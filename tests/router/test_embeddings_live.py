@@ -17,7 +17,7 @@ from tests.router.live import (
     replica_process,
     replica_view,
     router_process,
-    wait_synced,
+    running_fleet,
     wait_until,
 )
 
@@ -38,17 +38,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Process, l
     args = ("--dtype", "float32", "--max-model-len", "4096")
     replicas = [replica_process(model, logs, 1024, *args) for _ in range(2)]
     router = router_process(model, logs, [r.url for r in replicas])
-    try:
-        for replica in replicas:  # both load the model at once
-            replica.start()
-        for replica in replicas:
-            replica.wait_ready()
-        router.start().wait_ready(timeout_s=30)
-        wait_synced(router, [r.url for r in replicas], timeout_s=30)
+    with running_fleet([router], replicas):
         yield router, replicas
-    finally:
-        for process in (router, *replicas):
-            process.kill()
 
 
 def client_of(process: Process) -> openai.OpenAI:

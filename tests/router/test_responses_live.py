@@ -15,7 +15,7 @@ import pytest
 
 from router.http.proxy import REPLICA_HEADER
 from tests.redis_server import start_redis
-from tests.router.live import Process, replica_process, router_process, wait_synced
+from tests.router.live import Process, replica_process, router_process, running_fleet
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 INSTRUCTIONS = "You answer questions about paged attention, prefix caching and KV blocks. " * 3
@@ -36,16 +36,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Process, l
         replica.args += ["--responses-store", redis.url]
     router = router_process(model, logs, [r.url for r in replicas])
     try:
-        for replica in replicas:  # both load the model at once
-            replica.start()
-        for replica in replicas:
-            replica.wait_ready()
-        router.start().wait_ready(timeout_s=30)
-        wait_synced(router, [r.url for r in replicas], timeout_s=30)
-        yield router, replicas
+        with running_fleet([router], replicas):
+            yield router, replicas
     finally:
-        for process in (router, *replicas):
-            process.kill()
         redis.stop()
 
 

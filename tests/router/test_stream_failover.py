@@ -23,7 +23,7 @@ from tests.router.live import (
     replica_process,
     replica_view,
     router_process,
-    wait_synced,
+    running_fleet,
     wait_until,
 )
 
@@ -65,20 +65,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         "--internal-api-key",
         INTERNAL_KEY,
     )
-    try:
-        for p in replicas:
-            p.start()
-        for p in replicas:
-            p.wait_ready()
-        router.start().wait_ready(timeout_s=30)
-        wait_until(lambda: all(v["healthy"] for v in replica_view(router).values()), 30)
-        wait_synced(router, [r.url for r in replicas], 30)  # KV events: the internal key works
+    with running_fleet([router], replicas):  # synced: the internal key works for KV events
         yield Fleet(router, {r.url: r for r in replicas})
-    finally:
-        for p in [router, *replicas]:
-            if p.proc is not None:
-                p.proc.send_signal(signal.SIGCONT)
-            p.kill()
 
 
 def request_body(prompt: str, **extra: Any) -> dict[str, Any]:

@@ -1,9 +1,8 @@
 """EmbeddingJob: the engine requests behind one /v1/embeddings request, one per input.
 
-Its life is a generation's (engine/server/openai/generation.py), without tokens: every input is
+Its life is every request's (engine/server/openai/request_job.py), without tokens: every input is
 checked (all or none), the tenant's quota admits the request by its prompt tokens, every input is
-queued at once, and `close`, which every way the request ends goes through, stops watching the
-client and aborts what has not finished. A client that leaves aborts every input.
+queued at once, and `close` aborts what has not finished. A client that leaves aborts every input.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import uuid
 from collections.abc import Callable
 
 import torch
@@ -25,28 +23,20 @@ from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import GenerationError
 from engine.server.openai.handoff import cut_by_drain
 from engine.server.openai.prompt_work import in_prompt_pool
-from engine.server.tenancy.tenant_admission import TenantAdmission, admit_tenant
+from engine.server.openai.request_job import RequestJob
+from engine.server.tenancy.tenant_admission import admit_tenant
 from engine.server.tenancy.tenant_resolver import tenant_of
 from pagedock.errors import InvalidRequestError, InvalidRequestFailure
-from pagedock.request_ids import remember
 from pagedock.tenancy.tenants import Tenant
 from pagedock.text.prompt_renderer import Prompt
 
 logger = logging.getLogger("pagedock.server")
 
 
-class EmbeddingJob:
+class EmbeddingJob(RequestJob):
     def __init__(self, ctx: ServerContext, lora_request: AdapterRef | None) -> None:
-        self.ctx = ctx
-        # What the response's `model` says: the adapter's name, as vLLM's, or the base model's.
-        self.model = ctx.served_model_name if lora_request is None else lora_request.name
-        self.id = uuid.uuid4().hex
+        super().__init__(ctx, lora_request)
         self.requests: list[EngineRequest] = []
-        self.streams: list[RequestStream] = []
-        self.admission: TenantAdmission | None = None
-        """Its hold on its tenant's quota, from admission until `close`."""
-        self.closed = False
-        self._watcher: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(
@@ -64,9 +54,7 @@ class EmbeddingJob:
         the request against its tenant's quota (a 429 otherwise), then queue every input at once
         (QueueFullError); on any failure, abort those already queued and re-raise."""
         job = cls(ctx, lora_request)
-        ctx.metrics.request_durations.begin(job.id, arrival_time)  # close() ends it, always
-        remember(job.id)  # its ids, for the end-of-request log line and spans
-        job._watcher = asyncio.create_task(job._watch_disconnect(raw_request))
+        job.begin(raw_request, arrival_time)
         tenant = tenant_of(raw_request)
         process = functools.partial(
             ctx.engine.input_processor.process_pooling,
@@ -92,10 +80,6 @@ class EmbeddingJob:
         """Every input's tokens, as the engine runs them (after truncation)."""
         return sum(len(r.prompt_token_ids) for r in self.requests)
 
-    def rate_limit_headers(self) -> dict[str, str]:
-        """The tenant's x-ratelimit-* headers, for the answer (none when it has no limits)."""
-        return {} if self.admission is None else self.admission.headers()
-
     async def _admit_and_queue(self, tenant: Tenant, priority: int) -> None:
         metrics = self.ctx.metrics.tenants
         engine = self.ctx.engine
@@ -107,13 +91,7 @@ class EmbeddingJob:
         self.admission = admit_tenant(
             self.ctx.quotas, metrics, tenant, priority, self.num_prompt_tokens
         )
-        queued = await asyncio.gather(
-            *(engine.queue_request(r) for r in self.requests), return_exceptions=True
-        )
-        self.streams = [s for s in queued if isinstance(s, RequestStream)]
-        failed = next((e for e in queued if isinstance(e, BaseException)), None)
-        if failed is not None:
-            raise failed
+        await self.queue_all(self.requests)
 
     async def collect(self) -> list[torch.Tensor]:
         """Every input's embedding, in input order; the engine's error as the client's (400)
@@ -129,27 +107,6 @@ class EmbeddingJob:
                 raise GenerationError("the request was aborted before its embedding was made")
             embeddings.append(output.pooling_output)
         return embeddings
-
-    def close(self) -> None:
-        """Stop watching the client, abort whatever has not finished and give the tenant's
-        concurrency back (idempotent)."""
-        self.closed = True
-        self.ctx.metrics.request_durations.end(self.id)
-        if self.admission is not None:
-            self.admission.finish(0)
-        if self._watcher is not None and self._watcher is not asyncio.current_task():
-            self._watcher.cancel()
-        for stream in self.streams:
-            if not stream.finished:
-                self.ctx.engine.abort(stream.request_id)
-
-    async def _watch_disconnect(self, request: Request) -> None:
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                logger.debug("client of %s disconnected; aborting", self.id)
-                self.close()
-                return
 
 
 def _engine_requests(

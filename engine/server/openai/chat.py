@@ -26,9 +26,9 @@ from engine.server.openai.sampling import (
     continuation_headers,
     continuation_token_ids,
 )
-from engine.server.openai.sse import SSE_DONE, sse_data, sse_error, sse_response
 from engine.server.tenancy.tenant_resolver import tenant_of
 from engine.tool_calls.chat_tools import TOOL_CALLS, ToolCalling, ToolDeltas
+from pagedock.http.sse import SSE_DONE, sse_data, sse_error, sse_response
 from pagedock.protocol import (
     ChatChoice,
     ChatChunkChoice,

@@ -29,8 +29,8 @@ from engine.server.openai.sampling import (
     continuation_headers,
     continuation_token_ids,
 )
-from engine.server.openai.sse import SSE_DONE, sse_data, sse_error, sse_response
 from engine.server.tenancy.tenant_resolver import tenant_of
+from pagedock.http.sse import SSE_DONE, sse_data, sse_error, sse_response
 from pagedock.protocol import (
     CompletionChoice,
     CompletionLogprobs,

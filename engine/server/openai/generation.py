@@ -6,12 +6,10 @@ as DELTA: each output carries only what its step added, so a choice grows by app
 streamed chunk is what the outputs that arrived since the last chunk added. Streaming and
 non-streaming responses are built from the same deltas, so their text is identical.
 
-The client going away (streaming or not) aborts every engine request at once: a watcher task waits
-for `http.disconnect` on the request's receive channel.
-
-A generation holds its tenant's quota from admission (after its prompts are checked, before they
-are queued) until `close`, which every way a request ends goes through: the tokens its choices
-received are counted then (engine/server/tenancy/tenant_admission.py).
+The client going away (streaming or not) aborts every engine request at once; a generation holds
+its tenant's quota from admission (after its prompts are checked, before they are queued) until
+`close`, when the tokens its choices received are counted (the life every request has:
+engine/server/openai/request_job.py).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar, cast
@@ -35,11 +32,11 @@ from engine.runtime.outputs import CompletionOutput, RequestOutput
 from engine.server.openai.context import ServerContext
 from engine.server.openai.errors import GenerationError
 from engine.server.openai.handoff import HandedOff, cut_by_drain
-from engine.server.tenancy.tenant_admission import TenantAdmission, admit_tenant
+from engine.server.openai.request_job import RequestJob
+from engine.server.tenancy.tenant_admission import admit_tenant
 from engine.server.tenancy.tenant_resolver import tenant_of
 from pagedock.errors import InvalidRequestError, InvalidRequestFailure
 from pagedock.protocol import PromptTokensDetails, UsageInfo
-from pagedock.request_ids import remember
 from pagedock.tenancy.tenants import Tenant
 from pagedock.text.prompt_renderer import Prompt
 
@@ -85,7 +82,7 @@ class ChoiceDelta:
         return bool(self.text or self.token_ids or self.finish_reason)
 
 
-class Generation:
+class Generation(RequestJob):
     def __init__(
         self,
         ctx: ServerContext,
@@ -93,25 +90,16 @@ class Generation:
         n: int,
         lora_request: AdapterRef | None = None,
     ) -> None:
-        self.ctx = ctx
+        super().__init__(ctx, lora_request)
         self.prompts = prompts
         self.n = n
-        self.lora_request = lora_request
-        # What the responses' `model` says: the adapter's name, as vLLM's, or the base model's.
-        self.model = ctx.served_model_name if lora_request is None else lora_request.name
-        self.id = uuid.uuid4().hex
         self.choices = {i: ChoiceState(i) for i in range(len(prompts) * n)}
-        self.streams: list[RequestStream] = []
         self._num_cached_tokens: dict[int, int] = {}
         self.prompt_logprobs: dict[int, PromptLogprobs] = {}
         """By prompt index, once the engine computed them (with the prompt's first token)."""
-        self._watcher: asyncio.Task[None] | None = None
-        self.closed = False
         self.hands_off = False
         """A stream a router can resume: aborted at the drain deadline, it is handed off
         (HandedOff) instead of finishing with `abort`."""
-        self.admission: TenantAdmission | None = None
-        """Its hold on its tenant's quota, from admission until `close`."""
         self.num_prior_tokens = 0
 
     @classmethod
@@ -135,13 +123,11 @@ class Generation:
         (they count in its usage); `lora_request`: the adapter the model names (None: the base
         model); `cache_salt`: vLLM's. The tenant is the one its route resolved."""
         gen = cls(ctx, prompts, params.n, lora_request)
-        ctx.metrics.request_durations.begin(gen.id, arrival_time)  # close() ends it, always
-        remember(gen.id)  # its ids, for the end-of-request log line and spans
+        gen.begin(raw_request, arrival_time)
         params = replace(params, output_kind=RequestOutputKind.DELTA)
         if prior_output_token_ids:
             gen.choices[0].token_ids.extend(prior_output_token_ids)
             gen.num_prior_tokens = len(prior_output_token_ids)
-        gen._watcher = asyncio.create_task(gen._watch_disconnect(raw_request))
         tenant = tenant_of(raw_request)
         prepare = functools.partial(
             ctx.engine.prepare_request,
@@ -180,19 +166,7 @@ class Generation:
         self.admission = admit_tenant(
             self.ctx.quotas, metrics, tenant, priority, self.num_prompt_tokens
         )
-        await self._queue_all(requests)
-
-    async def _queue_all(self, requests: list[EngineRequest]) -> None:
-        """Every prompt's engine request, queued together (one engine-loop round, not one per
-        prompt); the first failure is raised once all are back, with the queued ones in
-        `streams` for `close` to abort."""
-        queued = await asyncio.gather(
-            *(self.ctx.engine.queue_request(r) for r in requests), return_exceptions=True
-        )
-        self.streams = [s for s in queued if isinstance(s, RequestStream)]
-        failed = next((e for e in queued if isinstance(e, BaseException)), None)
-        if failed is not None:
-            raise failed
+        await self.queue_all(requests)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -203,10 +177,6 @@ class Generation:
     def num_generated_tokens(self) -> int:
         """The tokens every choice received here (a continuation's earlier ones not counted)."""
         return sum(len(c.token_ids) for c in self.choices.values()) - self.num_prior_tokens
-
-    def rate_limit_headers(self) -> dict[str, str]:
-        """The tenant's x-ratelimit-* headers, for the answer (none when it has no limits)."""
-        return {} if self.admission is None else self.admission.headers()
 
     async def deltas(self) -> AsyncIterator[list[ChoiceDelta]]:
         """What the outputs that arrived since the last look added, until every choice has
@@ -253,19 +223,6 @@ class Generation:
     def _handed_off(self) -> bool:
         return self.hands_off and self.ctx.handing_off
 
-    def close(self) -> None:
-        """Stop watching the client, abort whatever has not finished and count the tokens it
-        generated against its tenant (idempotent)."""
-        self.closed = True
-        self.ctx.metrics.request_durations.end(self.id)
-        if self.admission is not None:
-            self.admission.finish(self.num_generated_tokens)
-        if self._watcher is not None and self._watcher is not asyncio.current_task():
-            self._watcher.cancel()
-        for stream in self.streams:
-            if not stream.finished:
-                self.ctx.engine.abort(stream.request_id)
-
     async def _outputs(self) -> AsyncIterator[tuple[int, list[RequestOutput]]]:
         if len(self.streams) == 1:
             async for batch in self.streams[0].batches():
@@ -284,14 +241,6 @@ class Generation:
         finally:
             for pump in pumps:
                 pump.cancel()
-
-    async def _watch_disconnect(self, request: Request) -> None:
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                logger.debug("client of %s disconnected; aborting", self.id)
-                self.close()
-                return
 
 
 async def _all_or_first_error(works: Iterable[Awaitable[T]]) -> list[T]:

@@ -20,7 +20,6 @@ from engine.server.openai.generation import Generation
 from engine.server.openai.guards import resolve_model
 from engine.server.openai.prompt_work import chat_chars, check_prompt_chars, in_prompt_pool
 from engine.server.openai.sampling import chat_sampling_params
-from engine.server.openai.sse import sse_response
 from engine.server.responses.event_writer import ResponseEventWriter
 from engine.server.responses.output import (
     finish_response,
@@ -32,6 +31,7 @@ from engine.server.tenancy.tenant_resolver import tenant_of
 from engine.tool_calls import ToolCallStream
 from engine.tool_calls.chat_tools import ToolCalling
 from pagedock.http.errors import APIError
+from pagedock.http.sse import sse_response
 from pagedock.protocol.responses import ResponsesRequest, ResponsesResponse, response_shell
 from pagedock.text.prompt_renderer import render_chat
 
