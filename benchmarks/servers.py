@@ -3,6 +3,7 @@ memory sampled from spawn to exit, and stops them."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -35,6 +36,8 @@ class Server:
     memory: TreeMemorySampler
     startup_s: float
     log: Path
+    stopped: dict[str, float | int] | None = None
+    """What stop() returned, once it has run."""
 
     def stop(self) -> dict[str, float | int]:
         """Terminate, wait for the whole tree to exit, and return its peak memory."""
@@ -44,7 +47,8 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        return self.memory.stop().as_dict() | {"startup_s": self.startup_s}
+        self.stopped = self.memory.stop().as_dict() | {"startup_s": self.startup_s}
+        return self.stopped
 
 
 def free_port() -> int:
@@ -53,11 +57,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_pagedock(engine_args: dict[str, object], model: str, log: Path) -> Server:
+def start_pagedock(
+    engine_args: dict[str, object], model: str, log: Path, cpus: set[int] | None = None
+) -> Server:
+    """`pagedock serve` with `engine_args`; on the cores `cpus` only (it and every thread it
+    starts), when given."""
     port = free_port()
     command = [sys.executable, "-m", "pagedock", "serve", "--model", model, "--port", str(port)]
     command += [*pagedock_serve_flags(engine_args), "--log-level", "warning"]
-    return _start(command, None, None, port, log, timeout_s=300)
+    return _start(command, None, None, port, log, timeout_s=300, cpus=cpus)
 
 
 def start_vllm(settings: EqualSettings, system: System, log: Path) -> Server:
@@ -80,11 +88,13 @@ def _start(
     port: int,
     log: Path,
     timeout_s: float,
+    cpus: set[int] | None = None,
 ) -> Server:
     started = time.perf_counter()
+    pin = None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
     with log.open("ab") as out:
         process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pin
         )
     memory = TreeMemorySampler(process.pid)
     url = f"http://127.0.0.1:{port}"

@@ -5,7 +5,10 @@ against the same server with `--otlp-traces-endpoint`, interleaved, a fresh serv
     python benchmarks/tracing_overhead.py --model /tmp/tiny --num-requests 4 --repetitions 1 \
         --allow-dirty --out /tmp/tracing_smoke.json          # a smoke run
 
-Arms, in the order off on off on off on (--repetitions 3): `off` is `pagedock serve` as it starts
+Arms, in the order off on off on off on (--repetitions 3), or with --side-by-side both at once
+in each repetition, each server on one core with one thread (the cores swapped every repetition)
+and the same load sent to both together, so that the machine's drift between runs, which moved
+one arm by 10 % from run to run here, falls on both alike: `off` is `pagedock serve` as it starts
 by default; `on` adds `--otlp-traces-endpoint`, pointing at an OTLP/HTTP receiver in this process
 (tests/otlp_receiver.py: protobuf, answers 200, keeps every span). The receiver runs in both arms
 (idle in `off`), every request carries a W3C `traceparent` of its own in both arms, and the
@@ -95,49 +98,113 @@ def warmup_prompts(vocab: int, count: int, repetitions: int, num_measured: int) 
     return prompts
 
 
-def run_arm(arm: str, rep: int, args: argparse.Namespace) -> dict[str, Any]:
-    """A fresh server (tracing `arm`), warmed up, workload A streamed through it, stopped; the
-    receiver's spans counted once it has exited (its exporter flushes on the way out)."""
-    workload = workload_a(args.vocab, args.num_requests, content_seed=100 + rep)
-    headers = traceparents(len(workload.prompts), seed=100 + rep)
+def start_arm(
+    arm: str, rep: int, args: argparse.Namespace, receiver: OtlpReceiver, cpus: set[int] | None
+) -> Server:
+    """A fresh server (tracing `arm`: to `receiver`), on `cpus` when given, warmed up."""
+    engine_args = dict(args.engine_args)
+    if arm == "on":
+        engine_args["otlp_traces_endpoint"] = receiver.url
+    server = start_pagedock(engine_args, args.model, args.log_dir / f"{arm}_{rep}.log", cpus)
     warm = Workload("warm-up", args.warmup_prompts, max_tokens=16)
     warm_headers = traceparents(len(warm.prompts), seed=WARMUP_CONTENT_SEED + rep)
-    with OtlpReceiver() as receiver:
-        engine_args = dict(args.engine_args)
-        if arm == "on":
-            engine_args["otlp_traces_endpoint"] = receiver.url
-        log = args.log_dir / f"{arm}_{rep}.log"
-        server: Server = start_pagedock(engine_args, args.model, log)
-        try:
-            warmed, _ = asyncio.run(send_traced(server.url, warm, warm_headers, len(warm.prompts)))
-            failed = [r.error for r in warmed if not r.ok]
-            if failed:
-                raise RuntimeError(f"warm-up requests failed on {server.url}: {failed[:3]}")
-            results, duration = asyncio.run(
-                send_traced(server.url, workload, headers, args.concurrency)
-            )
-        finally:
-            stopped = server.stop()
-        spans = count_spans(list(receiver.spans), [trace_id_of(h) for h in headers])
+    try:
+        warmed, _ = asyncio.run(send_traced(server.url, warm, warm_headers, len(warm.prompts)))
+    except BaseException:
+        server.stop()
+        raise
+    failed = [r.error for r in warmed if not r.ok]
+    if failed:
+        server.stop()
+        raise RuntimeError(f"warm-up requests failed on {server.url}: {failed[:3]}")
+    return server
+
+
+def measured_load(args: argparse.Namespace, rep: int) -> tuple[Workload, list[str]]:
+    """Repetition `rep`'s workload A and its traceparents, the same for both arms."""
+    workload = workload_a(args.vocab, args.num_requests, content_seed=100 + rep)
+    return workload, traceparents(len(workload.prompts), seed=100 + rep)
+
+
+def arm_record(
+    arm: str, rep: int, server: Server, measured: tuple[Any, float], spans: dict[str, Any]
+) -> dict[str, Any]:
+    """One arm's run (its server stopped: `server.stopped` holds what stop() returned)."""
+    results, duration = measured
     report = summarize(results, duration)
     return {
         "system": arm,
         "repetition": rep,
         **report.__dict__,
         "spans": spans,
-        "server": stopped,
-        "log": str(log),
+        "server": server.stopped,
+        "log": str(server.log),
     }
 
 
+def run_arm(arm: str, rep: int, args: argparse.Namespace) -> dict[str, Any]:
+    """A fresh server (tracing `arm`), warmed up, workload A streamed through it, stopped; the
+    receiver's spans counted once it has exited (its exporter flushes on the way out)."""
+    workload, headers = measured_load(args, rep)
+    with OtlpReceiver() as receiver:
+        server = start_arm(arm, rep, args, receiver, None)
+        try:
+            measured = asyncio.run(send_traced(server.url, workload, headers, args.concurrency))
+        finally:
+            server.stop()
+        spans = count_spans(list(receiver.spans), [trace_id_of(h) for h in headers])
+    return arm_record(arm, rep, server, measured, spans)
+
+
+def run_side_by_side(rep: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Both arms at once, each server on a core of its own (swapped every repetition), the same
+    load sent to both together: the machine's drift falls on both alike."""
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    placement = dict(zip(ARMS, cores if rep % 2 == 0 else cores[::-1], strict=True))
+    workload, headers = measured_load(args, rep)
+    with OtlpReceiver() as off_receiver, OtlpReceiver() as on_receiver:
+        receivers = {"off": off_receiver, "on": on_receiver}
+        servers: dict[str, Server] = {}
+        try:
+            for arm in ARMS:
+                servers[arm] = start_arm(arm, rep, args, receivers[arm], {placement[arm]})
+            measured = asyncio.run(both_arms(servers, workload, headers, args.concurrency))
+        finally:
+            for server in servers.values():
+                server.stop()
+        trace_ids = [trace_id_of(h) for h in headers]
+        spans = {arm: count_spans(list(receivers[arm].spans), trace_ids) for arm in ARMS}
+    return [
+        arm_record(arm, rep, servers[arm], measured[arm], spans[arm]) | {"core": placement[arm]}
+        for arm in ARMS
+    ]
+
+
+async def both_arms(
+    servers: dict[str, Server], workload: Workload, headers: list[str], concurrency: int
+) -> dict[str, tuple[Any, float]]:
+    sent = [send_traced(servers[arm].url, workload, headers, concurrency) for arm in ARMS]
+    return dict(zip(ARMS, await asyncio.gather(*sent), strict=True))
+
+
 def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
-    runs = []
+    runs: list[dict[str, Any]] = []
+    if args.side_by_side:
+        for rep in range(args.repetitions):
+            started = time.strftime("%H:%M:%S", time.gmtime())
+            shown(runs, [r | {"started_utc": started} for r in run_side_by_side(rep, args)])
+        return runs
     for rep, arm in interleaved_order(list(ARMS), args.repetitions):
         started = time.strftime("%H:%M:%S", time.gmtime())
-        runs.append(run_arm(arm, rep, args) | {"started_utc": started})
-        shown = {k: v for k, v in runs[-1].items() if k not in ("errors", "server")}
-        print(json.dumps(shown), flush=True)
+        shown(runs, [run_arm(arm, rep, args) | {"started_utc": started}])
     return runs
+
+
+def shown(runs: list[dict[str, Any]], records: list[dict[str, Any]]) -> None:
+    """`records` added to `runs`, each printed as it is (without its errors and memory)."""
+    for record in records:
+        runs.append(record)
+        print(json.dumps({k: v for k, v in record.items() if k not in ("errors", "server")}))
 
 
 def server_env() -> tuple[dict[str, str], dict[str, str]]:
@@ -159,6 +226,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-requests", type=int, default=8)
     parser.add_argument("--kv-cache-gib", type=int, default=2)
     parser.add_argument("--threads", type=int, default=usable_cores())
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="both arms at once, a core and a thread each, cores swapped every repetition",
+    )
     parser.add_argument("--pagedock-arg", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--allow-dirty", action="store_true", help="run on uncommitted changes")
     parser.add_argument("--out", type=Path, help="default: results/tracing_overhead_<commit>.json")
@@ -168,6 +240,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.side_by_side:
+        args.threads = 1
     commit = git_commit(HERE.parent)
     check_commit(commit, args.allow_dirty)
     header = ResultHeader.begin(commit)
@@ -226,6 +300,10 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
         "warmup_requests": args.warmup_requests,
         "engine_args": args.engine_args,
         "on_arm_extra_flag": "--otlp-traces-endpoint http://127.0.0.1:<port>/v1/traces",
+        "side_by_side": args.side_by_side,
+        "placement": "both arms at once, one core each (swapped every repetition), one thread"
+        if args.side_by_side
+        else "one arm at a time, on every usable core",
     }
 
 
