@@ -82,9 +82,9 @@ class EngineConfig(TenancyConfig):
     """Split prompts longer than the step's remaining token budget across steps."""
     long_prefill_token_threshold: int = 0
     """A prompt with more tokens than this left to compute is prefilled at most this many a step
-    while other requests run or wait, so a short request that arrives during a long prompt starts
-    in the next step and decodes beside small chunks (alone, the prompt takes the whole budget;
-    vLLM caps it always). 0 = no cap. Needs chunked prefill."""
+    (vLLM's rule), so a short request that arrives during a long prompt starts within a short
+    step and decodes beside small chunks, where it would wait for the whole prompt. 0 = no cap
+    (vLLM's default). Needs chunked prefill."""
     max_grammar_mask_ms: float = field(default=10.0, metadata=option_meta(metavar="MS"))
     """The most CPU time one token's structured-outputs mask may take, a row (ten times that for
     all the rows of one constraint), on the engine thread: a constraint over it fails its

@@ -4,7 +4,7 @@ Each step, running requests go first: their decodes (a token each), then their p
 shortest remaining first, so a long prompt never holds a decode back; then waiting requests join in
 the waiting queue's order (fair between tenants: engine/core/fair_queue.py) while budget, sequence
 slots and KV blocks last; prefill and decode share the step. With long_prefill_token_threshold,
-a prompt with more left than it takes at most that many tokens a step while it is not alone.
+a prompt with more left than that takes at most that many tokens a step (as in vLLM).
 A step with running decodes takes a fifth of the token budget in prefill (all of it while prompts
 awaiting their first token are at least half the decodes), or with an inter-token target
 (max_step_ms) as many prefill tokens as the learned step cost fits under it, stretched while those
@@ -136,9 +136,7 @@ class Scheduler:
         step_budget = self.step_time.step_budget(
             self.config, self.token_budget, len(decodes), num_prompts
         )
-        alone = len(self.running) + len(self.waiting) <= 1
         cap = self.config.long_prefill_token_threshold or self.token_budget
-        cap = self.token_budget if alone else cap
         budget = self._schedule_running(decodes + prefills, step_budget, scheduled, preempted, cap)
         if not preempted:
             # A step that had to preempt has no blocks to spare for newcomers.

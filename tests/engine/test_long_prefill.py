@@ -1,6 +1,6 @@
-"""long_prefill_token_threshold: a prompt with more left than the threshold is prefilled at most
-that many tokens a step while other requests run or wait, so a short request arriving during it
-starts in the next step and decodes beside small chunks; alone, it takes the whole budget."""
+"""long_prefill_token_threshold (vLLM's rule): a prompt with more left than the threshold is
+prefilled at most that many tokens a step, so a short request arriving during it starts in the
+next step and decodes beside small chunks."""
 
 import pytest
 
@@ -25,11 +25,11 @@ def scheduler(threshold: int = THRESHOLD) -> Scheduler:
     )
 
 
-def test_a_long_prompt_alone_takes_the_whole_budget() -> None:
+def test_a_long_prompt_alone_is_prefilled_in_chunks_of_the_threshold() -> None:
     sched = scheduler()
-    long = make_request(300, max_tokens=1)
+    long = make_request(40, max_tokens=1)
     sched.add_request(long)
-    assert step(sched) == [(long.request_id, BUDGET)]
+    assert [step(sched) for _ in range(3)] == [[(long.request_id, n)] for n in (16, 16, 8)]
 
 
 def test_a_short_request_arriving_mid_prompt_starts_next_step_beside_capped_chunks() -> None:
@@ -42,7 +42,7 @@ def test_a_short_request_arriving_mid_prompt_starts_next_step_beside_capped_chun
     # The short request decodes beside chunks of the threshold, then the prompt is alone again.
     assert step(sched) == [(short.request_id, 1), (long.request_id, THRESHOLD)]
     assert step(sched) == [(short.request_id, 1), (long.request_id, THRESHOLD)]
-    assert step(sched) == [(long.request_id, BUDGET)]
+    assert step(sched) == [(long.request_id, THRESHOLD)]
 
 
 def test_without_a_threshold_the_newcomer_waits_for_the_prompt() -> None:

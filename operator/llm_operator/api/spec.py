@@ -91,8 +91,8 @@ class EngineSpec(SpecModel):
     that keeps it under this (0 = none); unset, the engine's default (a fifth of the token
     budget in prefill beside decodes)."""
     long_prefill_token_threshold: int = Field(0, ge=0)
-    """A prompt with more tokens than this left is prefilled at most this many a step while
-    other requests run or wait (a newcomer then starts in the next step); 0 = no cap."""
+    """A prompt with more tokens than this left is prefilled at most this many a step (a short
+    request arriving meanwhile starts within a short step); 0 = no cap."""
     tensor_parallel_size: int = Field(1, ge=1)
     """Ranks one engine shards the model over (one GPU each): resources.gpus must equal it when
     GPUs are requested; on CPU the ranks share the pod's cores."""
