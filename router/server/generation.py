@@ -15,7 +15,7 @@ forward     to them, with failover; the answer carries the tenant's x-ratelimit-
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import Request, Response
@@ -50,11 +50,24 @@ async def generate(ctx: RouterContext, request: Request, model: GenerationModel)
     arrival = time.perf_counter()
     ctx.demand.arrived()
     tenant = ctx.tenants.resolve(request.headers)
+    return await in_trace(
+        ctx, request, tenant, lambda: _generate(ctx, request, model, tenant, arrival)
+    )
+
+
+async def in_trace(
+    ctx: RouterContext,
+    request: Request,
+    tenant: Tenant,
+    handle: Callable[[], Awaitable[Response]],
+) -> Response:
+    """`handle()`'s answer, in a trace of its own when tracing is on (router/http/route_trace.py):
+    the trace ends with the answer's last byte, or with the error the request ended with."""
     if ctx.tracing is None:
-        return await _generate(ctx, request, model, tenant, arrival)
+        return await handle()
     trace = request.state.trace = RouteTrace(ctx.tracing.tracer, request, tenant.name)
     try:
-        response = await _generate(ctx, request, model, tenant, arrival)
+        response = await handle()
     except APIError as e:
         trace.end(e.status_code, e.message)
         raise

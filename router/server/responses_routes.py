@@ -12,7 +12,8 @@ a read routed elsewhere (the router restarted, or never saw the id) is that engi
 shared, so any engine answers. The router's map of ids is a routing hint, never an authorization:
 each engine answers for the request's tenant only, and the router names the tenant to the
 engines as it does for chat. Reads are neither admitted nor quota-charged: they queue for no
-engine's compute (the hold queue and failover apply).
+engine's compute (the hold queue and failover apply). Each is traced as a generation is, with
+its routing (reason `conversation` when the owner was known) and its upstream attempts.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import time
 from fastapi import FastAPI, Request, Response
 
 from pagedock.protocol.responses import ResponsesRequest
+from router.http.route_trace import trace_of
 from router.server.context import RouterContext
-from router.server.generation import decide, generate, hold_until_ready
+from router.server.generation import decide, generate, hold_until_ready, in_trace
 
 
 def add_responses_routes(app: FastAPI, ctx: RouterContext) -> None:
@@ -52,10 +54,18 @@ async def stored_response(ctx: RouterContext, request: Request, response_id: str
     tenant = ctx.tenants.resolve(request.headers)  # the API key, or a tenant's (else the 401)
     if ctx.tenants.table is not None:
         request.state.tenant = tenant.name  # the engine's store is per tenant
-    await hold_until_ready(ctx, request)
-    owner = ctx.response_owners.owner(tenant.name, response_id)
-    decision = await decide(ctx, None, None, None, owner)
-    response = await ctx.proxy.forward(request, b"", decision, False, arrival)
-    if request.method == "DELETE" and response.status_code == 200:
-        ctx.response_owners.forget(tenant.name, response_id)
-    return response
+
+    async def forward() -> Response:
+        await hold_until_ready(ctx, request)
+        owner = ctx.response_owners.owner(tenant.name, response_id)
+        started_ns = time.time_ns()
+        decision = await decide(ctx, None, None, None, owner)
+        trace = trace_of(request)
+        if trace is not None:
+            trace.routed(decision, started_ns)
+        response = await ctx.proxy.forward(request, b"", decision, False, arrival)
+        if request.method == "DELETE" and response.status_code == 200:
+            ctx.response_owners.forget(tenant.name, response_id)
+        return response
+
+    return await in_trace(ctx, request, tenant, forward)

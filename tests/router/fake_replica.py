@@ -17,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from pagedock.tracing.tracer import Tracing
 from router.config import RouterConfig
 from router.kv.prompt_hasher import PromptHasher
 from router.replicas.discovery.static import StaticDiscovery
@@ -48,11 +49,15 @@ class ServerThread:
         self.thread.join(timeout=10)
 
 
-def serve_router(stack: ExitStack, replica_urls: list[str], **overrides: object) -> str:
-    """A router (no tokenizer) in front of `replica_urls`, served until `stack` closes."""
+def serve_router(
+    stack: ExitStack, replica_urls: list[str], tracing: Tracing | None = None, **overrides: object
+) -> str:
+    """A router (no tokenizer) in front of `replica_urls`, served until `stack` closes; its spans
+    to `tracing` when given."""
     fields: dict[str, object] = {"health_interval_s": 0.2, **overrides}
     config = RouterConfig(replicas=replica_urls, model=None, **fields)  # type: ignore[arg-type]
     ctx = RouterContext(config, PromptHasher(None), StaticDiscovery(config.replicas))
+    ctx.tracing = tracing
     return stack.enter_context(ServerThread(build_app(ctx))).url
 
 

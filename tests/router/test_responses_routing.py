@@ -1,7 +1,8 @@
 """The Responses API through the router, against stand-in replicas (tests/router/fake_replica.py):
 a follow-up goes to the replica that produced the response it continues (learnt from the JSON
 answer or, without holding the stream back, from its first event), elsewhere when that replica is
-down; reads and deletes of a stored response go where it was made; the map is per tenant."""
+down; reads and deletes of a stored response go where it was made, traced as a generation is; the
+map is per tenant."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pagedock.tenancy.tenants import TENANT_HEADER
+from pagedock.tracing.tracer import start_tracing
 from router.http.proxy import REPLICA_HEADER
+from tests.eventually import eventually_sync
+from tests.otlp_receiver import OtlpReceiver
 from tests.router.fake_replica import FakeReplica, ServerThread, serve_router
 from tests.router.live import wait_until
 
@@ -149,6 +153,37 @@ def test_reads_and_deletes_go_to_the_replica_that_produced_the_response(
     assert (deleted.status_code, deleted.json()["deleted"]) == (200, True)
     assert deleted.headers[REPLICA_HEADER] == producer
     assert response_id not in fakes[producer].stored
+
+
+def test_reads_and_deletes_are_traced_with_their_routing(
+    stack: ExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # export within 50 ms, not 5 s
+    receiver = stack.enter_context(OtlpReceiver())
+    tracing = start_tracing("pagedock-router", receiver.url)
+    assert tracing is not None
+    stack.callback(tracing.shutdown)
+    _, router = fleet(stack, tracing=tracing)
+    first = create(router)
+    producer, response_id = first.headers[REPLICA_HEADER], first.json()["id"]
+    for number, method in enumerate(("GET", "DELETE"), start=1):
+        trace_id = f"{number:032x}"
+        headers = {"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+        url = f"{router}/v1/responses/{response_id}"
+        assert httpx.request(method, url, headers=headers, timeout=10).status_code == 200
+
+        def names(trace_id: str = trace_id) -> set[str]:
+            return {s.name for s in receiver.trace(trace_id)}
+
+        eventually_sync(lambda: {"router_request", "route", "upstream"} <= names(), 30, "spans")
+        found = {s.name: s for s in receiver.trace(trace_id)}
+        assert found["router_request"].attributes["http.request.method"] == method
+        route = found["route"].attributes
+        assert (route["pagedock.route.reason"], route["pagedock.route.replica"]) == (
+            "conversation",
+            producer,
+        )
+        assert found["upstream"].parent_span_id == found["router_request"].span_id
 
 
 def test_an_unknown_id_is_read_from_a_ready_replica_whose_404_passes_through(
