@@ -5,6 +5,7 @@ next step and decodes beside small chunks."""
 import pytest
 
 from engine.config import EngineConfig
+from engine.core.request import Request
 from engine.core.scheduler import Scheduler
 from pagedock.errors import ConfigError
 from tests.engine.factories import fake_runner_output, make_request, make_scheduler
@@ -32,12 +33,18 @@ def test_a_long_prompt_alone_is_prefilled_in_chunks_of_the_threshold() -> None:
     assert [step(sched) for _ in range(3)] == [[(long.request_id, n)] for n in (16, 16, 8)]
 
 
-def test_a_short_request_arriving_mid_prompt_starts_next_step_beside_capped_chunks() -> None:
-    sched = scheduler()
+def long_then_short(sched: Scheduler) -> tuple[Request, Request]:
+    """A 300-token prompt, one step of it, then a short request arriving."""
     long, short = make_request(300, max_tokens=1), make_request(10, max_tokens=3)
     sched.add_request(long)
     step(sched)
     sched.add_request(short)
+    return long, short
+
+
+def test_a_short_request_arriving_mid_prompt_starts_next_step_beside_capped_chunks() -> None:
+    sched = scheduler()
+    long, short = long_then_short(sched)
     assert step(sched) == [(long.request_id, THRESHOLD), (short.request_id, 10)]
     # The short request decodes beside chunks of the threshold, then the prompt is alone again.
     assert step(sched) == [(short.request_id, 1), (long.request_id, THRESHOLD)]
@@ -47,10 +54,7 @@ def test_a_short_request_arriving_mid_prompt_starts_next_step_beside_capped_chun
 
 def test_without_a_threshold_the_newcomer_waits_for_the_prompt() -> None:
     sched = scheduler(threshold=0)
-    long, short = make_request(300, max_tokens=1), make_request(10, max_tokens=3)
-    sched.add_request(long)
-    step(sched)
-    sched.add_request(short)
+    long, _ = long_then_short(sched)
     assert step(sched) == [(long.request_id, BUDGET)]
 
 
