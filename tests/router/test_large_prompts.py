@@ -12,7 +12,7 @@ import pytest
 
 from pagedock.text.tokenizer import Tokenizer
 from router.config import RouterConfig
-from router.http.request_parser import INLINE_PARSE_BYTES
+from router.http.request_parser import INLINE_PARSE_BYTES, _model_field
 from router.kv.prompt_hasher import PromptHasher
 from router.replicas.discovery.static import StaticDiscovery
 from router.server.app import build_app
@@ -78,3 +78,20 @@ def test_a_prompt_over_the_hash_cap_is_routed_without_tokenizing(
     router, hasher, fake = served
     assert post(router, 300_000).status_code == 200
     assert hasher.threads == [] and fake.calls == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "model"),
+    [
+        (b'{"model": "m", "prompt": [1, "x"]}', "m"),
+        (b'{"model": 3}', None),
+        (b"[1, 2]", None),
+        (b"not json", None),
+        (b"\xff\xfe", None),
+    ],
+)
+def test_an_invalid_bodys_model_is_read_without_building_its_prompt(
+    body: bytes, model: str | None
+) -> None:
+    """The engine that answers an invalid body is one that serves its model."""
+    assert _model_field(body) == model
