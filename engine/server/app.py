@@ -30,6 +30,7 @@ def build_app(ctx: ServerContext) -> FastAPI:
             if ctx.kv_publisher is not None:
                 ctx.kv_publisher.close()
             ctx.prompt_pool.shutdown(wait=False, cancel_futures=True)
+            ctx.validation_process.close()
             await ctx.responses_store.close()
             await ctx.engine.shutdown()
             if ctx.tracing is not None:

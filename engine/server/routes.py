@@ -14,6 +14,7 @@ from engine.server.drain import drain_report
 from engine.server.embeddings.create import create_embedding
 from engine.server.kv_events.event_sources import kv_event_sources, server_info
 from engine.server.kv_events.ndjson_stream import KVEventResponse
+from engine.server.large_body_route import large_body_route
 from engine.server.openai.chat import create_chat_completion
 from engine.server.openai.completions import create_completion
 from engine.server.openai.context import ServerContext
@@ -88,7 +89,7 @@ def api_routes(ctx: ServerContext) -> APIRouter:
     guards = [Depends(tenant_guard(ctx.tenants)), Depends(admitting_guard(ctx))]
     if ctx.tenants.table is None:
         guards.insert(0, Depends(api_key_guard(ctx.options.api_key)))
-    router = APIRouter(dependencies=guards)
+    router = APIRouter(dependencies=guards, route_class=large_body_route(ctx.validation_process))
 
     @router.post(
         "/v1/chat/completions", response_model=ChatCompletionResponse, responses={**_ERRORS, **_SSE}

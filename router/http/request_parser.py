@@ -23,9 +23,8 @@ import functools
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from pagedock.http.errors import APIError
+from pagedock.http.validation_process import InvalidBody, ValidationProcess, validate_body
 from pagedock.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from pagedock.protocol.responses import ResponsesRequest
 from pagedock.tenancy.tenants import Tenant
@@ -70,11 +69,19 @@ class Parsed:
 
 
 class RequestParser:
-    def __init__(self, config: RouterConfig, hasher: PromptHasher, pool: Executor) -> None:
+    def __init__(
+        self,
+        config: RouterConfig,
+        hasher: PromptHasher,
+        pool: Executor,
+        validation: ValidationProcess | None = None,
+    ) -> None:
         self.config = config
         self.hasher = hasher
         self.pool = pool
-        """Parses and hashes large bodies off the event loop."""
+        """Hashes large bodies off the event loop."""
+        self.validation = validation or ValidationProcess()
+        """Validates large bodies off this process's GIL."""
 
     async def parse_and_hash(
         self,
@@ -89,21 +96,28 @@ class RequestParser:
         router salts by tenant (None: the body's own `cache_salt`, if any, is forwarded as is).
         `owner`: the request's tenant, whose priority bounds the request's (vLLM's `priority`)."""
         if len(body) <= INLINE_PARSE_BYTES:
-            return self._parse_and_hash(body, model, tenant, owner)
-        work = functools.partial(self._parse_and_hash, body, model, tenant, owner)
+            return self._hash(validate_body(model, body), body, tenant, owner)
+        # NOTE: validating holds the GIL throughout, and a large body's validation takes
+        # milliseconds per hundred kilobytes: it runs in the validation process, only the hashing
+        # (which releases the GIL as it tokenizes) in the pool.
+        outcome = await self.validation.validate(model, body)
+        work = functools.partial(self._hash, outcome, body, tenant, owner)
         return await asyncio.get_running_loop().run_in_executor(self.pool, work)
 
-    def _parse_and_hash(
+    def _hash(
         self,
+        outcome: GenerationRequest | InvalidBody,
         body: bytes,
-        model: type[GenerationRequest],
         tenant: str | None,
         owner: Tenant | None = None,
     ) -> Parsed:
-        """parse_and_hash's work; a body over --max-hash-bytes is routed by load alone (affinity
-        for a huge prompt is not worth tokenizing it twice; the engine answers if it is too
-        long); ClientContinuation for a request with `continuation`."""
-        parsed = _parse(body, model)
+        """parse_and_hash's work once the body is validated (a body that is not is forwarded as
+        it came, to a replica serving the model it names: the engine says why); a body over
+        --max-hash-bytes is routed by load alone (affinity for a huge prompt is not worth
+        tokenizing it twice; the engine answers if it is too long); ClientContinuation for a
+        request with `continuation`."""
+        parsed = None if isinstance(outcome, InvalidBody) else outcome
+        named = outcome.model
         if getattr(parsed, "continuation", None) is not None:  # a Responses request has none
             raise ClientContinuation()
         if parsed is not None:
@@ -111,7 +125,6 @@ class RequestParser:
         plan = None
         if self.config.max_stream_resumes and not isinstance(parsed, EmbeddingRequest):
             plan = resume_plan(parsed, body)
-        named = parsed.model if parsed is not None else _model_field(body)
         if len(body) > self.config.max_hash_bytes:
             return Parsed(parsed, None, plan, named, body)
         return Parsed(parsed, self._prompt_blocks(parsed), plan, named, body)
@@ -140,29 +153,3 @@ def _with_tenant(
         if priority != asked:
             parsed.priority = changes["priority"] = priority
     return with_fields(body, changes) if changes else body
-
-
-def _parse(body: bytes, model: type[GenerationRequest]) -> GenerationRequest | None:
-    """The request as the engine will read it; None when it won't (the engine says why)."""
-    try:
-        return model.model_validate_json(body)
-    except (ValidationError, ValueError):
-        return None
-
-
-class _ModelField(BaseModel):
-    """A body's `model` alone: the rest is scanned but never built into Python objects (a
-    million-id prompt as a list of ints took twice as long, the GIL held throughout)."""
-
-    model_config = ConfigDict(extra="ignore")
-    model: object = None
-
-
-def _model_field(body: bytes) -> str | None:
-    """The `model` of a body that does not validate, so the engine that answers it is one that
-    serves its model (whose error is then about the body, not the model)."""
-    try:
-        model = _ModelField.model_validate_json(body).model
-    except ValidationError:
-        return None
-    return model if isinstance(model, str) else None

@@ -56,9 +56,10 @@ class RouterContext:
     hot: HotPrefixes = field(init=False)
     """Recent hot prompt prefixes, to warm new replicas with (router/replicas/warmer.py)."""
     prompt_pool: ThreadPoolExecutor = field(init=False)
-    """Parses and hashes large request bodies off the event loop (two threads: bounded work)."""
+    """Hashes large request bodies off the event loop (two threads: bounded work)."""
     parser: RequestParser = field(init=False)
-    """Parses and hashes request bodies, for the HTTP API and the endpoint picker alike."""
+    """Parses and hashes request bodies, for the HTTP API and the endpoint picker alike (large
+    bodies validated in a process of its own: pagedock/http/validation_process.py)."""
     tracing: Tracing | None = None
     """Where the requests' spans go (--otlp-traces-endpoint); None: tracing is off."""
     tenants: TenantResolver = field(init=False)
@@ -125,3 +126,4 @@ class RouterContext:
         await self.client.aclose()
         await self.proxy.close()
         self.prompt_pool.shutdown(wait=False, cancel_futures=True)
+        self.parser.validation.close()

@@ -37,17 +37,16 @@ POISON = [
     {"prompt": "hi", "logprobs": 1000},
     {"prompt": "hi", "stop": ["x"] * 100_000},
     {"prompt": "a" * 7_000_000, "max_tokens": 1},
-    # Issue 34: a schema too large to compile, a client's continuation. Left out: batches of
-    # 20,000 prompts and million-id prompts of the wrong shape (refused in bounded time,
-    # tests/server/test_request_work_bounds.py, but 60-400 ms of parsing each) and the costly
-    # regex (up to 10 ms of mask a step by design, tests/server/test_costly_constraints.py): in
-    # a closed loop that is CPU taken from a 2-core runner's good clients, not a lapse of
-    # isolation, and the margin here is for isolation.
+    # Issue 34: a schema too large to compile, a client's continuation, a batch of 20,000
+    # prompts, a million-id prompt of the wrong shape (3 MB), the costly regex.
     {
         "prompt": "hi",
         "structured_outputs": {"json": {"properties": {f"p{i}": {} for i in range(600)}}},
     },
     {"prompt": "hi", "continuation": {"token_ids": [1] * 8000}, "seed": 1},
+    {"prompt": [[1]] * 20_000, "max_tokens": 1},
+    {"prompt": [1] * 1_000_000 + ["x"]},
+    {"prompt": "hi", "max_tokens": 8, "structured_outputs": {"regex": "(.|..|...){1,5000}"}},
 ]
 IDLE_SOCKETS, SLOWLORIS_COPIES, POISON_COPIES = 200, 20, 2
 

@@ -10,9 +10,10 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
+from pagedock.http.validation_process import model_named
 from pagedock.text.tokenizer import Tokenizer
 from router.config import RouterConfig
-from router.http.request_parser import INLINE_PARSE_BYTES, _model_field
+from router.http.request_parser import INLINE_PARSE_BYTES
 from router.kv.prompt_hasher import PromptHasher
 from router.replicas.discovery.static import StaticDiscovery
 from router.server.app import build_app
@@ -94,4 +95,4 @@ def test_an_invalid_bodys_model_is_read_without_building_its_prompt(
     body: bytes, model: str | None
 ) -> None:
     """The engine that answers an invalid body is one that serves its model."""
-    assert _model_field(body) == model
+    assert model_named(body) == model

@@ -11,6 +11,7 @@ from engine.lora.adapter_registry import LoRARegistry
 from engine.server.tenancy.tenant_resolver import TenantResolver
 from engine.tool_calls import get_tool_call_parser
 from pagedock.errors import ConfigError
+from pagedock.http.validation_process import ValidationProcess
 from pagedock.kv.vllm_events import KVEventsConfig
 from pagedock.limits import MAX_BODY_BYTES
 from pagedock.logs import check_log_format
@@ -158,6 +159,8 @@ class ServerContext:
     """The LoRA adapters the engine serves (the engine's registry, readable from any thread):
     what a request's `model` may name besides the base model."""
     prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
+    validation_process: ValidationProcess = field(default_factory=ValidationProcess)
+    """Validates large request bodies off this process's GIL (engine/server/large_body_route.py)."""
     quotas: QuotaBook = field(default_factory=QuotaBook)
     """Each tenant's live counts against its quotas (engine/server/tenancy/)."""
     tracing: Tracing | None = None

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from engine.inputs.engine_request import UnknownAdapterError
 from pagedock.errors import EngineDeadError, InvalidRequestError, PagedockError, PromptTooLongError
 from pagedock.http.errors import APIError, error_response, install_api_error_handlers
+from pagedock.http.validation_process import INVALID_BODY_STATE
 from pagedock.responses_store.store import ResponsesStoreError
 
 logger = logging.getLogger("pagedock.server")
@@ -90,7 +91,9 @@ def _where(error: Any) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        message, param = validation_message(exc.errors())
+        # A large body's errors, from the validation process (engine/server/large_body_route.py).
+        invalid = getattr(request.state, INVALID_BODY_STATE, None)
+        message, param = validation_message(invalid.errors if invalid else exc.errors())
         return rejected(request, APIError(400, message, param))
 
     async def on_error(request: Request, exc: Exception) -> JSONResponse:
