@@ -122,3 +122,36 @@ def test_requests_the_engines_report_count_when_they_bypass_the_routers() -> Non
 def test_requests_waiting_in_the_routers_flow_queues_are_demand() -> None:
     obs = Observation(0, 1, 8, 0.0, 2, 2, num_queued=7)
     assert obs.concurrency == 16  # one held, seven queued for a slot, eight in flight
+
+
+def queued(now: float, wait_s: float, ready: int = 2, current: int = 2) -> Observation:
+    """Two requests in flight per replica (the target: no concurrency want beyond `current`) and
+    one queued, the oldest for `wait_s`."""
+    return Observation(
+        now, 0, 2 * current, 0.0, ready, current, num_queued=1, oldest_queued_seconds=wait_s
+    )
+
+
+def test_a_request_queued_past_the_target_wait_adds_a_replica_at_a_time() -> None:
+    spec, state = (
+        make_spec(minReplicas=1, targetConcurrency=3, targetQueueWaitSeconds=5),
+        ScalerState(),
+    )
+    assert decide(spec, state, queued(0, wait_s=4)).replicas == 2  # within the target
+    up = decide(spec, state, queued(1, wait_s=6))
+    assert (up.replicas, up.cause) == (3, "queue_wait")
+    assert "queued 6 s" in up.reason
+    # The new replica is still starting: no more while it does, however long the wait.
+    assert decide(spec, state, queued(2, wait_s=9, ready=2, current=3)).replicas == 3
+    assert decide(spec, state, queued(3, wait_s=12, ready=3, current=3)).replicas == 4
+
+
+def test_without_a_target_wait_the_queue_counts_by_its_depth_alone() -> None:
+    spec = make_spec(minReplicas=1, targetConcurrency=3)
+    assert spec.target_queue_wait_seconds is None
+    assert decide(spec, ScalerState(), queued(0, wait_s=600)).replicas == 2
+
+
+def test_a_target_wait_never_takes_the_replicas_past_the_maximum() -> None:
+    spec = make_spec(minReplicas=1, maxReplicas=2, targetConcurrency=3, targetQueueWaitSeconds=5)
+    assert decide(spec, ScalerState(), queued(0, wait_s=60)).replicas == 2

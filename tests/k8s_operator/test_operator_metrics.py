@@ -179,7 +179,8 @@ def test_a_deleted_llmdeployment_leaves_no_series() -> None:
         metrics.count_reconcile(key, 0.1, "InvalidSpec")
     metrics.forget(CHAT)
     assert series_of(metrics, CHAT) == []
-    assert len(series_of(metrics, OTHER)) == len(AUTOSCALER_GAUGES) + 6 + 2
+    scalings = sum(len(reasons) for reasons in SCALING_REASONS.values())  # every direction's
+    assert len(series_of(metrics, OTHER)) == len(AUTOSCALER_GAUGES) + scalings + 2
 
 
 def test_autoscaler_series_end_for_those_no_longer_autoscaled_in_that_namespace_only() -> None:

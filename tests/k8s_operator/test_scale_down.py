@@ -40,6 +40,7 @@ def test_several_routers_demand_is_summed_and_the_idle_time_is_the_shortest() ->
         "num_held": 3,
         "num_inflight": 0,
         "num_flow_queued": 4,
+        "oldest_flow_queued_seconds": 7.5,
         "idle_seconds": 2,
         "replicas": [{"url": "http://10.0.0.1:8000", "inflight": 0, "prefix_hit_score": 5}],
     }
@@ -53,6 +54,7 @@ def test_several_routers_demand_is_summed_and_the_idle_time_is_the_shortest() ->
     )
     assert demand.prefix_hit_scores == {"10.0.0.1": 15.0}
     assert demand.num_queued == 4  # waiting in a router's flow queue: demand too
+    assert demand.oldest_queued_seconds == 7.5  # the longest wait of any router's queue
     assert combine([]) is None
 
 

@@ -41,6 +41,9 @@ class AutoscalingSpec(SpecModel):
     never more while replicas are still starting."""
     scale_down_stabilization_seconds: int = Field(120, ge=0, le=3600)
     """builtin: scale down only to the highest recommendation of this many past seconds."""
+    target_queue_wait_seconds: float | None = Field(None, gt=0, le=3600)
+    """builtin: also scale up, a replica at a time, while a request has waited longer than this
+    in a router's flow queue (docs/tenants.md); unset: the queue counts by its depth alone."""
     scale_to_zero_after_seconds: int = Field(300, ge=0, le=86400)
     """builtin and keda, with minReplicas 0: seconds without a request before the last engine
     goes."""

@@ -33,6 +33,8 @@ class AutoscalerStatus(BaseModel):
     """Requests in flight through the routers."""
     num_queued: int | None = None
     """Requests waiting in the routers' flow queues for a slot (docs/tenants.md)."""
+    oldest_queued_seconds: float | None = None
+    """How long the oldest of those has waited."""
     num_routers: int | None = None
     """Router pods that answered the last poll."""
     last_scale_time: str | None = Field(None, json_schema_extra={"format": "date-time"})

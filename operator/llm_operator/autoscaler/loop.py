@@ -149,6 +149,7 @@ class Autoscaler:
             current_replicas=spec.replicas,
             num_engine_requests=demand.num_engine_requests,
             num_queued=demand.num_queued,
+            oldest_queued_seconds=demand.oldest_queued_seconds,
         )
 
     async def _scale(
@@ -199,6 +200,7 @@ class Autoscaler:
             "numHeld": demand.num_held,
             "numInflight": demand.num_inflight,
             "numQueued": demand.num_queued,
+            "oldestQueuedSeconds": demand.oldest_queued_seconds,
             "numRouters": demand.num_routers,
         }
         if scaled:

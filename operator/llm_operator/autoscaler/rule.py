@@ -9,6 +9,9 @@ style, with the HPA's scale-down stabilization):
     panic        when panic_want >= panicThreshold% of the ready replicas (at least 1); it lasts
                  a stable window from the last time that held, and never scales down
     want         = panic ? max(panic_want, current) : stable_want
+    queue wait   with targetQueueWaitSeconds: while the oldest request in the routers' flow
+                 queues has waited longer than that, want at least current + 1 (a replica at a
+                 time: the scale-up limit below waits for each to start)
     scale-up     at most ceil(maxScaleUpRate x ready) (at least 1), and never above the current
                  replicas while some are still starting: a 7-minute model load is not a reason
                  to ask for more pods every second
@@ -46,6 +49,8 @@ class Observation:
     """Running + waiting, as the engines report them (clients that bypass the routers too)."""
     num_queued: int = 0
     """Waiting in the routers' flow queues for a slot (with --max-inflight-per-replica)."""
+    oldest_queued_seconds: float = 0.0
+    """How long the oldest of those has waited (0: none waits)."""
 
     @property
     def concurrency(self) -> int:
@@ -68,7 +73,7 @@ class Decision:
 
 # The `cause` of a decision that changes the replicas, by direction.
 SCALING_REASONS = {
-    "up": ("concurrency", "panic", "scale_up_limit"),
+    "up": ("concurrency", "panic", "queue_wait", "scale_up_limit"),
     "down": ("concurrency", "stabilization", "idle"),
 }
 
@@ -99,9 +104,16 @@ def decide(spec: AutoscalingSpec, state: ScalerState, obs: Observation) -> Decis
         state.panic_until = obs.now + stable_s
     panicking = state.panic_until is not None and obs.now < state.panic_until
     wanted = max(panic_want, obs.current_replicas) if panicking else stable_want
+    queue_bound = _queue_too_slow(spec, obs) and wanted <= obs.current_replicas
+    if queue_bound:
+        wanted = obs.current_replicas + 1
     want, reason, cause = _bounded(spec, state, obs, wanted)
-    if panicking and cause == "concurrency" and want > obs.current_replicas:
-        cause = "panic"
+    if cause == "concurrency" and want > obs.current_replicas:
+        if queue_bound:
+            cause = "queue_wait"
+            reason = f"a request queued {obs.oldest_queued_seconds:.0f} s in a flow queue"
+        elif panicking:
+            cause = "panic"
     return Decision(
         want, reason, round(stable, 2), round(panic, 2), panicking, cause, wanted_replicas=wanted
     )
@@ -147,6 +159,11 @@ def _bounded(
             )
         return want, f"concurrency {obs.concurrency} over the stable window", "concurrency"
     return want, "steady", "steady"
+
+
+def _queue_too_slow(spec: AutoscalingSpec, obs: Observation) -> bool:
+    target = spec.target_queue_wait_seconds
+    return target is not None and obs.oldest_queued_seconds > target
 
 
 def _idle(spec: AutoscalingSpec, obs: Observation) -> bool:

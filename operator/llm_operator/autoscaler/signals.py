@@ -38,6 +38,8 @@ class RouterDemand:
     router saw), which also counts clients that reach an engine without a router."""
     num_queued: int = 0
     """Requests waiting in the routers' flow queues for a slot (docs/tenants.md)."""
+    oldest_queued_seconds: float = 0.0
+    """How long the oldest of those has waited (the longest any router reports)."""
 
 
 def ready_pod_ips(pods: list[Obj]) -> list[str]:
@@ -78,6 +80,7 @@ def combine(views: list[Obj]) -> RouterDemand | None:
         engine_inflight=dict(inflight),
         num_engine_requests=round(sum(reported.values())),
         num_queued=sum(int(v.get("num_flow_queued", 0)) for v in views),
+        oldest_queued_seconds=max(float(v.get("oldest_flow_queued_seconds", 0.0)) for v in views),
     )
 
 
