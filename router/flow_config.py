@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pagedock.errors import ConfigError
+from pagedock.options import option_meta
+from pagedock.tenancy.quota_store import check_quota_store_url
 
 FAIRNESS = ("vtc", "fcfs")
 
@@ -33,6 +35,9 @@ class FlowConfig:
     flow_starvation_s: float = 10.0
     """A band that has gone this long without a slot gets the next one, once, before higher
     bands (the bound on starvation)."""
+    quota_store: str = field(default="memory", metadata=option_meta(metavar="memory|URL"))
+    """Where tenants' quotas are counted: memory (this router's own counts) or a
+    redis://host:port/db URL that every router of the fleet shares, so limits hold across them."""
 
     def _check_flow(self) -> None:
         if self.fairness not in FAIRNESS:
@@ -46,6 +51,7 @@ class FlowConfig:
             )
         if self.flow_queue_size < 1:
             raise ConfigError(f"flow_queue_size must be 1 or more, got {self.flow_queue_size}")
+        check_quota_store_url(self.quota_store)
         for name in ("flow_queue_ttl_s", "flow_starvation_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")

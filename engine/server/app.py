@@ -32,6 +32,7 @@ def build_app(ctx: ServerContext) -> FastAPI:
             ctx.prompt_pool.shutdown(wait=False, cancel_futures=True)
             ctx.validation_process.close()
             await ctx.responses_store.close()
+            await ctx.quotas.close()
             await ctx.engine.shutdown()
             if ctx.tracing is not None:
                 ctx.tracing.shutdown()  # the last requests' spans go out

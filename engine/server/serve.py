@@ -43,6 +43,7 @@ from pagedock.errors import TensorParallelError
 from pagedock.http.limits import limited_protocol
 from pagedock.logs import configure_logging
 from pagedock.responses_store.store import open_responses_store
+from pagedock.tenancy.quota_store import open_quota_store
 from pagedock.tracing.tracer import Tracing, start_tracing
 
 logger = logging.getLogger("pagedock.server")
@@ -85,6 +86,7 @@ def build_context(
         tenants=tenants,
         allow_runtime_lora_updating=engine.config.allow_runtime_lora_updating,
         loras=engine.loras.registry,
+        quotas=open_quota_store(options.quota_store),
         responses_store=open_responses_store(
             options.responses_store,
             options.responses_store_ttl_s,

@@ -13,7 +13,9 @@ tokens} headers for the limits the tenant has. Tokens are counted as served: the
 admission, the completion's when the request ends (QuotaLease.finish), so the count is exact; a
 tenant whose completions overdraw the bucket waits until the refill pays the debt.
 
-All of it runs on one event loop (the router's, the server's): no locks.
+Here, each process's own counts (MemoryQuotaStore in quota_store.py); one Redis a fleet's routers
+or engines share keeps the same counts in pagedock/tenancy/redis_quota.py. All of it runs on one
+event loop (the router's, the server's): no locks.
 """
 
 from __future__ import annotations
@@ -73,58 +75,82 @@ class TenantQuota:
     def headers(self, now: float | None = None) -> dict[str, str]:
         """OpenAI's x-ratelimit-* headers for the limits this tenant has."""
         now = time.monotonic() if now is None else now
-        headers = {}
+        levels = []
         for kind, bucket in (("requests", self.requests), ("tokens", self.tokens)):
-            if bucket is None:
-                continue
-            headers[f"x-ratelimit-limit-{kind}"] = str(bucket.limit_per_minute)
-            remaining = max(0, math.floor(bucket.available(now)))
-            headers[f"x-ratelimit-remaining-{kind}"] = str(remaining)
-            headers[f"x-ratelimit-reset-{kind}"] = reset_duration(bucket.seconds_until_full(now))
-        return headers
+            if bucket is not None:
+                levels.append((kind, bucket.limit_per_minute, bucket.available(now)))
+        return ratelimit_headers(levels)
 
     def _check(self, prompt_tokens: int, now: float) -> None:
         t = self.tenant
         if t.max_concurrency is not None and self.in_flight >= t.max_concurrency:
-            self._refuse(
-                "concurrency_limit_exceeded",
-                f"tenant {t.name!r} has {self.in_flight} requests under way, its limit "
-                f"(max_concurrency {t.max_concurrency})",
-                1.0,
-                now,
-            )
+            raise over_concurrency(t, self.in_flight, self.headers(now))
         if self.requests is not None and self.requests.available(now) < 1:
-            self._refuse(
-                "requests_per_minute_exceeded",
-                f"tenant {t.name!r} is over its {t.requests_per_minute} requests per minute",
-                self.requests.seconds_until(1, now),
-                now,
-            )
-        if self.tokens is not None:
-            self._check_tokens(self.tokens, prompt_tokens, now)
+            wait_s = self.requests.seconds_until(1, now)
+            raise over_requests(t, wait_s, self.headers(now))
+        tokens = self.tokens
+        if tokens is not None:
+            if prompt_tokens > tokens.limit_per_minute:
+                raise too_large(t, prompt_tokens, self.headers(now))
+            needed = max(1, prompt_tokens)
+            if tokens.available(now) < needed:
+                wait_s = tokens.seconds_until(needed, now)
+                raise over_tokens(
+                    t, tokens.available(now), prompt_tokens, wait_s, self.headers(now)
+                )
 
-    def _check_tokens(self, bucket: RateBucket, prompt_tokens: int, now: float) -> None:
-        limit = bucket.limit_per_minute
-        if prompt_tokens > limit:
-            message = (
-                f"the request's {prompt_tokens} prompt tokens are more than tenant "
-                f"{self.tenant.name!r} may use in a minute ({limit} tokens per minute)"
-            )
-            headers = {**self.headers(now), "x-should-retry": "false"}
-            raise QuotaExceeded(Refusal(429, "request_too_large", message, headers))
-        needed = max(1, prompt_tokens)
-        if bucket.available(now) < needed:
-            self._refuse(
-                "tokens_per_minute_exceeded",
-                f"tenant {self.tenant.name!r} is over its {limit} tokens per minute "
-                f"({math.floor(bucket.available(now))} left; this prompt needs {prompt_tokens})",
-                bucket.seconds_until(needed, now),
-                now,
-            )
 
-    def _refuse(self, code: str, message: str, retry_after_s: float, now: float) -> None:
-        headers = {**self.headers(now), "retry-after": str(max(1, math.ceil(retry_after_s)))}
-        raise QuotaExceeded(Refusal(429, code, message, headers))
+# ---- the answers, whichever store counted ---------------------------------------------------
+
+
+def ratelimit_headers(levels: list[tuple[str, int, float]]) -> dict[str, str]:
+    """OpenAI's x-ratelimit-{limit,remaining,reset}-{kind} headers from each bucket's (kind,
+    limit per minute, level now)."""
+    headers = {}
+    for kind, limit, level in levels:
+        headers[f"x-ratelimit-limit-{kind}"] = str(limit)
+        headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, math.floor(level)))
+        full_in_s = max(0.0, (limit - level) / (limit / 60.0))
+        headers[f"x-ratelimit-reset-{kind}"] = reset_duration(full_in_s)
+    return headers
+
+
+def over_concurrency(t: Tenant, in_flight: int, headers: dict[str, str]) -> QuotaExceeded:
+    message = (
+        f"tenant {t.name!r} has {in_flight} requests under way, its limit "
+        f"(max_concurrency {t.max_concurrency})"
+    )
+    return _refused("concurrency_limit_exceeded", message, 1.0, headers)
+
+
+def over_requests(t: Tenant, wait_s: float, headers: dict[str, str]) -> QuotaExceeded:
+    message = f"tenant {t.name!r} is over its {t.requests_per_minute} requests per minute"
+    return _refused("requests_per_minute_exceeded", message, wait_s, headers)
+
+
+def over_tokens(
+    t: Tenant, available: float, prompt_tokens: int, wait_s: float, headers: dict[str, str]
+) -> QuotaExceeded:
+    message = (
+        f"tenant {t.name!r} is over its {t.tokens_per_minute} tokens per minute "
+        f"({math.floor(available)} left; this prompt needs {prompt_tokens})"
+    )
+    return _refused("tokens_per_minute_exceeded", message, wait_s, headers)
+
+
+def too_large(t: Tenant, prompt_tokens: int, headers: dict[str, str]) -> QuotaExceeded:
+    """A prompt over the whole tokens_per_minute: it never fits (x-should-retry: false)."""
+    message = (
+        f"the request's {prompt_tokens} prompt tokens are more than tenant {t.name!r} may use "
+        f"in a minute ({t.tokens_per_minute} tokens per minute)"
+    )
+    headers = {**headers, "x-should-retry": "false"}
+    return QuotaExceeded(Refusal(429, "request_too_large", message, headers))
+
+
+def _refused(code: str, message: str, wait_s: float, headers: dict[str, str]) -> QuotaExceeded:
+    headers = {**headers, "retry-after": str(max(1, math.ceil(wait_s)))}
+    return QuotaExceeded(Refusal(429, code, message, headers))
 
 
 @dataclass
@@ -135,6 +161,9 @@ class QuotaLease:
     quota: TenantQuota
     tokens: int = 0
     finished: bool = False
+
+    def headers(self, now: float | None = None) -> dict[str, str]:
+        return self.quota.headers(now)
 
     def count(self, tokens: int, now: float | None = None) -> None:
         if tokens <= 0:

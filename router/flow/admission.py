@@ -24,7 +24,8 @@ from fastapi import Response
 from fastapi.responses import StreamingResponse
 
 from pagedock.http.errors import APIError
-from pagedock.tenancy.quota import QuotaBook, QuotaExceeded, QuotaLease
+from pagedock.tenancy.quota import QuotaExceeded
+from pagedock.tenancy.quota_store import Lease, QuotaStore, QuotaStoreUnavailable
 from pagedock.tenancy.tenants import Tenant
 from router.flow.flow_controller import FlowController, FlowRefused, FlowTicket
 from router.flow.flow_metrics import FlowMetrics
@@ -39,12 +40,12 @@ Chunk = str | bytes | memoryview
 @dataclass
 class Admission:
     tenant: Tenant
-    lease: QuotaLease
+    lease: Lease
     ticket: FlowTicket
     metrics: FlowMetrics
 
     def attach(self, response: Response) -> Response:
-        response.headers.update(self.lease.quota.headers())
+        response.headers.update(self.lease.headers())
         if isinstance(response, StreamingResponse):
             response.body_iterator = self._counted(response.body_iterator)
         else:
@@ -77,13 +78,19 @@ async def admit(
     tenant: Tenant,
     priority: int,
     prompt_tokens: int,
-    quotas: QuotaBook,
+    quotas: QuotaStore,
     flow: FlowController,
     metrics: FlowMetrics,
 ) -> Admission:
-    """The request's quota lease and flow slot, or its 429 (counted by reason)."""
+    """The request's quota lease and flow slot, or its 429 (counted by reason); a 503 when the
+    shared quota store does not answer."""
     try:
-        lease = quotas.of(tenant).admit(prompt_tokens)
+        lease = await quotas.admit(tenant, prompt_tokens)
+    except QuotaStoreUnavailable as e:
+        metrics.observe_rejected(tenant.name, "quota_store_unavailable")
+        raise APIError(
+            503, str(e), code="quota_store_unavailable", headers={"Retry-After": "1"}
+        ) from e
     except QuotaExceeded as e:
         metrics.observe_rejected(tenant.name, e.refusal.code)
         r = e.refusal
@@ -94,7 +101,7 @@ async def admit(
     except FlowRefused as e:
         lease.finish()
         metrics.observe_rejected(tenant.name, e.code)
-        headers = {**lease.quota.headers(), "retry-after": _retry_after(flow)}
+        headers = {**lease.headers(), "retry-after": _retry_after(flow)}
         raise APIError(429, str(e), code=e.code, headers=headers) from e
     except BaseException:
         lease.finish()

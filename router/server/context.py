@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from pagedock.tenancy.quota import QuotaBook
+from pagedock.tenancy.quota_store import QuotaStore, open_quota_store
 from pagedock.tracing.tracer import Tracing
 from router.config import RouterConfig
 from router.demand import DemandTracker
@@ -64,7 +64,8 @@ class RouterContext:
     """Where the requests' spans go (--otlp-traces-endpoint); None: tracing is off."""
     tenants: TenantResolver = field(init=False)
     """Who each request belongs to (router/flow/tenant_resolver.py)."""
-    quotas: QuotaBook = field(init=False)
+    quotas: QuotaStore = field(init=False)
+    """Each tenant's counts against its quotas (--quota-store)."""
     flow: FlowController = field(init=False)
     """Priority bands and fair shares while the fleet is busy (router/flow/flow_controller.py)."""
     flow_metrics: FlowMetrics = field(init=False)
@@ -87,7 +88,7 @@ class RouterContext:
         )
         self.body_budget = BodyBudget(c.max_buffered_body_bytes)
         self.tenants = TenantResolver(c)
-        self.quotas = QuotaBook()
+        self.quotas = open_quota_store(c.quota_store)
         self.flow = FlowController(c, lambda: len(self.replica_set.healthy()))
         self.flow_metrics = FlowMetrics(self.metrics.registry, self.tenants.known_priorities())
         self.replica_set.on_ready = self._replica_ready
@@ -127,3 +128,4 @@ class RouterContext:
         await self.proxy.close()
         self.prompt_pool.shutdown(wait=False, cancel_futures=True)
         self.parser.validation.close()
+        await self.quotas.close()

@@ -153,6 +153,18 @@ CASES = {
         "spec.tenancy",
         "every tenant needs apiKeySecrets unless tenantHeader names the tenants",
     ),
+    "a redis quota store without its secret": Case(
+        "self.quotaStore != 'redis' || has(self.quotaRedisURLSecret)",
+        {"tenancy": {"tenants": [TENANT], "quotaStore": "redis"}},
+        "spec.tenancy",
+        "tenancy.quotaStore redis needs tenancy.quotaRedisURLSecret (the Secret holding the URL)",
+    ),
+    "a redis quota secret for the memory store": Case(
+        "self.quotaStore == 'redis' || !has(self.quotaRedisURLSecret)",
+        {"tenancy": {"tenants": [TENANT], "quotaRedisURLSecret": {"name": "quota-redis"}}},
+        "spec.tenancy",
+        "tenancy.quotaRedisURLSecret is for tenancy.quotaStore redis",
+    ),
     "a redis store without its secret": Case(
         "self.store != 'redis' || has(self.redisURLSecret)",
         {"responses": {"store": "redis"}},

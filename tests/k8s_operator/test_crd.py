@@ -166,7 +166,7 @@ def test_cel_rules_are_in_the_schema() -> None:
     assert any("tensorParallelSize" in rule for rule in rules)
     assert any("minReplicas >= 1" in rule for rule in rules)
     assert any("priorityClasses" in rule for rule in rules)
-    assert len(rules) == 20
+    assert len(rules) == 22
 
 
 def test_autoscaling_defaults_to_the_builtin_autoscaler_and_allows_zero() -> None:

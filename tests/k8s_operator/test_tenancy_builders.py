@@ -188,3 +188,29 @@ def test_flow_control_flags_are_passed_only_when_set() -> None:
     assert args[args.index("--flow-starvation-s") + 1] == "10"
     args = container(children(router={"flowControl": {"queueSize": 8}}), "router")["args"]
     assert "--flow-queue-size" in args and "--max-inflight-per-replica" not in args
+
+
+QUOTA_REDIS = {"quotaStore": "redis", "quotaRedisURLSecret": {"name": "quota-redis"}}
+
+
+@pytest.mark.parametrize("router", [True, False], ids=["router", "no-router"])
+def test_a_shared_quota_store_reaches_the_pods_that_count_quotas_from_its_secret_only(
+    router: bool,
+) -> None:
+    objects = children(tenancy={**TENANCY, **QUOTA_REDIS}, router={"enabled": router})
+    counting, other = ("router", "engine") if router else ("engine", None)
+    env = {e["name"]: e.get("valueFrom") for e in container(objects, counting).get("env", [])}
+    assert env["PAGEDOCK_QUOTA_STORE"] == {"secretKeyRef": {"name": "quota-redis", "key": "url"}}
+    assert "--quota-store" not in container(objects, counting)["args"]
+    if other is not None:
+        names = [e["name"] for e in container(objects, other).get("env", [])]
+        assert "PAGEDOCK_QUOTA_STORE" not in names
+    for child in objects:
+        validate_kubernetes(child)
+
+
+def test_by_default_each_counts_its_own_quotas() -> None:
+    objects = children(tenancy=TENANCY)
+    for component in ("router", "engine"):
+        names = [e["name"] for e in container(objects, component).get("env", [])]
+        assert "PAGEDOCK_QUOTA_STORE" not in names

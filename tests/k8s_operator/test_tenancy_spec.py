@@ -112,6 +112,14 @@ CROSS_FIELD = {
         tenancy({"name": "chat"}),
         "tenants chat: no apiKeySecrets, and no tenantHeader",
     ),
+    "a redis quota store without its secret": (
+        tenancy(tenant(), quotaStore="redis"),
+        r"tenancy.quotaStore redis needs tenancy.quotaRedisURLSecret",
+    ),
+    "a redis quota secret for the memory store": (
+        tenancy(tenant(), quotaRedisURLSecret={"name": "quota-redis"}),
+        r"tenancy.quotaRedisURLSecret is for tenancy.quotaStore redis",
+    ),
     "one key for two tenants": (
         tenancy(tenant("a", "shared"), tenant("b", "shared")),
         r"the API key in Secret shared \(key api-key\) is listed twice \(tenants a and b\)",

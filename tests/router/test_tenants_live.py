@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pagedock.http.internal_key import INTERNAL_KEY_HEADER
 from pagedock.tenancy.tenants import TENANT_HEADER
 from tests.eventually import eventually
+from tests.redis_server import start_redis
 from tests.router.fake_replica import FakeReplica, ServerThread, serve_router
 
 pytestmark = pytest.mark.timeout(60)
@@ -124,6 +125,33 @@ def test_over_its_quota_a_tenant_gets_openais_rate_limit_answer(
         )
         == 1
     )
+
+
+def test_routers_sharing_a_quota_store_hold_a_tenants_limit_across_them(
+    stack: ExitStack, tmp_path: Path
+) -> None:
+    """Two routers of one fleet, counting in one Redis (--quota-store): the tenant's two requests
+    a minute are two in all, whichever router each reaches; a third, on either, is OpenAI's 429."""
+    redis_server = start_redis(tmp_path)
+    stack.callback(redis_server.stop)
+    fake = FakeReplica()
+    replica = stack.enter_context(ServerThread(fake.app))
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps(TENANTS))
+    routers = [
+        serve_router(stack, [replica.url], tenants=str(path), quota_store=redis_server.url)
+        for _ in range(2)
+    ]
+    first, second = post(routers[0], "sk-sweep"), post(routers[1], "sk-sweep")
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert second.headers["x-ratelimit-remaining-requests"] == "0"
+    for router in routers:
+        client = openai.OpenAI(base_url=router + "/v1", api_key="sk-sweep", max_retries=0)
+        with pytest.raises(openai.RateLimitError) as refused:
+            client.completions.create(model="fake", prompt="hello", max_tokens=4)
+        assert refused.value.code == "requests_per_minute_exceeded"
+        assert int(refused.value.response.headers["retry-after"]) >= 1
+    assert post(routers[1], "sk-chat").status_code == 200  # another tenant is served
 
 
 def test_tokens_are_counted_exactly_under_concurrency(stack: ExitStack, tmp_path: Path) -> None:

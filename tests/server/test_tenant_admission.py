@@ -3,14 +3,28 @@ the test sets: the 429s in OpenAI's shape, served again once the window allows, 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from prometheus_client import CollectorRegistry
 
-from engine.server.tenancy.tenant_admission import admit_tenant
+from engine.server.tenancy import tenant_admission
+from engine.server.tenancy.tenant_admission import TenantAdmission
 from engine.server.tenancy.tenant_metrics import TenantMetrics
 from pagedock.http.errors import APIError
-from pagedock.tenancy.quota import QuotaBook
+from pagedock.tenancy.quota_store import MemoryQuotaStore, QuotaStore
 from pagedock.tenancy.tenants import Tenant
+
+
+def admit_tenant(
+    store: QuotaStore,
+    metrics: TenantMetrics,
+    tenant: Tenant,
+    priority: int,
+    tokens: int,
+    now: float,
+) -> TenantAdmission:
+    return asyncio.run(tenant_admission.admit_tenant(store, metrics, tenant, priority, tokens, now))
 
 
 def metrics() -> tuple[TenantMetrics, CollectorRegistry]:
@@ -23,7 +37,7 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
 
 
 def test_over_its_requests_per_minute_a_tenant_gets_a_429_until_the_window_allows() -> None:
-    book, (tenant_metrics, registry) = QuotaBook(), metrics()
+    book, (tenant_metrics, registry) = MemoryQuotaStore(), metrics()
     sweep = Tenant("sweep", requests_per_minute=2)
     for _ in range(2):
         admit_tenant(book, tenant_metrics, sweep, 0, 10, now=0.0).finish(3, now=0.0)
@@ -44,7 +58,7 @@ def test_over_its_requests_per_minute_a_tenant_gets_a_429_until_the_window_allow
 
 
 def test_completion_tokens_overdraw_the_bucket_and_the_refill_pays_the_debt() -> None:
-    book, (tenant_metrics, registry) = QuotaBook(), metrics()
+    book, (tenant_metrics, registry) = MemoryQuotaStore(), metrics()
     metered = Tenant("metered", tokens_per_minute=600)  # 10 tokens a second
     admit_tenant(book, tenant_metrics, metered, 0, 100, now=0.0).finish(700, now=0.0)
     with pytest.raises(APIError) as refused:
@@ -52,13 +66,13 @@ def test_completion_tokens_overdraw_the_bucket_and_the_refill_pays_the_debt() ->
     assert refused.value.code == "tokens_per_minute_exceeded"
     assert refused.value.headers["retry-after"] == "25"  # 200 of debt, then the 50 asked for
     admit_tenant(book, tenant_metrics, metered, 0, 50, now=25.0)
-    assert book.of(metered).tokens_served == 850
+    assert book.book.of(metered).tokens_served == 850
     assert sample(registry, "pagedock:tenant_prompt_tokens_total", tenant="metered") == 150
     assert sample(registry, "pagedock:tenant_generation_tokens_total", tenant="metered") == 700
 
 
 def test_a_prompt_larger_than_a_minutes_tokens_is_never_retried() -> None:
-    book, (tenant_metrics, _) = QuotaBook(), metrics()
+    book, (tenant_metrics, _) = MemoryQuotaStore(), metrics()
     small = Tenant("small", tokens_per_minute=100)
     with pytest.raises(APIError) as refused:
         admit_tenant(book, tenant_metrics, small, 0, 101, now=0.0)
@@ -67,14 +81,14 @@ def test_a_prompt_larger_than_a_minutes_tokens_is_never_retried() -> None:
 
 
 def test_a_request_is_finished_once_and_gives_its_concurrency_back() -> None:
-    book, (tenant_metrics, registry) = QuotaBook(), metrics()
+    book, (tenant_metrics, registry) = MemoryQuotaStore(), metrics()
     single = Tenant("single", max_concurrency=1)
     admission = admit_tenant(book, tenant_metrics, single, 0, 5, now=0.0)
     with pytest.raises(APIError, match="requests under way"):
         admit_tenant(book, tenant_metrics, single, 0, 5, now=0.0)
     admission.finish(4)
     admission.finish(4)  # every way a request ends calls it: counted once
-    assert book.of(single).in_flight == 0
+    assert book.book.of(single).in_flight == 0
     assert sample(registry, "pagedock:tenant_generation_tokens_total", tenant="single") == 4
     admit_tenant(book, tenant_metrics, single, 0, 5, now=0.0)
 

@@ -88,7 +88,7 @@ class EmbeddingJob(RequestJob):
         except QueueFullError:
             metrics.observe_rejected(tenant.name, "queue_full")
             raise
-        self.admission = admit_tenant(
+        self.admission = await admit_tenant(
             self.ctx.quotas, metrics, tenant, priority, self.num_prompt_tokens
         )
         await self.queue_all(self.requests)

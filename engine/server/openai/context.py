@@ -18,7 +18,7 @@ from pagedock.logs import check_log_format
 from pagedock.options import option_meta
 from pagedock.responses_store.memory_store import MemoryResponsesStore
 from pagedock.responses_store.store import MEMORY, ResponsesStore, check_store_url
-from pagedock.tenancy.quota import QuotaBook
+from pagedock.tenancy.quota_store import MemoryQuotaStore, QuotaStore, check_quota_store_url
 from pagedock.tracing.tracer import Tracing
 from pagedock.tracing.tracing_config import traces_endpoint
 
@@ -102,6 +102,9 @@ class ServerOptions:
     memory, evicted)."""
     responses_store_max_entries: int = 10000
     """Responses the memory store holds at most; beyond it the least recently used goes."""
+    quota_store: str = field(default=MEMORY, metadata=option_meta(metavar="memory|URL"))
+    """Where tenants' quotas are counted: memory (this server's own counts) or a
+    redis://host:port/db URL that every engine (or router) of a fleet shares."""
 
     def __post_init__(self) -> None:
         if self.max_kv_event_subscribers < 0:
@@ -119,6 +122,7 @@ class ServerOptions:
         check_log_format(self.log_format)
         traces_endpoint(self.otlp_traces_endpoint)  # a bad URL stops the server at start
         check_store_url(self.responses_store)
+        check_quota_store_url(self.quota_store)
         if self.responses_store_ttl_s < 0:
             raise ConfigError(
                 f"--responses-store-ttl-s must be 0 (no expiry) or more, got "
@@ -161,8 +165,9 @@ class ServerContext:
     prompt_pool: ThreadPoolExecutor = field(default_factory=lambda: _new_prompt_pool())
     validation_process: ValidationProcess = field(default_factory=ValidationProcess)
     """Validates large request bodies off this process's GIL (engine/server/large_body_route.py)."""
-    quotas: QuotaBook = field(default_factory=QuotaBook)
-    """Each tenant's live counts against its quotas (engine/server/tenancy/)."""
+    quotas: QuotaStore = field(default_factory=MemoryQuotaStore)
+    """Each tenant's live counts against its quotas (engine/server/tenancy/); build_context
+    opens the store --quota-store names."""
     tracing: Tracing | None = None
     """Where spans go (--otlp-traces-endpoint); None: tracing is off."""
     responses_store: ResponsesStore = field(

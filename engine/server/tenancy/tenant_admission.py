@@ -22,19 +22,20 @@ from dataclasses import dataclass
 
 from engine.server.tenancy.tenant_metrics import TenantMetrics
 from pagedock.http.errors import APIError
-from pagedock.tenancy.quota import QuotaBook, QuotaExceeded, QuotaLease
+from pagedock.tenancy.quota import QuotaExceeded
+from pagedock.tenancy.quota_store import Lease, QuotaStore, QuotaStoreUnavailable
 from pagedock.tenancy.tenants import Tenant
 
 
 @dataclass
 class TenantAdmission:
     tenant: str
-    lease: QuotaLease
+    lease: Lease
     metrics: TenantMetrics
 
     def headers(self, now: float | None = None) -> dict[str, str]:
         """OpenAI's x-ratelimit-* headers for the limits the tenant has (none: empty)."""
-        return self.lease.quota.headers(now)
+        return self.lease.headers(now)
 
     def finish(self, completion_tokens: int, now: float | None = None) -> None:
         """Count the completion tokens and give back the concurrency (once)."""
@@ -44,17 +45,23 @@ class TenantAdmission:
         self.metrics.observe_generated(self.tenant, completion_tokens)
 
 
-def admit_tenant(
-    quotas: QuotaBook,
+async def admit_tenant(
+    quotas: QuotaStore,
     metrics: TenantMetrics,
     tenant: Tenant,
     priority: int,
     prompt_tokens: int,
     now: float | None = None,
 ) -> TenantAdmission:
-    """The request's admission, or the 429 its tenant's quota answers (counted by reason)."""
+    """The request's admission, or the 429 its tenant's quota answers (counted by reason); a 503
+    when the shared quota store does not answer."""
     try:
-        lease = quotas.of(tenant).admit(prompt_tokens, now)
+        lease = await quotas.admit(tenant, prompt_tokens, now)
+    except QuotaStoreUnavailable as e:
+        metrics.observe_rejected(tenant.name, "quota_store_unavailable")
+        raise APIError(
+            503, str(e), code="quota_store_unavailable", headers={"Retry-After": "1"}
+        ) from e
     except QuotaExceeded as e:
         refusal = e.refusal
         metrics.observe_rejected(tenant.name, refusal.code)

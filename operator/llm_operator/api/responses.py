@@ -12,16 +12,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from llm_operator.api.tenancy import SECRET_KEY_PATTERN, SECRET_NAME_PATTERN
+from llm_operator.api.tenancy import RedisURLSecret, check_redis_secret
 from llm_operator.api.types import SpecModel, cel_rules
-
-
-class RedisURLSecret(SpecModel):
-    name: str = Field(max_length=253, pattern=SECRET_NAME_PATTERN)
-    """The Secret's name (same namespace)."""
-    key: str = Field("url", max_length=253, pattern=SECRET_KEY_PATTERN)
-    """The key inside the Secret whose value is the URL: redis://[:password@]host:port/db,
-    rediss:// for TLS."""
 
 
 class ResponsesSpec(SpecModel):
@@ -51,11 +43,7 @@ class ResponsesSpec(SpecModel):
 
     @model_validator(mode="after")
     def _redis_needs_its_secret(self) -> "ResponsesSpec":
-        if self.store == "redis" and self.redis_url_secret is None:
-            raise ValueError(
-                "responses.store redis needs responses.redisURLSecret (the Secret holding the "
-                "redis:// URL)"
-            )
-        if self.store == "memory" and self.redis_url_secret is not None:
-            raise ValueError("responses.redisURLSecret is for responses.store redis")
+        check_redis_secret(
+            self.store, self.redis_url_secret, "responses.store", "responses.redisURLSecret"
+        )
         return self

@@ -41,6 +41,15 @@ _UNKNOWN_CLASS_MESSAGE = (
 )
 CEL_RULES: Any = [
     {
+        "rule": "self.quotaStore != 'redis' || has(self.quotaRedisURLSecret)",
+        "message": "tenancy.quotaStore redis needs tenancy.quotaRedisURLSecret (the Secret "
+        "holding the URL)",
+    },
+    {
+        "rule": "self.quotaStore == 'redis' || !has(self.quotaRedisURLSecret)",
+        "message": "tenancy.quotaRedisURLSecret is for tenancy.quotaStore redis",
+    },
+    {
         "rule": f"self.tenants.all(t, {_names_a_class('t.priority')})",
         "message": "a tenant's priority names no class of priorityClasses",
         "messageExpression": _UNKNOWN_CLASS_MESSAGE,
@@ -69,6 +78,26 @@ class TenantKeySecret(SpecModel):
     """The Secret's name (same namespace); the pods that read the tenants mount it."""
     key: str = Field("api-key", max_length=253, pattern=SECRET_KEY_PATTERN)
     """The key inside the Secret whose value is one API key."""
+
+
+class RedisURLSecret(SpecModel):
+    name: str = Field(max_length=253, pattern=SECRET_NAME_PATTERN)
+    """The Secret's name (same namespace)."""
+    key: str = Field("url", max_length=253, pattern=SECRET_KEY_PATTERN)
+    """The key inside the Secret whose value is the URL: redis://[:password@]host:port/db,
+    rediss:// for TLS."""
+
+
+def check_redis_secret(
+    store: str, secret: RedisURLSecret | None, store_field: str, secret_field: str
+) -> None:
+    """A store and its Secret agree: redis needs the Secret, memory takes none."""
+    if store == "redis" and secret is None:
+        raise ValueError(
+            f"{store_field} redis needs {secret_field} (the Secret holding the redis:// URL)"
+        )
+    if store == "memory" and secret is not None:
+        raise ValueError(f"{secret_field} is for {store_field} redis")
 
 
 class TenantSpec(SpecModel):
@@ -111,6 +140,23 @@ class TenancySpec(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     """The tenants (at least one); a request with an API key none of them holds is refused 401."""
+    quota_store: Literal["memory", "redis"] = "memory"
+    """Where the tenants' quotas are counted: memory, each router (or engine, without a router)
+    its own, so with two routers a tenant may get up to twice its limits; redis, one Redis they
+    all share (named by quotaRedisURLSecret), so the limits hold across them."""
+    quota_redis_url_secret: RedisURLSecret | None = Field(None, alias="quotaRedisURLSecret")
+    """With quotaStore redis: the Secret holding the Redis URL (`PAGEDOCK_QUOTA_STORE` in the
+    pods that count quotas; never in the pod template nor on a command line)."""
+
+    @model_validator(mode="after")
+    def _redis_needs_its_secret(self) -> "TenancySpec":
+        check_redis_secret(
+            self.quota_store,
+            self.quota_redis_url_secret,
+            "tenancy.quotaStore",
+            "tenancy.quotaRedisURLSecret",
+        )
+        return self
 
     @model_validator(mode="after")
     def _unique_tenant_names(self) -> "TenancySpec":

@@ -28,7 +28,12 @@ from llm_operator.builders.model_cache import (
     ephemeral_storage,
     gpu_node_tolerations,
 )
-from llm_operator.builders.tenancy.pod import tenants_annotations, tenants_mounts, tenants_volumes
+from llm_operator.builders.tenancy.pod import (
+    quota_store_env,
+    tenants_annotations,
+    tenants_mounts,
+    tenants_volumes,
+)
 from llm_operator.builders.tensor_parallel import shm_size_limit, tensor_parallel_env
 from llm_operator.drain_timing import PRE_STOP_SLEEP_SECONDS
 from llm_operator.names import (
@@ -161,6 +166,7 @@ def _engine_container(ctx: BuildContext, config_map: Obj) -> Obj:
         + tensor_parallel_env(ctx)
         + kv_events_env(ctx)
         + responses_store_env(ctx)
+        + quota_store_env(ctx, COMPONENT)
         + tracing_env(ctx, COMPONENT)
         + list(ctx.spec.env),
         "resources": _resources(ctx),

@@ -19,6 +19,7 @@ from llm_operator.builders.gateway import picker_key_env
 from llm_operator.builders.model_cache import cache_env, cache_mounts, cache_volumes, hub_env
 from llm_operator.builders.model_source import ModelSource
 from llm_operator.builders.tenancy.pod import (
+    quota_store_env,
     tenants_annotations,
     tenants_args,
     tenants_mounts,
@@ -163,6 +164,7 @@ def _router_container(ctx: BuildContext) -> Obj:
         + internal_key_env(ctx)
         + picker_key_env(ctx)
         + hub_env(ctx)
+        + quota_store_env(ctx, COMPONENT)
         + tracing_env(ctx, COMPONENT),
         "resources": ctx.spec.router.resources or DEFAULT_RESOURCES,
         "securityContext": container_security_context(),

@@ -58,6 +58,20 @@ def tenants_args(ctx: BuildContext, component: str) -> list[str]:
     return args
 
 
+def quota_store_env(ctx: BuildContext, component: str) -> list[Obj]:
+    """With tenancy.quotaStore redis, the pods that count quotas (those that read the tenants)
+    get the Redis URL from its Secret as `PAGEDOCK_QUOTA_STORE` (`--quota-store`): a password in
+    it reaches neither the pod template nor a command line."""
+    tenancy = ctx.spec.tenancy
+    if tenancy is None or not reads_tenants(ctx, component):
+        return []
+    secret = tenancy.quota_redis_url_secret
+    if tenancy.quota_store != "redis" or secret is None:
+        return []
+    ref = {"secretKeyRef": {"name": secret.name, "key": secret.key}}
+    return [{"name": "PAGEDOCK_QUOTA_STORE", "valueFrom": ref}]
+
+
 def engine_tenancy_args(ctx: BuildContext) -> list[str]:
     """With tenants, engines order their waiting requests as the router does: by priority (the
     router forwards each request's, bounded by its tenant's), then fairly between the tenants
