@@ -68,6 +68,19 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--flow-queue-ttl-s", type=float, default=30.0)
     p.add_argument("--flow-starvation-s", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--scenarios",
+        nargs="+",
+        choices=("fairness", "priority"),
+        default=["fairness", "priority"],
+        help="which of the two to run (each gets its arms, interleaved)",
+    )
+    p.add_argument(
+        "--engine-flag",
+        action="append",
+        default=[],
+        help="a `pagedock serve` flag for the engine (repeat: --engine-flag=--max-step-ms=400)",
+    )
     p.add_argument("--out", type=Path, default=RESULTS)
     return p.parse_args()
 
@@ -82,7 +95,7 @@ class Bench:
         self.tenants_file = logs / "tenants.json"
         self.tenants_file.write_text(json.dumps(TENANTS))
         serve = ["serve", "--model", MODEL, "--port", str(free_port()), "--num-threads", "1"]
-        serve += ["--scheduling-policy", "priority", "--log-level", "warning"]
+        serve += ["--scheduling-policy", "priority", "--log-level", "warning", *args.engine_flag]
         self.engine = Process(serve, logs / "engine.log", cpus=self.engine_cores)
         self.prompts = random.Random(args.seed)
         """Every prompt of the run from one stream: none is sent twice."""
@@ -195,10 +208,10 @@ async def run(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
         peak = await capacity(bench)
         rows = []
         for rep in range(args.repetitions):
-            for arm in ("b_alone", "vtc", "fcfs"):
+            for arm in ("b_alone", "vtc", "fcfs") if "fairness" in args.scenarios else ():
                 rows.append(await fairness_arm(bench, arm, args.b_share * peak, rep))
                 print(json.dumps(rows[-1]), flush=True)
-            for arm in ("chat_alone", "bands"):
+            for arm in ("chat_alone", "bands") if "priority" in args.scenarios else ():
                 rows.append(await priority_arm(bench, arm, args.chat_share * peak, rep))
                 print(json.dumps(rows[-1]), flush=True)
     finally:
