@@ -16,6 +16,7 @@ from engine.spec_decode.draft_acceptance import DraftAcceptance
 from engine.spec_decode.draft_eligibility import accepts_drafts
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.spec_decoding_stats import SpecDecodingStats
+from engine.spec_decode.token_history import TokenHistory
 from pagedock.speculative_config import SpeculativeConfig
 
 
@@ -24,6 +25,8 @@ class Speculation:
         self.proposer = NgramProposer(config)
         self.max_model_len = max_model_len
         self.stats = SpecDecodingStats(config.num_speculative_tokens)
+        # Each running request's tokens as an array, appended to step by step.
+        self._histories: dict[str, TokenHistory] = {}
 
     def fitting(self, request: Request, budget: int) -> list[int]:
         """The part of the request's draft this step takes: none unless it is a decode; then as
@@ -49,6 +52,7 @@ class Speculation:
     def propose(self, running: list[Request]) -> None:
         """After a step's update: a draft for each running decode that takes one (and whose
         drafts are mostly accepted), none for the others."""
+        histories, self._histories = self._histories, {}
         for request in running:
             request.spec_token_ids = ()
             if request.num_tokens - request.num_computed_tokens != 1:
@@ -65,7 +69,10 @@ class Speculation:
                 request.max_tokens - request.num_output_tokens - 1,
             )
             if room > 0:
-                request.spec_token_ids = self.proposer.propose(request.all_token_ids, room)
+                history = histories.get(request.request_id) or TokenHistory()
+                self._histories[request.request_id] = history
+                tokens = history.view(request.all_token_ids)
+                request.spec_token_ids = self.proposer.propose(tokens, room)
 
     def snapshot(self) -> SpecDecodingStats:
         return self.stats.snapshot()

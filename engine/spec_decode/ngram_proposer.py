@@ -25,7 +25,9 @@ class NgramProposer:
         self.prompt_lookup_min = config.prompt_lookup_min
         self.prompt_lookup_max = config.prompt_lookup_max
 
-    def propose(self, token_ids: Sequence[int], max_num_tokens: int | None = None) -> list[int]:
+    def propose(
+        self, token_ids: Sequence[int] | np.ndarray, max_num_tokens: int | None = None
+    ) -> list[int]:
         """The draft for a request whose tokens so far are `token_ids`: at most
         num_speculative_tokens (and `max_num_tokens`) tokens; empty when no suffix n-gram of an
         allowed length occurred before."""

@@ -6,6 +6,7 @@ import pytest
 
 from engine.spec_decode.draft_acceptance import MIN_DRAFTS, DraftAcceptance
 from engine.spec_decode.ngram_proposer import NgramProposer
+from engine.spec_decode.token_history import TokenHistory
 from pagedock.speculative_config import SpeculativeConfig
 
 
@@ -89,3 +90,13 @@ def test_drafts_go_on_while_mostly_accepted() -> None:
 def test_prompt_lookup_bounds_default_to_each_other(given: dict, expected: tuple) -> None:
     config = SpeculativeConfig.parse({"method": "ngram", "num_speculative_tokens": 3, **given})
     assert (config.prompt_lookup_min, config.prompt_lookup_max) == expected
+
+
+def test_a_token_history_follows_the_tokens_as_they_grow() -> None:
+    history = TokenHistory()
+    tokens = [5, 6, 7]
+    assert history.view(tokens).tolist() == [5, 6, 7]
+    for step in range(40):
+        tokens.append(step)
+        assert history.view(tokens).tolist() == tokens
+    assert history.view([1, 2]).tolist() == [1, 2]  # another request's: started again
