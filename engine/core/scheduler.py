@@ -153,7 +153,7 @@ class Scheduler:
             num_scheduled_tokens=num_tokens,
             preempted_req_ids=preempted,
             finished_req_ids=finished,
-            num_decode_tokens=sum(s.num_new_tokens for s in scheduled if s.is_decode),
+            num_decode_tokens=sum(s.is_decode for s in scheduled),
         )
 
     def record_prefill_chunks(self, output: SchedulerOutput, started: float, ended: float) -> None:

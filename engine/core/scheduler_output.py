@@ -52,7 +52,7 @@ class ScheduledRequest:
 
     @property
     def is_decode(self) -> bool:
-        """A one-token piece, or one token and its draft (the step-cost model's decodes)."""
+        """A one-token piece, or one token and its draft (one of the step-cost model's decodes)."""
         return len(self.new_token_ids) == 1 + len(self.draft_token_ids)
 
 
@@ -63,7 +63,8 @@ class SchedulerOutput:
     preempted_req_ids: list[str] = field(default_factory=list)
     # Requests finished since the previous step: the runner drops its state for them.
     finished_req_ids: set[str] = field(default_factory=set)
-    # Of num_scheduled_tokens, those in one-token pieces (decodes): the step-cost model's input.
+    # Of num_scheduled_tokens, those in one-token pieces (decodes; a draft's tokens, extra rows
+    # of the same GEMMs as a prefill's, count as prefill): the step-cost model's input.
     num_decode_tokens: int = 0
 
     @property

@@ -44,7 +44,7 @@ def test_a_decode_with_a_draft_computes_its_token_and_the_draft_in_one_step() ->
     out = sched.schedule()
     [item] = out.scheduled
     assert item.new_token_ids == [11, 12, 13, 14] and item.draft_token_ids == [12, 13, 14]
-    assert out.num_decode_tokens == 4
+    assert out.num_decode_tokens == 1  # the draft's tokens count as prefill for the step cost
     computed = request.num_computed_tokens
     [core] = sched.update(out, verified(out, num_accepted=2, token_id=77))
     assert core.new_token_ids == [12, 13, 77]
