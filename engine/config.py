@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.tenancy_config import TenancyConfig
 from pagedock.errors import ConfigError
@@ -18,6 +19,7 @@ from pagedock.limits import (
     KV_CACHE_DTYPES,
 )
 from pagedock.options import option_meta
+from pagedock.speculative_config import SpeculativeConfig
 
 # KV cache budget when num_kv_blocks is not given. On CPU the cache shares RAM with everything
 # else, so the default is a fixed, modest amount rather than a fraction of the machine.
@@ -90,6 +92,11 @@ class EngineConfig(TenancyConfig):
     all the rows of one constraint), on the engine thread: a constraint over it fails its
     requests with a 400 after that step and is refused from then on (a typical JSON schema's
     takes ~0.01 ms; each ms is a ms added to every other request's step). 0 = no limit."""
+    speculative_config: SpeculativeConfig | dict[str, Any] | str | None = field(
+        default=None, metadata=option_meta(metavar="JSON")
+    )
+    """Speculative decoding, as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4,
+    "prompt_lookup_min": 2, "prompt_lookup_max": 4} (docs/server.md); None = off."""
     scheduling_policy: str = "fcfs"
     """fcfs, or priority (lower value first)."""
     seed: int = 0
@@ -154,6 +161,19 @@ class EngineConfig(TenancyConfig):
         self._check_tenancy()
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
+        if self.speculative_config is not None:
+            self.speculative_config = SpeculativeConfig.parse(self.speculative_config)
+            _check(
+                self.tensor_parallel_size == 1,
+                "speculative_config does not work with tensor parallelism yet: "
+                f"tensor_parallel_size must be 1, got {self.tensor_parallel_size}",
+            )
+
+    @property
+    def speculative(self) -> SpeculativeConfig | None:
+        """speculative_config, parsed (None: speculative decoding is off)."""
+        spec = self.speculative_config
+        return spec if isinstance(spec, SpeculativeConfig) else None
 
     def _check_numerics_and_placement(self) -> None:
         """dtypes, device and tensor-parallel settings."""

@@ -44,6 +44,7 @@ PROGRAMS: dict[str, tuple[tuple[str, ...], ...]] = {
         # LoRA: the scheduler's slots (torch-free), adapters and the batched delta, which the
         # model (llama_lora), the worker and the runtime use
         ("engine.inputs", "engine.lora"),
+        ("engine.spec_decode",),  # speculative decoding's drafts and their rules (torch-free)
         ("engine.core", "engine.kernels", "engine.distributed"),
         ("engine.attention",),
         ("engine.layers",),
@@ -91,6 +92,7 @@ TORCH_FREE_PACKAGES = (
     "pagedock",
     "engine.inputs",
     "engine.core",
+    "engine.spec_decode",
     "engine.tool_calls",
 )
 TORCH_FREE_MODULES = (

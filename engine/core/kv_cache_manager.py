@@ -136,7 +136,9 @@ class KVCacheManager:
         if not self.enable_caching:
             return
         request_id = request.request_id
-        num_full = request.num_computed_tokens // self.block_size
+        # NOTE: a verified draft counts as computed before its tokens are appended (the update
+        # appends them after): only blocks of tokens the request already holds are cached now.
+        num_full = min(request.num_computed_tokens, request.num_tokens) // self.block_size
         num_cached = self.num_cached_blocks.get(request_id, 0)
         if num_full <= num_cached:
             return

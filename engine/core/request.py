@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from engine.core.scheduler_output import EngineCoreOutput, LogprobsLists, ScheduledRequest
+from engine.core.scheduler_output import (
+    EngineCoreOutput,
+    LogprobsLists,
+    SampledToken,
+    ScheduledRequest,
+)
 from engine.inputs.engine_request import DEFAULT_TENANT, EngineRequest
 from engine.inputs.pooling_params import PoolingParams
 from engine.inputs.sampling_params import SamplingParams
@@ -16,6 +21,8 @@ from pagedock.kv.block_hash import BlockHash, hash_blocks
 
 if TYPE_CHECKING:
     import torch
+
+    from engine.spec_decode.draft_acceptance import DraftAcceptance
 
 Block = TypeVar("Block")
 
@@ -87,6 +94,11 @@ class Request:
     pooling_params: PoolingParams | None = None
     """An embedding request's pooling, resolved (set from its EngineRequest): it computes its
     prompt, is pooled and finishes, sampling nothing; None: a generation request."""
+    spec_token_ids: Sequence[int] = ()
+    """Speculative decoding: the draft proposed after the last step (not part of its tokens until
+    verified); empty without one (engine/core/speculation.py)."""
+    draft_acceptance: DraftAcceptance | None = None
+    """Speculative decoding: how its drafts have fared (None before the first)."""
 
     def __init__(
         self,
@@ -183,10 +195,14 @@ class Request:
         self.output_token_ids.append(token_id)
         self.all_token_ids.append(token_id)
 
-    def to_scheduled(self, num_new: int, block_ids: list[int]) -> ScheduledRequest:
+    def to_scheduled(
+        self, num_new: int, block_ids: list[int], drafts: list[int] | None = None
+    ) -> ScheduledRequest:
         """What the model runner gets of it this step: `num_new` tokens from its computed ones
-        (min_tokens still to come: its stop and, unless ignore_eos, EOS tokens banned)."""
-        start = self.num_computed_tokens
+        (min_tokens still to come: its stop and, unless ignore_eos, EOS tokens banned), the last
+        `len(drafts)` of them a draft to verify."""
+        drafts = drafts or []
+        start, num_new = self.num_computed_tokens, num_new - len(drafts)
         params = self.sampling_params
         banned: list[int] = []
         if self.num_output_tokens < params.min_tokens:
@@ -197,7 +213,7 @@ class Request:
         pooling_offset, num_pooling_rows = self._pooling_rows(start, num_new)
         return ScheduledRequest(
             request_id=self.request_id,
-            new_token_ids=self.all_token_ids[start : start + num_new],
+            new_token_ids=self.all_token_ids[start : start + num_new] + drafts,
             num_computed_tokens=start,
             block_ids=block_ids,
             do_sample=start + num_new == self.num_tokens and self.pooling_params is None,
@@ -212,6 +228,7 @@ class Request:
             pooling_params=self.pooling_params,
             pooling_offset=pooling_offset,
             num_pooling_rows=num_pooling_rows,
+            draft_token_ids=drafts,
         )
 
     def _prompt_logprobs_rows(self, start: int, num_new: int) -> tuple[int, int]:
@@ -242,6 +259,18 @@ class Request:
             first, _ = self.pooling_params.pooled_positions(self.num_prompt_tokens)
             blocks = blocks[: first // block_size]
         return blocks, len(blocks) * block_size
+
+    def step_output(self, token_ids: list[int], sampled: SampledToken) -> EngineCoreOutput:
+        """Its output for a step that appended `token_ids` (the last one `sampled`)."""
+        return EngineCoreOutput(
+            self.request_id,
+            token_ids,
+            finish_reason=self.status.finish_reason,
+            stop_reason=self.stop_reason,
+            logprobs=[sampled] if self.sampling_params.logprobs is not None else [],
+            num_cached_tokens=self.num_cached_tokens,
+            prompt_logprobs=self.take_prompt_logprobs(),
+        )
 
     def pooled(self, embedding: torch.Tensor | None) -> tuple[RequestStatus, EngineCoreOutput]:
         """An embedding request whose prompt is computed: the status it finishes with and its

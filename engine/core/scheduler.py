@@ -12,7 +12,7 @@ prompts outnumber the decodes (engine/core/step_time.py). When the pool runs dry
 request, the lowest-priority (then newest) running request is preempted by recompute: its blocks
 are freed and it returns to the front of the queue. With LoRA, a request for an adapter is admitted
 only with an adapter slot. An embedding request is a prompt like any other; it finishes, pooled,
-once its prompt is computed."""
+once its prompt is computed. Speculative decoding: engine/core/speculation.py."""
 
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ from engine.core.scheduler_output import (
     SchedulerOutput,
 )
 from engine.core.scheduler_stats import KVOccupancy, SchedulerStats, lora_request_counts
+from engine.core.speculation import Speculation
 from engine.core.step_time import StepTimeModel
+from engine.core.stop_check import append_checked
 from engine.lora.slots import LoRASlots
 from pagedock.errors import UnknownRequestError
 from pagedock.kv.block_hash import BlockHash
@@ -59,6 +61,8 @@ class Scheduler:
         self.num_preemptions = 0
         self.step_time = StepTimeModel()
         self.lora_slots = LoRASlots(config.max_loras) if config.enable_lora else None
+        spec_config = config.speculative
+        self.speculation = None if spec_config is None else Speculation(spec_config, max_model_len)
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -109,6 +113,7 @@ class Scheduler:
             prefix_cache_queries=kv.prefix_cache_stats.queries,
             prefix_cache_hits=kv.prefix_cache_stats.hits,
             num_preemptions=self.num_preemptions,
+            spec_decoding_stats=None if self.speculation is None else self.speculation.snapshot(),
             **lora_request_counts(self.requests.values() if self.lora_slots else ()),
         )
 
@@ -148,7 +153,7 @@ class Scheduler:
             num_scheduled_tokens=num_tokens,
             preempted_req_ids=preempted,
             finished_req_ids=finished,
-            num_decode_tokens=sum(s.num_new_tokens == 1 for s in scheduled),
+            num_decode_tokens=sum(s.is_decode for s in scheduled),
         )
 
     def record_prefill_chunks(self, output: SchedulerOutput, started: float, ended: float) -> None:
@@ -178,8 +183,12 @@ class Scheduler:
                 break
             if request.status != RequestStatus.RUNNING:
                 continue  # preempted earlier in this step
-            num_new = min(_remaining(request), budget, cap)
+            drafts = [] if self.speculation is None else self.speculation.fitting(request, budget)
+            num_new = min(_remaining(request), budget, cap) + len(drafts)
             while self.kv_cache_manager.allocate_slots(request, num_new) is None:
+                if drafts:  # no blocks for the draft: decode without it before preempting
+                    num_new, drafts = num_new - len(drafts), []
+                    continue
                 victim = self._pick_victim()
                 budget += _unschedule(victim, scheduled)
                 self._preempt(victim)
@@ -187,7 +196,7 @@ class Scheduler:
                 if victim is request:
                     break
             else:
-                scheduled.append(self._scheduled(request, num_new))
+                scheduled.append(self._scheduled(request, num_new, drafts))
                 budget -= num_new
         return budget
 
@@ -231,9 +240,11 @@ class Scheduler:
             self.lora_slots.release(request.lora_slot)
             request.lora_slot = -1
 
-    def _scheduled(self, request: Request, num_new: int) -> ScheduledRequest:
+    def _scheduled(
+        self, request: Request, num_new: int, drafts: list[int] | None = None
+    ) -> ScheduledRequest:
         return request.to_scheduled(
-            num_new, self.kv_cache_manager.get_block_ids(request.request_id)
+            num_new, self.kv_cache_manager.get_block_ids(request.request_id), drafts or []
         )
 
     def _pick_victim(self) -> Request:
@@ -247,6 +258,7 @@ class Scheduler:
         self._release_lora_slot(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
+        request.spec_token_ids = ()
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.prepend(request)
@@ -272,7 +284,10 @@ class Scheduler:
                 self._finish_running(request, RequestStatus.FINISHED_ERROR)
                 core_outputs.append(EngineCoreOutput(request.request_id, [], "error", error=error))
                 continue
-            request.num_computed_tokens += item.num_new_tokens
+            num_drafts = len(item.draft_token_ids)
+            num_accepted = runner_output.num_accepted_draft_tokens.get(item.request_id, 0)
+            # Only verified tokens count: a rejected draft token's slot is written again later.
+            request.num_computed_tokens += item.num_new_tokens - (num_drafts - num_accepted)
             if item.num_prompt_logprobs_rows:
                 request.add_prompt_logprobs(runner_output.prompt_logprobs[item.request_id])
             self.waiting.charge(request.tenant, item.num_new_tokens)
@@ -283,42 +298,28 @@ class Scheduler:
                 core_outputs.append(pooled)
                 continue
             sampled = runner_output.sampled.get(item.request_id)
-            if sampled is not None:
-                core_outputs.append(self._append_token(request, sampled))
+            if sampled is None:
+                continue
+            if self.speculation is not None and num_drafts:
+                self.speculation.observe(request, num_drafts, num_accepted)
+            accepted = item.draft_token_ids[:num_accepted]
+            core_outputs.append(self._append_tokens(request, accepted, sampled))
+        if self.speculation is not None:
+            self.speculation.propose(self.running)
         return core_outputs
 
-    def _append_token(self, request: Request, sampled: SampledToken) -> EngineCoreOutput:
-        request.append_output_token(sampled.token_id)
-        status = self._check_stop(request, sampled.token_id)
+    def _append_tokens(
+        self, request: Request, accepted: list[int], sampled: SampledToken
+    ) -> EngineCoreOutput:
+        """Append the accepted draft tokens and the sampled one; none after a stop (stop_check)."""
+        tokens = [*accepted, sampled.token_id]
+        token_ids, status = append_checked(request, tokens, self.max_model_len)
         if sampled.ends_grammar and status is None:
             # The grammar is complete: nothing may follow (even with ignore_eos or min_tokens).
             status = RequestStatus.FINISHED_STOPPED
         if status is not None:
             self._finish_running(request, status)
-        return EngineCoreOutput(
-            request.request_id,
-            [sampled.token_id],
-            finish_reason=request.status.finish_reason,
-            stop_reason=request.stop_reason,
-            logprobs=[sampled] if request.sampling_params.logprobs is not None else [],
-            num_cached_tokens=request.num_cached_tokens,
-            prompt_logprobs=request.take_prompt_logprobs(),
-        )
-
-    def _check_stop(self, request: Request, token_id: int) -> RequestStatus | None:
-        params = request.sampling_params
-        if request.num_output_tokens >= params.min_tokens:
-            if token_id in request.eos_token_ids and not params.ignore_eos:
-                return RequestStatus.FINISHED_STOPPED
-            if token_id in request.stop_token_ids:
-                request.stop_reason = token_id
-                return RequestStatus.FINISHED_STOPPED
-        if (
-            request.num_output_tokens >= request.max_tokens
-            or request.num_tokens >= self.max_model_len
-        ):
-            return RequestStatus.FINISHED_LENGTH
-        return None
+        return request.step_output(token_ids, sampled)
 
     def _finish_running(self, request: Request, status: RequestStatus) -> None:
         self.running.remove(request)

@@ -42,10 +42,18 @@ class ScheduledRequest:
     pooling_params: PoolingParams | None = None
     pooling_offset: int = 0
     num_pooling_rows: int = 0
+    # Speculative decoding: the last len(draft_token_ids) of new_token_ids are a draft to verify
+    # (their rows sample too); empty without one.
+    draft_token_ids: list[int] = field(default_factory=list)
 
     @property
     def num_new_tokens(self) -> int:
         return len(self.new_token_ids)
+
+    @property
+    def is_decode(self) -> bool:
+        """A one-token piece, or one token and its draft (one of the step-cost model's decodes)."""
+        return len(self.new_token_ids) == 1 + len(self.draft_token_ids)
 
 
 @dataclass
@@ -55,7 +63,8 @@ class SchedulerOutput:
     preempted_req_ids: list[str] = field(default_factory=list)
     # Requests finished since the previous step: the runner drops its state for them.
     finished_req_ids: set[str] = field(default_factory=set)
-    # Of num_scheduled_tokens, those in one-token pieces (decodes): the step-cost model's input.
+    # Of num_scheduled_tokens, those in one-token pieces (decodes; a draft's tokens, extra rows
+    # of the same GEMMs as a prefill's, count as prefill): the step-cost model's input.
     num_decode_tokens: int = 0
 
     @property
@@ -107,6 +116,9 @@ class ModelRunnerOutput:
     errors: dict[str, str] = field(default_factory=dict)
     prompt_logprobs: dict[str, LogprobsLists] = field(default_factory=dict)
     pooler_output: dict[str, torch.Tensor] = field(default_factory=dict)
+    # Speculative decoding: of each verified draft, the tokens accepted (its leading ones); the
+    # request's `sampled` token then follows them.
+    num_accepted_draft_tokens: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
 from engine.core.request import RequestStatus
+from engine.spec_decode.spec_decoding_stats import SpecDecodingStats
 
 if TYPE_CHECKING:
     from engine.core.request import Request
@@ -36,6 +37,8 @@ class SchedulerStats:
     """Running requests per LoRA adapter that has any (vLLM's name); empty with LoRA off."""
     waiting_lora_adapters: dict[str, int] = field(default_factory=dict)
     """Waiting (queued or preempted) requests per LoRA adapter that has any."""
+    spec_decoding_stats: SpecDecodingStats | None = None
+    """Speculative decoding's counters (cumulative); None with it off."""
 
 
 class LoRARequestCounts(TypedDict):

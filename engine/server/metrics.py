@@ -12,7 +12,8 @@ adapter; with LoRA off the info gauge says `max_lora="0"` and no adapter, and th
 `pagedock:startup_stage_seconds{stage}` says when this process reached each start-up stage
 (engine/server/startup_stages.py); the first finished request marks `first_request_served`.
 `request_durations` keeps the last finished requests' durations for GET /drain (drain.py).
-`tenants` holds the per-tenant metrics (tenancy/tenant_metrics.py).
+`tenants` holds the per-tenant metrics (tenancy/tenant_metrics.py). Speculative decoding's
+metrics: spec_decode_metrics.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from engine.server.request_durations import RequestDurations
+from engine.server.spec_decode_metrics import SpecDecodeMetrics
 from engine.server.startup_stages import StartupStagesCollector
 from engine.server.tenancy.tenant_metrics import TenantMetrics
 from engine.startup_stages import STARTUP_STAGES, mark_stage
@@ -79,6 +81,9 @@ _REQUEST_BUCKETS = (
 
 class EngineMetrics:
     """One server's metrics; `max_loras` is the engine's LoRA weight slots (0: LoRA off)."""
+
+    _spec_decode: SpecDecodeMetrics | None = None
+    """Speculative decoding's, made with the first stats that carry its counters."""
 
     def __init__(self, model_name: str, max_loras: int = 0) -> None:
         self.registry = _registry_with_startup_stages()
@@ -199,6 +204,10 @@ class EngineMetrics:
             previous = None if last is None else getattr(last, field)
             counter.labels(m).inc(_delta(getattr(stats, field), previous))
         self._last_stats = stats
+        if stats.spec_decoding_stats is not None:
+            if self._spec_decode is None:
+                self._spec_decode = SpecDecodeMetrics(self.registry, m)
+            self._spec_decode.observe(stats.spec_decoding_stats)
 
     def observe_outputs(self, stats: IterationStats) -> None:
         m = self.model_name

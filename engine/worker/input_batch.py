@@ -4,8 +4,9 @@ scheduled (decodes first)  | d0 | d1 | p0 p0 p0 p0 | p1 p1 p1 |
 query_start_loc              0    1    2             6          9
 positions                    num_computed_tokens + offset within the step's chunk
 slot_mapping                 block_ids[pos // bs] * bs + pos % bs
-sample_indices               the last row of each request that samples this step, then the rows
-                             whose logits give prompt logprobs (requests that asked for them)
+sample_indices               the last row of each request that samples this step (before its
+                             draft, if it has one), then the rows whose logits give prompt
+                             logprobs (requests that asked for them), then the draft rows
 lora_mapping                 each row's adapter slot (-1: base), LoRA engines only
 pooling_indices              the rows whose final hidden states embedding requests pool, request
                              by request in batch order; None in a step without any (the usual)
@@ -69,6 +70,8 @@ def build_model_inputs(
     prompt_rows = prompt_logprobs_rows(batch, query_start_loc)
     if prompt_rows is not None:
         sample_indices = np.concatenate([sample_indices, prompt_rows])
+    if any(s.draft_token_ids for s in batch):
+        sample_indices = with_draft_rows(batch, sample_rows, sample_indices, query_start_loc)
     meta = AttentionMetadata(
         num_tokens=num_tokens,
         num_seqs=num_seqs,
@@ -109,6 +112,24 @@ def prompt_logprobs_rows(
             for i, s in asking
         ]
     )
+
+
+def with_draft_rows(
+    batch: list[ScheduledRequest],
+    sample_rows: list[int],
+    sample_indices: np.ndarray,
+    query_start_loc: np.ndarray,
+) -> np.ndarray:
+    """Speculative decoding: each sampling row of a request with a draft moved back to its last
+    token before the draft, and each draft token's row appended (request by request, in
+    sampling order): row i of a draft gives the logits that verify draft token i + 1, or, after
+    the last, the token that follows the whole draft."""
+    num_drafts = np.array([len(batch[i].draft_token_ids) for i in sample_rows], dtype=np.int64)
+    sample_indices = sample_indices.copy()
+    sample_indices[: len(sample_rows)] -= num_drafts
+    ends = query_start_loc[1:][sample_rows]
+    draft_rows = [np.arange(end - k, end) for end, k in zip(ends, num_drafts, strict=True) if k]
+    return np.concatenate([sample_indices, *draft_rows])
 
 
 def pooling_rows(

@@ -13,6 +13,7 @@ from engine.attention.kv_quant import cache_head_width
 from engine.core.scheduler_output import (
     LogprobsLists,
     ModelRunnerOutput,
+    SampledToken,
     ScheduledRequest,
     SchedulerOutput,
 )
@@ -20,6 +21,7 @@ from engine.lora.lora_manager import LoRAManager
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.sampling.prompt_logprobs import compute_prompt_logprobs
+from engine.sampling.rejection_sampler import RejectionSampler
 from engine.sampling.sampler import Sampler, SamplingTensors
 from engine.sampling.sampling_batch import build_sampling_tensors
 from engine.sampling.step_seed import step_seed
@@ -60,6 +62,7 @@ class ModelRunner:
         # Tensor parallelism: hands each step's batch to the other ranks before rank 0 runs it.
         self.send_step = send_step
         self.sampler = Sampler(torch.Generator(device="cpu").manual_seed(seed))
+        self.rejection_sampler = RejectionSampler(self.sampler.generator)
         # Per-request generators for requests with their own seed; dropped when they finish.
         self.generators: dict[str, torch.Generator] = {}
         # Guided requests' grammar states (the engine owns it; None until one is needed).
@@ -98,11 +101,16 @@ class ModelRunner:
         if self.send_step is not None:
             self.send_step(batch)
         logits, sampling, pooled_hidden = self.forward(batch)
+        # Draft rows come last (input_batch.py): prompt-logprob rows lie between them and the
+        # sampling rows.
+        drafts_start = logits.shape[0] - sum(len(s.draft_token_ids) for s in sampling)
         prompt_logprobs: dict[str, LogprobsLists] = {}
-        if logits.shape[0] > len(sampling):  # prompt-logprob rows follow the sampling rows
-            prompt_logprobs = compute_prompt_logprobs(logits[len(sampling) :], batch)
+        if drafts_start > len(sampling):
+            prompt_logprobs = compute_prompt_logprobs(logits[len(sampling) : drafts_start], batch)
         result = ModelRunnerOutput({})
-        if sampling:
+        if drafts_start < logits.shape[0]:
+            result = self._sample_and_verify(logits.cpu(), sampling, drafts_start)
+        elif sampling:
             result = self._sample(logits[: len(sampling)].cpu(), sampling)
         result.prompt_logprobs = prompt_logprobs
         if pooled_hidden is not None or self.pooler.has_pending:
@@ -166,6 +174,38 @@ class ModelRunner:
             return self._sample_each(logits, sampling)
         output = ModelRunnerOutput({s.request_id: t for s, t in zip(sampling, tokens, strict=True)})
         return self._advance_grammars(output)
+
+    def _sample_and_verify(
+        self, logits: torch.Tensor, sampling: list[ScheduledRequest], drafts_start: int
+    ) -> ModelRunnerOutput:
+        """A step with drafts: the rows without one sample as in any step; each draft is verified
+        (engine/sampling/rejection_sampler.py) on its request's sampling row and draft rows."""
+        plain = [i for i, s in enumerate(sampling) if not s.draft_token_ids]
+        result = ModelRunnerOutput({})
+        if plain:
+            result = self._sample(logits[plain], [sampling[i] for i in plain])
+        speculating = [s for s in sampling if s.draft_token_ids]
+        rows: list[int] = []
+        for index, s in enumerate(sampling):
+            if s.draft_token_ids:
+                rows += [index, *range(drafts_start, drafts_start + len(s.draft_token_ids))]
+                drafts_start += len(s.draft_token_ids)
+        drafts = [s.draft_token_ids for s in speculating]
+        try:
+            verified = self.rejection_sampler(
+                logits[rows], drafts, [s.sampling_params for s in speculating]
+            )
+        except Exception as e:
+            logger.exception("verifying %d drafts failed", len(speculating))
+            for s in speculating:
+                result.errors[s.request_id] = (
+                    f"internal error while verifying its draft: {type(e).__name__}: {e}"
+                )
+            return result
+        for s, (num_accepted, token_id) in zip(speculating, verified, strict=True):
+            result.sampled[s.request_id] = SampledToken(token_id)
+            result.num_accepted_draft_tokens[s.request_id] = num_accepted
+        return result
 
     def _sample_each(
         self, logits: torch.Tensor, sampling: list[ScheduledRequest]

@@ -206,6 +206,16 @@ def test_step_shaping_is_passed_only_when_set(
     assert args[args.index(flag) + 1] == passed
 
 
+def test_a_speculative_config_is_passed_as_written_and_a_bad_one_is_refused() -> None:
+    assert "--speculative-config" not in engine_args(make_context({}))
+    ngram = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}'
+    args = engine_args(make_context({"engine": {"speculativeConfig": ngram}}))
+    assert args[args.index("--speculative-config") + 1] == ngram
+    eagle = '{"method": "eagle", "num_speculative_tokens": 2}'
+    with pytest.raises(ValueError, match=r"(?s)speculativeConfig.*method 'eagle' is not served"):
+        make_context({"engine": {"speculativeConfig": eagle}})
+
+
 def test_the_cpu_gemm_and_kv_cache_dtypes_are_passed_only_when_not_auto() -> None:
     args = engine_args(make_context({}))
     assert "--cpu-gemm-dtype" not in args and "--kv-cache-dtype" not in args

@@ -20,7 +20,14 @@ from llm_operator.api.responses import ResponsesSpec
 from llm_operator.api.router import RouterSpec
 from llm_operator.api.tenancy import TenancySpec
 from llm_operator.api.tracing import TracingSpec
-from llm_operator.api.types import Quantity, RawObject, SpecModel, cel_rules, section
+from llm_operator.api.types import (
+    Quantity,
+    RawObject,
+    SpecModel,
+    SpeculativeConfigJson,
+    cel_rules,
+    section,
+)
 from llm_operator.names import MAX_NAME_LENGTH
 from pagedock.limits import (
     DEFAULT_BLOCK_SIZE,
@@ -93,6 +100,8 @@ class EngineSpec(SpecModel):
     long_prefill_token_threshold: int = Field(0, ge=0)
     """A prompt with more tokens than this left is prefilled at most this many a step (a short
     request arriving meanwhile starts within a short step); 0 = no cap."""
+    speculative_config: SpeculativeConfigJson | None = None
+    """Speculative decoding as vLLM's `--speculative-config` JSON (docs/server.md); unset: off."""
     tensor_parallel_size: int = Field(1, ge=1)
     """Ranks one engine shards the model over (one GPU each): resources.gpus must equal it when
     GPUs are requested; on CPU the ranks share the pod's cores."""

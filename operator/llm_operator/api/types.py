@@ -7,6 +7,9 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from pagedock.errors import ConfigError
+from pagedock.speculative_config import SpeculativeConfig
+
 QUANTITY_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkMGTPE]i?|Ki|k)?$")
 
 
@@ -21,6 +24,18 @@ Quantity = Annotated[
     AfterValidator(_check_quantity),
     Field(json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": QUANTITY_RE.pattern}),
 ]
+
+
+def _check_speculative_config(value: str) -> str:
+    try:  # the engine's own reading of it, so a bad one never reaches a pod
+        SpeculativeConfig.parse(value)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    return value
+
+
+# vLLM's --speculative-config JSON, passed to the engine as written.
+SpeculativeConfigJson = Annotated[str, AfterValidator(_check_speculative_config)]
 # Kubernetes objects embedded as is (tolerations, affinity, env vars, network peers).
 RawObject = Annotated[
     dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})

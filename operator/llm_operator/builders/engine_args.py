@@ -50,6 +50,7 @@ def _optional_args(ctx: BuildContext) -> list[str]:
         "--num-kv-blocks": engine.num_kv_blocks,
         "--max-step-ms": engine.max_step_ms,
         "--long-prefill-token-threshold": engine.long_prefill_token_threshold or None,
+        "--speculative-config": engine.speculative_config,
         "--responses-store-ttl-s": responses.ttl_seconds,
         "--responses-store-max-entries": responses.max_entries,
     }
