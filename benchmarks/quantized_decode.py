@@ -8,9 +8,10 @@ Both arms are engines in this one process (the same threads, both built before a
 its defaults but for `quantization`. Per repetition and concurrency C, each arm generates the
 same C requests at once (prompts of --prompt-tokens seeded random ids, --max-tokens each,
 greedy, ignore_eos): equal work on both sides, in alternating order (A B, then B A, ...) so the
-drift of a shared machine falls on both alike. The figure is output tokens per second of wall
-time (the short prompts' prefill included), median and range over the repetitions, and the
-ratio of the medians with the range of the per-repetition ratios. Beside it: how many of the
+drift of a shared machine falls on both alike. The figures are output tokens per second of wall
+time and per second of the process's CPU time (the short prompts' prefill included), median and
+range over the repetitions, and the ratio of the medians with the range of the per-repetition
+ratios. Beside it: how many of the
 w8a8 arm's greedy tokens match the bf16 arm's (the whole run's, position by position), and
 the bytes of each arm's weights. Writes benchmarks/results/quantized_decode_<commit>.json.
 """
@@ -35,6 +36,7 @@ from pagedock.limits import DEFAULT_MODEL
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ARMS: dict[str, dict[str, Any]] = {"bf16": {}, "w8a8": {"quantization": "w8a8"}}
+FIGURES = ("output_tokens_per_s", "output_tokens_per_cpu_s")
 
 
 def prompts(vocab: int, count: int, length: int, seed: int) -> list[list[int]]:
@@ -59,16 +61,25 @@ def weight_bytes(model: Any) -> int:
     return total
 
 
-def timed_generate(llm: Any, batch: list[list[int]], max_tokens: int) -> tuple[float, list[int]]:
-    """(output tokens per second, every output token in order) of one batch at once."""
+def timed_generate(
+    llm: Any, batch: list[list[int]], max_tokens: int
+) -> tuple[dict[str, float], list[int]]:
+    """Output tokens per second of wall time and per second of this process's CPU time, and
+    every output token in order, of one batch at once. NOTE: on a machine shared with other
+    work the CPU-time figure is the steadier one: time spent preempted counts in wall time only
+    (with one thread no OpenMP thread spins while waiting for a preempted one)."""
     from engine import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    started = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     outputs = llm.generate(batch, params, use_tqdm=False)
-    seconds = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     tokens = [t for o in outputs for t in o.token_ids]
-    return len(tokens) / seconds, tokens
+    figures = {
+        "output_tokens_per_s": len(tokens) / wall,
+        "output_tokens_per_cpu_s": len(tokens) / cpu,
+    }
+    return figures, tokens
 
 
 def run_all(engines: dict[str, Any], args: argparse.Namespace, vocab: int) -> list[dict[str, Any]]:
@@ -81,10 +92,10 @@ def run_all(engines: dict[str, Any], args: argparse.Namespace, vocab: int) -> li
             timed_generate(llm, batch, 2)
         for rep in range(args.repetitions):
             for name in names if rep % 2 == 0 else names[::-1]:
-                tokens_per_s, tokens = timed_generate(engines[name], batch, args.max_tokens)
+                figures, tokens = timed_generate(engines[name], batch, args.max_tokens)
                 run = {"arm": name, "concurrency": concurrency, "repetition": rep}
-                runs.append(run | {"output_tokens_per_s": tokens_per_s, "tokens": tokens})
-                print(f"{name} c={concurrency} rep {rep}: {tokens_per_s:.1f} tok/s", flush=True)
+                runs.append(run | figures | {"tokens": tokens})
+                print(f"{name} c={concurrency} rep {rep}: {figures}", flush=True)
     return runs
 
 
@@ -99,14 +110,16 @@ def summarize(runs: list[dict[str, Any]], concurrencies: list[int]) -> dict[str,
             )
             for arm in ARMS
         }
-        figures = {arm: [r["output_tokens_per_s"] for r in rs] for arm, rs in by_arm.items()}
         quantized, reference = by_arm["w8a8"][0]["tokens"], by_arm["bf16"][0]["tokens"]
         same = sum(a == b for a, b in zip(quantized, reference, strict=True))
-        summary[str(concurrency)] = {
-            **{arm: vars(spread(values)) for arm, values in figures.items()},
-            "w8a8_over_bf16": vars(ratio(figures["w8a8"], figures["bf16"])),
-            "greedy_tokens_matching_bf16": round(same / len(reference), 4),
-        }
+        entry: dict[str, Any] = {"greedy_tokens_matching_bf16": round(same / len(reference), 4)}
+        for figure in FIGURES:
+            values = {arm: [r[figure] for r in rs] for arm, rs in by_arm.items()}
+            entry[figure] = {
+                **{arm: vars(spread(v)) for arm, v in values.items()},
+                "w8a8_over_bf16": vars(ratio(values["w8a8"], values["bf16"])),
+            }
+        summary[str(concurrency)] = entry
     return summary
 
 
@@ -116,7 +129,10 @@ def build_engines(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, A
 
     engines, resolved = {}, {}
     for name, settings in ARMS.items():
-        llm = LLM(model=args.model, max_model_len=args.prompt_tokens + args.max_tokens, **settings)
+        max_model_len = args.prompt_tokens + args.max_tokens
+        llm = LLM(
+            model=args.model, max_model_len=max_model_len, num_threads=args.num_threads, **settings
+        )
         engines[name] = llm
         resolved[name] = {
             "settings": settings,
@@ -134,6 +150,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompt-tokens", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--num-threads", type=int, default=None, help="default: every core")
     parser.add_argument("--allow-dirty", action="store_true", help="run on uncommitted changes")
     parser.add_argument("--out", type=Path, default=None, help="default: results/, by commit")
     parser.add_argument("--note", default="")
