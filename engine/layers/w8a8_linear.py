@@ -25,7 +25,7 @@ import logging
 import torch
 from torch import nn
 
-from engine.kernels.cpu_kernels import kernels_for
+from engine.kernels.cpu_kernels import kernels_for, load_cpu_kernels
 from engine.layers.cpu_linear import onednn_available
 from pagedock.errors import ConfigError
 
@@ -79,6 +79,11 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if kernels is not None:
         codes, scales = kernels.quantize_rows_u8(x)
         return codes, scales
+    return quantize_rows_in_torch(x)
+
+
+def quantize_rows_in_torch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_rows without the C++ kernels."""
     amax = x.float().abs().amax(dim=1, keepdim=True)
     scales = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
     clamped = (x.float() / scales).clamp_(-127, 127)
@@ -87,7 +92,8 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class W8A8Linear(nn.Module):
     """y = x W^T + b with W as int8 codes and per-output-channel scales, x quantized per token as
-    it comes; the product in `gemm_dtype` (what the bf16 PackedLinear it replaces returns)."""
+    it comes (best in `gemm_dtype`, what the bf16 path hands a linear); the product in float32,
+    the activation dtype of the engines it serves."""
 
     def __init__(self, linear: nn.Linear, gemm_dtype: torch.dtype = torch.bfloat16) -> None:
         super().__init__()
@@ -98,14 +104,19 @@ class W8A8Linear(nn.Module):
         self.packed_weight = torch.ops.onednn.qlinear_prepack(codes, None)
         self.weight_scale = scales
         self.weight_zero_point = torch.zeros(self.out_features, dtype=torch.long)
-        self.bias = None if linear.bias is None else linear.bias.detach().to(gemm_dtype)
+        self.bias = None if linear.bias is None else linear.bias.detach().float()
+        # NOTE: looked up once: per call, the lookup took a third of a batch-1 layer's time.
+        kernels = load_cpu_kernels()
+        self._quantize_rows = (
+            quantize_rows_in_torch if kernels is None else kernels.quantize_rows_u8
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The product in the GEMM dtype, shaped like `x` but for its last dimension."""
-        rows = x.reshape(-1, self.in_features)
-        codes, token_scales = quantize_rows(rows)
+        """The float32 product, shaped like `x` but for its last dimension."""
+        codes, token_scales = self._quantize_rows(x.reshape(-1, self.in_features))
         # The token scales go on after the GEMM (oneDNN takes one input scale for the whole
-        # matrix); the bias after them.
+        # matrix), then the bias. A float32 product takes them in one pass each; a bf16 one
+        # took a widening copy more (a quarter of a batch-1 layer's time).
         out = torch.ops.onednn.qlinear_pointwise(
             codes,
             1.0,
@@ -116,7 +127,7 @@ class W8A8Linear(nn.Module):
             None,
             1.0,
             0,
-            self.gemm_dtype,
+            torch.float32,
             "none",
             [],
             "",
@@ -132,7 +143,7 @@ class W8A8Linear(nn.Module):
 
 def quantize_linears(model: nn.Module, gemm_dtype: torch.dtype = torch.bfloat16) -> int:
     """Swap every float32 CPU nn.Linear in `model` but those KEPT_UNQUANTIZED names for a
-    W8A8Linear whose product is in `gemm_dtype`; returns how many."""
+    W8A8Linear taking its input best in `gemm_dtype`; returns how many."""
     swaps = [
         (parent, name, child)
         for parent in model.modules()
@@ -144,5 +155,5 @@ def quantize_linears(model: nn.Module, gemm_dtype: torch.dtype = torch.bfloat16)
     ]
     for parent, name, child in swaps:
         setattr(parent, name, W8A8Linear(child, gemm_dtype))
-    logger.debug("quantized %d linear layers to W8A8 (products in %s)", len(swaps), gemm_dtype)
+    logger.debug("quantized %d linear layers to W8A8 (inputs in %s)", len(swaps), gemm_dtype)
     return len(swaps)
