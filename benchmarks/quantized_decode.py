@@ -11,9 +11,9 @@ greedy, ignore_eos): equal work on both sides, in alternating order (A B, then B
 drift of a shared machine falls on both alike. The figures are output tokens per second of wall
 time and per second of the process's CPU time (the short prompts' prefill included), median and
 range over the repetitions, and the ratio of the medians with the range of the per-repetition
-ratios. Beside it: how many of the
-w8a8 arm's greedy tokens match the bf16 arm's (the whole run's, position by position), and
-the bytes of each arm's weights. Writes benchmarks/results/quantized_decode_<commit>.json.
+ratios; then, the same way, one prompt of --prefill-tokens alone (prompt tokens per second,
+its one output token included). Beside it: how many of the w8a8 arm's greedy tokens match the
+bf16 arm's (the whole run's, position by position), and the bytes of each arm's weights. Writes benchmarks/results/quantized_decode_<commit>.json.
 """
 
 from __future__ import annotations
@@ -99,6 +99,29 @@ def run_all(engines: dict[str, Any], args: argparse.Namespace, vocab: int) -> li
     return runs
 
 
+def run_prefill(engines: dict[str, Any], args: argparse.Namespace, vocab: int) -> dict[str, Any]:
+    """One prompt of --prefill-tokens and one output token per arm and repetition, alternating:
+    prompt tokens per second of wall and of CPU time, median and range, w8a8 over bf16."""
+    (prompt,) = prompts(vocab, 1, args.prefill_tokens, seed=0)
+    names = list(engines)
+    for llm in engines.values():
+        timed_generate(llm, [prompt], 1)
+    values: dict[str, dict[str, list[float]]] = {f: {n: [] for n in names} for f in FIGURES}
+    for rep in range(args.repetitions):
+        for name in names if rep % 2 == 0 else names[::-1]:
+            figures, _ = timed_generate(engines[name], [prompt], 1)
+            for figure, value in figures.items():  # per output token: scaled to the prompt's
+                values[figure][name].append(value * len(prompt))
+            print(f"{name} prefill rep {rep}: {values['output_tokens_per_cpu_s'][name][-1]:.0f}")
+    return {
+        figure.replace("output", "prompt"): {
+            **{arm: vars(spread(v)) for arm, v in by_arm.items()},
+            "w8a8_over_bf16": vars(ratio(by_arm["w8a8"], by_arm["bf16"])),
+        }
+        for figure, by_arm in values.items()
+    }
+
+
 def summarize(runs: list[dict[str, Any]], concurrencies: list[int]) -> dict[str, Any]:
     """Per concurrency: each arm's median and range, w8a8 over bf16, and greedy agreement."""
     summary: dict[str, Any] = {}
@@ -129,7 +152,7 @@ def build_engines(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, A
 
     engines, resolved = {}, {}
     for name, settings in ARMS.items():
-        max_model_len = args.prompt_tokens + args.max_tokens
+        max_model_len = max(args.prompt_tokens + args.max_tokens, args.prefill_tokens + 1)
         llm = LLM(
             model=args.model, max_model_len=max_model_len, num_threads=args.num_threads, **settings
         )
@@ -150,6 +173,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompt-tokens", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--prefill-tokens", type=int, default=1024, help="0: no prefill figure")
     parser.add_argument("--num-threads", type=int, default=None, help="default: every core")
     parser.add_argument("--allow-dirty", action="store_true", help="run on uncommitted changes")
     parser.add_argument("--out", type=Path, default=None, help="default: results/, by commit")
@@ -172,6 +196,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "arms": resolved,
         "summary": summarize(runs, args.concurrency),
+        "prefill": run_prefill(engines, args, vocab) if args.prefill_tokens else None,
         "runs": [{k: v for k, v in r.items() if k != "tokens"} for r in runs],
     }
     out = args.out or RESULTS / f"quantized_decode_{commit or 'unknown'}.json"
