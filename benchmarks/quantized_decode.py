@@ -13,7 +13,8 @@ time and per second of the process's CPU time (the short prompts' prefill includ
 range over the repetitions, and the ratio of the medians with the range of the per-repetition
 ratios; then, the same way, one prompt of --prefill-tokens alone (prompt tokens per second,
 its one output token included). Beside it: how many of the w8a8 arm's greedy tokens match the
-bf16 arm's (the whole run's, position by position), and the bytes of each arm's weights. Writes benchmarks/results/quantized_decode_<commit>.json.
+bf16 arm's (the whole run's, position by position), and the bytes of each arm's weights.
+Writes benchmarks/results/quantized_decode_<commit>.json.
 """
 
 from __future__ import annotations
@@ -101,13 +102,15 @@ def run_all(engines: dict[str, Any], args: argparse.Namespace, vocab: int) -> li
 
 def run_prefill(engines: dict[str, Any], args: argparse.Namespace, vocab: int) -> dict[str, Any]:
     """One prompt of --prefill-tokens and one output token per arm and repetition, alternating:
-    prompt tokens per second of wall and of CPU time, median and range, w8a8 over bf16."""
-    (prompt,) = prompts(vocab, 1, args.prefill_tokens, seed=0)
+    prompt tokens per second of wall and of CPU time, median and range, w8a8 over bf16. Each
+    repetition's prompt is new (the same for both arms): a repeated one would hit the prefix
+    cache."""
     names = list(engines)
     for llm in engines.values():
-        timed_generate(llm, [prompt], 1)
+        timed_generate(llm, prompts(vocab, 1, args.prefill_tokens, seed=-1), 1)
     values: dict[str, dict[str, list[float]]] = {f: {n: [] for n in names} for f in FIGURES}
     for rep in range(args.repetitions):
+        (prompt,) = prompts(vocab, 1, args.prefill_tokens, seed=rep)
         for name in names if rep % 2 == 0 else names[::-1]:
             figures, _ = timed_generate(engines[name], [prompt], 1)
             for figure, value in figures.items():  # per output token: scaled to the prompt's
