@@ -107,7 +107,8 @@ def run_prefill(engines: dict[str, Any], args: argparse.Namespace, vocab: int) -
     cache."""
     names = list(engines)
     for llm in engines.values():
-        timed_generate(llm, prompts(vocab, 1, args.prefill_tokens, seed=-1), 1)
+        # NOTE: not a seed a repetition uses (random.Random(-1) is Random(1)).
+        timed_generate(llm, prompts(vocab, 1, args.prefill_tokens, seed=args.repetitions), 1)
     values: dict[str, dict[str, list[float]]] = {f: {n: [] for n in names} for f in FIGURES}
     for rep in range(args.repetitions):
         (prompt,) = prompts(vocab, 1, args.prefill_tokens, seed=rep)
