@@ -37,6 +37,7 @@ from pagedock.limits import DEFAULT_MODEL
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ARMS: dict[str, dict[str, Any]] = {"bf16": {}, "w8a8": {"quantization": "w8a8"}}
+_PREFILL_SEED = 1_000_000
 FIGURES = ("output_tokens_per_s", "output_tokens_per_cpu_s")
 
 
@@ -107,11 +108,12 @@ def run_prefill(engines: dict[str, Any], args: argparse.Namespace, vocab: int) -
     cache."""
     names = list(engines)
     for llm in engines.values():
-        # NOTE: not a seed a repetition uses (random.Random(-1) is Random(1)).
-        timed_generate(llm, prompts(vocab, 1, args.prefill_tokens, seed=args.repetitions), 1)
+        # NOTE: seeds no other prompt here uses (random.Random(-1) is Random(1), and the decode
+        # prompts' seeds are their concurrencies): a shared start would hit the prefix cache.
+        timed_generate(llm, prompts(vocab, 1, args.prefill_tokens, seed=_PREFILL_SEED - 1), 1)
     values: dict[str, dict[str, list[float]]] = {f: {n: [] for n in names} for f in FIGURES}
     for rep in range(args.repetitions):
-        (prompt,) = prompts(vocab, 1, args.prefill_tokens, seed=rep)
+        (prompt,) = prompts(vocab, 1, args.prefill_tokens, seed=_PREFILL_SEED + rep)
         for name in names if rep % 2 == 0 else names[::-1]:
             figures, _ = timed_generate(engines[name], [prompt], 1)
             for figure, value in figures.items():  # per output token: scaled to the prompt's
