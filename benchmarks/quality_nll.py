@@ -54,6 +54,8 @@ MODES: dict[str, dict[str, str]] = {
     "gemm-bfloat16": {"cpu_gemm_dtype": "bfloat16", "kv_cache_dtype": "float32"},
     # Weights and activations in bf16.
     "bfloat16": {"dtype": "bfloat16"},
+    # Int8 weights (per output channel) and int8 GEMM inputs (per token), quantized at load.
+    "w8a8": {"quantization": "w8a8"},
 }
 
 
@@ -136,6 +138,7 @@ def pagedock_logprobs(settings: dict[str, str], windows: list[list[int]]) -> dic
         "dtype": str(engine.dtype).removeprefix("torch."),
         "gemm_dtype": str(gemm).removeprefix("torch."),
         "kv_cache_dtype": str(engine.runner.kv_cache_dtype).removeprefix("torch."),
+        "quantization": engine.config.quantization,
     }
     pairs = zip(windows, outputs, strict=True)
     logprobs = [token_logprobs_of(w, o.prompt_logprobs) for w, o in pairs]

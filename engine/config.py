@@ -17,6 +17,7 @@ from pagedock.limits import (
     DEFAULT_MODEL,
     DTYPES,
     KV_CACHE_DTYPES,
+    QUANTIZATION_METHODS,
 )
 from pagedock.options import option_meta
 from pagedock.speculative_config import SpeculativeConfig
@@ -37,6 +38,11 @@ class EngineConfig(TenancyConfig):
     """CPU float32 engines: the dtype the linear layers' weights are packed in and multiplied in
     (activations, norms and attention stay float32; the KV cache's is kv_cache_dtype). auto =
     bfloat16 where the CPU has native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
+    quantization: str | None = None
+    """CPU float32 engines: quantize linear layers' weights at load (vLLM's flag). w8a8 = the
+    QKV, output and gate/up projections' weights in int8 (a scale per output channel) and their
+    inputs too (a scale per token), multiplied on the CPU's VNNI units through oneDNN (half bf16's
+    weight bytes; lossy: docs/server.md has its figures). None = off. Not with LoRA."""
     kv_cache_dtype: str = "auto"
     """The dtype K and V are stored in: auto, float32, bfloat16, or int8. On a float32 CPU engine
     bfloat16 halves the bytes per token (the same kv_cache_memory holds twice the blocks, decode
@@ -156,6 +162,7 @@ class EngineConfig(TenancyConfig):
 
     def __post_init__(self) -> None:
         self._check_numerics_and_placement()
+        self._check_quantization()
         self._check_cache_and_scheduling()
         self._check_lora()
         self._check_tenancy()
@@ -201,6 +208,20 @@ class EngineConfig(TenancyConfig):
         _check(
             self.tensor_parallel_port is None or 1 <= self.tensor_parallel_port <= 65535,
             f"tensor_parallel_port must be in 1..65535, got {self.tensor_parallel_port}",
+        )
+
+    def _check_quantization(self) -> None:
+        """The quantization method, and the settings it needs (the device's are checked when
+        the engine is built: engine/layers/w8a8_linear.py)."""
+        _check(
+            self.quantization is None or self.quantization in QUANTIZATION_METHODS,
+            f"quantization must be one of {QUANTIZATION_METHODS} or unset, "
+            f"got {self.quantization!r}",
+        )
+        _check(
+            self.quantization is None or self.onednn,
+            f"quantization {self.quantization} runs through oneDNN: it needs onednn on "
+            "(drop --no-onednn / PAGEDOCK_ONEDNN=false)",
         )
 
     def _check_cache_and_scheduling(self) -> None:
@@ -262,6 +283,11 @@ class EngineConfig(TenancyConfig):
             not self.enable_lora or self.tensor_parallel_size == 1,
             "enable_lora does not work with tensor parallelism yet: tensor_parallel_size must be "
             f"1, got {self.tensor_parallel_size}",
+        )
+        _check(
+            not self.enable_lora or self.quantization is None,
+            f"enable_lora does not work with quantization {self.quantization} yet: the LoRA "
+            "layers wrap float linears; unset quantization or enable_lora",
         )
         self.lora_paths()  # every entry reads as name=path, each name once
 

@@ -26,6 +26,11 @@ CPU_GEMM_DTYPES: Final[tuple[str, ...]] = get_args(CpuGemmDtype)
 """The dtype a float32 CPU engine's linear layers hold their weights and multiply in; auto =
 bfloat16 where the CPU multiplies bf16 natively (AVX512-BF16 or AMX) and dtype is auto."""
 
+QuantizationMethod = Literal["w8a8"]
+QUANTIZATION_METHODS: Final[tuple[str, ...]] = get_args(QuantizationMethod)
+"""Weight quantization at load (`--quantization`, vLLM's flag): w8a8 = int8 weights (per output
+channel) and int8 inputs (per token) multiplied on the CPU's VNNI units through oneDNN."""
+
 KvCacheDtype = Literal["auto", "float32", "bfloat16", "int8"]
 KV_CACHE_DTYPES: Final[tuple[str, ...]] = get_args(KvCacheDtype)
 """The dtype K and V are stored in; auto = the activation dtype. bfloat16 on a float32 CPU engine

@@ -69,11 +69,15 @@ class PackedLinear(nn.Module):
 
 def gemm_input_dtype(layer: nn.Module) -> torch.dtype | None:
     """The dtype `layer` multiplies in when it casts its input to one (a PackedLinear, or a LoRA
-    wrapper's `base_layer` that is one); None for a layer that takes its input as it comes."""
+    wrapper's `base_layer` that is one), or the dtype a W8A8Linear's product comes in (its
+    input is best in it too: it is what the bf16 path hands it); None for a layer that takes
+    its input as it comes."""
     if isinstance(layer, PackedLinear):
         return layer.gemm_dtype
     if isinstance(layer, nn.Linear):
         return None
+    if isinstance(own := getattr(layer, "gemm_dtype", None), torch.dtype):
+        return own
     base = getattr(layer, "base_layer", None)
     return base.gemm_dtype if isinstance(base, PackedLinear) else None
 

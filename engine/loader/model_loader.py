@@ -15,6 +15,7 @@ import torch
 
 from engine.attention.backend import AttentionBackend
 from engine.layers.cpu_linear import pack_linears
+from engine.layers.w8a8_linear import quantize_linears
 from engine.loader.weights_load_strategy import (
     adopt_as_stored,
     weights_load_strategy,
@@ -131,9 +132,11 @@ def load_model(
     gemm_dtype: torch.dtype | None = None,
     weight_cache: bool = True,
     tp: TPGroup | None = None,
+    quantization: str | None = None,
 ) -> LlamaForCausalLM:
     """Build the model without initialising weights (meta device), then fill it from the file.
     `onednn` packs CPU float32 linears for oneDNN, their weights in `gemm_dtype` (default: `dtype`);
+    `quantization` (`w8a8`) quantizes most of them to int8 instead (EngineConfig's field);
     `weight_cache` reads and writes a GGUF's
     dequantized weights in the pagedock cache (EngineConfig's fields of those names). With `tp`,
     this rank's shard only. The weights load as weights_load_strategy.py's process-wide
@@ -152,12 +155,15 @@ def load_model(
     model.eval()
     num_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if device.type == "cpu":
+        if quantization == "w8a8":  # the layers it leaves are packed next
+            quantize_linears(model, gemm_dtype=gemm_dtype or dtype)
         pack_linears(model, enabled=onednn, gemm_dtype=gemm_dtype or dtype)
     # ru_maxrss is in KiB on Linux: the process's peak resident size so far.
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     mark_stage("weights_loaded")
     rank = "" if tp is None else f" (rank {tp.rank} of {tp.world_size})"
     gemms = f", GEMMs in {gemm_dtype}" if gemm_dtype not in (None, dtype) and onednn else ""
+    gemms = f", {quantization} GEMMs" if quantization else gemms
     print(
         f"pagedock: loaded {path.name}{rank} in {time.perf_counter() - started:.1f}s "
         f"({num_bytes / 1e6:.0f} MB of weights, {dtype}{gemms}; peak RSS {peak_rss_mb:.0f} MB)",

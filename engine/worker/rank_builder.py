@@ -19,6 +19,7 @@ from engine.config import EngineConfig
 from engine.core.scheduler_output import ScheduledRequest
 from engine.device import pick_cpu_gemm_dtype, pick_kv_cache_dtype
 from engine.kernels.cpu_kernels import set_cpu_kernels_enabled
+from engine.layers.w8a8_linear import check_quantization
 from engine.loader.model_loader import load_model
 from engine.model_config import ModelConfig
 from engine.models.llama_lora import build_lora
@@ -42,6 +43,7 @@ def build_runner(
     set_cpu_kernels_enabled(config.cpu_kernels)  # before the backend and layers ask for them
     gemm_dtype = pick_cpu_gemm_dtype(config.cpu_gemm_dtype, config.dtype, dtype, device)
     kv_dtype = pick_kv_cache_dtype(config.kv_cache_dtype, dtype, device, gemm_dtype)
+    check_quantization(config.quantization, dtype, device)
     backend = get_attention_backend(device, config.attention_backend)
     model = load_model(
         model_path,
@@ -54,6 +56,7 @@ def build_runner(
         gemm_dtype=gemm_dtype,
         weight_cache=config.weight_cache,
         tp=tp,
+        quantization=config.quantization,
     )
     lora = build_lora(model, config, dtype, device) if config.enable_lora else None
     num_kv_blocks = pick_num_kv_blocks(

@@ -225,6 +225,12 @@ def test_the_cpu_gemm_and_kv_cache_dtypes_are_passed_only_when_not_auto() -> Non
     assert args[args.index("--kv-cache-dtype") + 1] == "bfloat16"
 
 
+def test_quantization_is_passed_only_when_set() -> None:
+    assert "--quantization" not in engine_args(make_context({}))
+    args = engine_args(make_context({"engine": {"quantization": "w8a8"}}))
+    assert args[args.index("--quantization") + 1] == "w8a8"
+
+
 def test_the_router_s_byte_budgets_are_passed_only_when_set() -> None:
     def router_args(spec: dict[str, Any]) -> list[str]:
         router = find(build_children(make_context(spec)), "Deployment", "chat-router")

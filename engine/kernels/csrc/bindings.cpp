@@ -14,5 +14,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "RMSNorm of every row");
   m.def("fused_add_rms_norm_", &fused_add_rms_norm_,
         "residual += x, then x = RMSNorm(residual), in place (x float32 or bfloat16)");
+  m.def("quantize_rows_u8", &quantize_rows_u8,
+        "per-row symmetric int8 codes + 128 as uint8, and each row's float32 scale (W8A8 input)");
   m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up of a fused [gate | up] projection (float32 or bfloat16)");
 }

@@ -3,6 +3,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <tuple>
+
 // paged_decode_cpu.cpp
 bool paged_decode_supports(int64_t head_dim, int64_t group);
 void paged_decode(at::Tensor query, at::Tensor k_cache, at::Tensor v_cache,
@@ -24,3 +26,6 @@ void fused_add_rms_norm_(at::Tensor x, at::Tensor residual, at::Tensor weight,
 
 // silu_and_mul_cpu.cpp
 at::Tensor silu_and_mul(at::Tensor gate_up);
+
+// quantize_rows_cpu.cpp
+std::tuple<at::Tensor, at::Tensor> quantize_rows_u8(at::Tensor x);

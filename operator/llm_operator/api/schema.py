@@ -4,8 +4,9 @@ Structural means: every node has a `type` (or `x-kubernetes-int-or-string` /
 `x-kubernetes-preserve-unknown-fields`), no `$ref`, no `anyOf` of types, no
 `additionalProperties` beside `properties`, no `null` type. This converter inlines `$defs`,
 folds `X | None` into an optional X, folds `int | str` into int-or-string, writes exclusive bounds
-the OpenAPI v3.0 way (`minimum: 0, exclusiveMinimum: true`; JSON Schema's is a number), and drops
-what Kubernetes does not take (titles, null defaults).
+the OpenAPI v3.0 way (`minimum: 0, exclusiveMinimum: true`; JSON Schema's is a number), writes a
+one-value `Literal` (pydantic's `const`) as a one-value `enum`, and drops what Kubernetes does not
+take (titles, null defaults).
 """
 
 from typing import Any
@@ -32,6 +33,8 @@ def _convert(node: JSONSchema, defs: dict[str, JSONSchema]) -> JSONSchema:
     }
     if out.get("default", 0) is None:
         del out["default"]
+    if "const" in out:  # Kubernetes' schema has no const
+        out["enum"] = [out.pop("const")]
     for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         if not isinstance(out.get(exclusive, True), bool):
             out[bound], out[exclusive] = out[exclusive], True

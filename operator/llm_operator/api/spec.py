@@ -35,6 +35,7 @@ from pagedock.limits import (
     CpuGemmDtype,
     Dtype,
     KvCacheDtype,
+    QuantizationMethod,
 )
 
 
@@ -110,6 +111,9 @@ class EngineSpec(SpecModel):
     cpu_gemm_dtype: CpuGemmDtype = "auto"
     """CPU engines: the dtype the linear layers multiply in; auto = bfloat16 where the CPU has
     native bf16 (AVX512-BF16 or AMX) and dtype is auto, else float32."""
+    quantization: QuantizationMethod | None = None
+    """CPU engines: quantize weights at load; w8a8 = int8 weights and inputs on the VNNI units
+    (lossy: docs/server.md); unset = off. Not with LoRA adapters."""
     kv_cache_dtype: KvCacheDtype = "auto"
     """The dtype K and V are stored in; auto = bfloat16 where the CPU GEMMs are bf16, else the
     activation dtype (GPUs store the activation dtype only)."""

@@ -45,6 +45,7 @@ def _optional_args(ctx: BuildContext) -> list[str]:
         else None,
         "--dtype": _unless_auto(engine.dtype),
         "--cpu-gemm-dtype": _unless_auto(engine.cpu_gemm_dtype),
+        "--quantization": engine.quantization,
         "--kv-cache-dtype": _unless_auto(engine.kv_cache_dtype),
         "--kv-cache-memory": engine.kv_cache_memory,
         "--num-kv-blocks": engine.num_kv_blocks,
