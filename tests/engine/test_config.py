@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import EngineConfig, parse_bytes
+from engine.config import EngineConfig
 from engine.server.cli import build_parser
+from pagedock.byte_size import parse_bytes
 from pagedock.cli import main
 from pagedock.errors import ConfigError, InvalidRequestError
 
