@@ -21,11 +21,14 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import json
 import os
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
+
+from pagedock.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -100,6 +103,25 @@ def options(cls: type, env_prefix: str) -> list[Option]:
             )
         )
     return found
+
+
+def json_object_option(value: str | dict[str, Any], flag: str, cls: type) -> dict[str, Any]:
+    """A flag whose value is a JSON object of the dataclass `cls`'s fields (vLLM's
+    --kv-events-config, --speculative-config), as a dict; the dict itself passes through.
+    ConfigError for text that is not JSON, for anything but an object, and for a key that is no
+    field of `cls`, naming it: a typo must not be dropped silently."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{flag} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag} must be a JSON object")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError(f"{flag}: unknown keys {unknown}; known: {sorted(known)}")
+    return value
 
 
 # ---- the environment -------------------------------------------------------------------------

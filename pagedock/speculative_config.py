@@ -5,11 +5,11 @@ what sets the field (the operator's CRD) can read it as the engine will."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from pagedock.errors import ConfigError
+from pagedock.options import json_object_option
 
 SPECULATIVE_METHODS = ("ngram",)
 # The most draft tokens a step may verify per request: beyond it a draft of copied text is rarely
@@ -54,19 +54,7 @@ class SpeculativeConfig:
         given; method and num_speculative_tokens must be given. ConfigError naming the problem."""
         if isinstance(value, SpeculativeConfig):
             return value
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"--speculative-config is not JSON: {e}") from None
-        if not isinstance(value, dict):
-            raise ConfigError("--speculative-config must be a JSON object")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ConfigError(
-                f"--speculative-config: unknown keys {unknown}; known: {sorted(known)}"
-            )
+        value = json_object_option(value, "--speculative-config", cls)
         for key in ("method", "num_speculative_tokens"):
             if key not in value:
                 raise ConfigError(f"--speculative-config: {key} is required")

@@ -29,11 +29,11 @@ unknown trailing fields ignored, a batch of 2 or 3 elements.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pagedock.errors import ConfigError
+from pagedock.options import json_object_option
 
 END_SEQ = -1
 MEDIUM_GPU = "GPU"
@@ -96,15 +96,7 @@ class KVEventsConfig:
     def from_json(cls, text: str) -> KVEventsConfig:
         """Parse the flag's JSON; unknown keys are an error naming them (a typo must not turn
         the events silently off)."""
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"kv-events-config is not valid JSON: {e}") from e
-        if not isinstance(values, dict):
-            raise ConfigError("kv-events-config must be a JSON object")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        _check(not unknown, f"kv-events-config: unknown keys {unknown}; known: {sorted(known)}")
+        values = json_object_option(text, "--kv-events-config", cls)
         try:
             return cls(**values)
         except TypeError as e:

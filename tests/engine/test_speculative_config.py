@@ -42,7 +42,7 @@ def test_the_offline_api_takes_a_dict() -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("{not json", "is not JSON"),
+        ("{not json", "is not valid JSON"),
         ("[1, 2]", "must be a JSON object"),
         ('{"method": "eagle", "num_speculative_tokens": 2}', "method 'eagle' is not served"),
         ('{"num_speculative_tokens": 2}', "method is required"),

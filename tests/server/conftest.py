@@ -32,20 +32,29 @@ def tiny_server_args(model_dir: Path, *extra: str) -> list[str]:
     return ["--model", str(model_dir), "--num-threads", "1", "--log-level", "warning", *extra]
 
 
-@pytest.fixture(scope="session")
-def tiny_server(
-    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
+def start_tiny_server(
+    model_dir: Path, tmp_path_factory: pytest.TempPathFactory, name: str, *extra: str
+) -> ServerProcess:
+    """A `pagedock serve` of the tiny model with the shared server's pool and context, plus
+    `extra` flags; its log named after it."""
     args = tiny_server_args(
-        tiny_model_dir,
+        model_dir,
         "--num-kv-blocks",
         str(TINY_NUM_KV_BLOCKS),
         "--max-model-len",
         str(TINY_MAX_MODEL_LEN),
-        "--max-num-seqs",
-        "64",
+        *extra,
     )
-    server = start_server(args, tmp_path_factory.mktemp("logs") / "tiny-server.log")
+    return start_server(args, tmp_path_factory.mktemp("logs") / f"{name}.log")
+
+
+@pytest.fixture(scope="session")
+def tiny_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    server = start_tiny_server(
+        tiny_model_dir, tmp_path_factory, "tiny-server", "--max-num-seqs", "64"
+    )
     yield server
     server.stop()
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server.conftest import TINY_MAX_MODEL_LEN, TINY_NUM_KV_BLOCKS, tiny_server_args
-from tests.server.server_process import ServerProcess, start_server
+from tests.server.conftest import start_tiny_server
+from tests.server.server_process import ServerProcess
 from tests.server.test_metrics import scrape
 from tests.tiny_model import TINY_VOCAB
 
@@ -22,16 +22,9 @@ NGRAM = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1
 def spec_server(
     tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    args = tiny_server_args(
-        tiny_model_dir,
-        "--num-kv-blocks",
-        str(TINY_NUM_KV_BLOCKS),
-        "--max-model-len",
-        str(TINY_MAX_MODEL_LEN),
-        "--speculative-config",
-        NGRAM,
+    server = start_tiny_server(
+        tiny_model_dir, tmp_path_factory, "spec-server", "--speculative-config", NGRAM
     )
-    server = start_server(args, tmp_path_factory.mktemp("logs") / "spec-server.log")
     yield server
     server.stop()
 
