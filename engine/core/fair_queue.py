@@ -7,10 +7,18 @@ one request, each tenant's queue proposes its next by its own rule, and the firs
     (its priority, when scheduling_policy is priority;
      a preempted request before the others: it had been admitted once, and must not be starved
      behind newcomers;
+     a light tenant's before the others': one running fewer requests than its share of the
+     running set (the running requests over the tenants running or waiting), as the router
+     lets such a tenant's request go at once (router/flow/flow_controller.py);
      its tenant's virtual token counter: the tenant served the fewest tokens goes first;
      its arrival)
 
-goes. The scheduler charges each tenant's counter with the tokens it computes for it (prompt
+goes. A step whose first newcomer is a light tenant's (or, by priority, more urgent than the
+next) prefills no other tenant's newcomer (no less urgent one) beside it: the light tenant's time
+to first token is one short step, not a step swollen by a heavy tenant's prompts, which follow in
+the next (`shares_step`).
+
+The scheduler charges each tenant's counter with the tokens it computes for it (prompt
 tokens as they are prefilled, one per decoded token: `charge`). A tenant whose first request
 starts waiting is lifted to the lowest counter of the tenants already waiting (when none is, to
 the counter of the last tenant that stopped waiting), so an idle tenant banks no credit
@@ -23,6 +31,7 @@ that tenant's queue's own rule: the order, and nearly the cost, of a plain queue
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Collection, Iterator
 
 from engine.core.request import Request, RequestStatus
@@ -42,6 +51,8 @@ class FairQueue:
         self._num_waiting = 0
         self._last_left: str | None = None
         """The tenant that last stopped waiting: whom a tenant that starts waiting alone joins."""
+        self._light: frozenset[str] = frozenset()
+        """This step's light tenants (`begin_step`)."""
 
     def add(self, request: Request) -> None:
         self._queue_of(request.tenant).add(request)
@@ -81,13 +92,28 @@ class FairQueue:
     def charge(self, tenant: str, num_tokens: int) -> None:
         self.fair_share.charge(tenant, num_tokens)
 
+    def begin_step(self, running: Collection[Request]) -> None:
+        """Which waiting tenants are light beside `running`: fewer of theirs running than the
+        running requests over the tenants running or waiting (none while one tenant waits and
+        none other runs)."""
+        per_tenant = Counter(r.tenant for r in running)
+        tenants = per_tenant.keys() | self._queues.keys()
+        share = len(running) / len(tenants) if len(tenants) > 1 else 0.0
+        self._light = frozenset(t for t in self._queues if per_tenant[t] < share)
+
+    def shares_step(self, first: Request, request: Request) -> bool:
+        if self.policy == "priority" and request.priority > first.priority:
+            return False
+        return request.tenant == first.tenant or first.tenant not in self._light
+
     def select(self, lora_slots: LoRASlots | None = None) -> Request | None:
         """The request to admit next: each tenant's by its queue's rule, then the first of those
-        by (priority, preempted first, counter, arrival); None when none can run now."""
+        by (priority, preempted first, light first, counter, arrival); None when none can run
+        now."""
         if len(self._queues) == 1:
             return next(iter(self._queues.values())).select(lora_slots)
         best: Request | None = None
-        best_key: tuple[int, bool, float, float] | None = None
+        best_key: tuple[int, bool, bool, float, float] | None = None
         for tenant, queue in self._queues.items():
             request = queue.select(lora_slots)
             if request is None:
@@ -99,12 +125,13 @@ class FairQueue:
 
     def _order(
         self, tenant: str, queue: RequestQueue, request: Request
-    ) -> tuple[int, bool, float, float]:
+    ) -> tuple[int, bool, bool, float, float]:
         priority = request.priority if self.policy == "priority" else 0
         # NOTE: a preempted request goes back to its queue's head (FCFS) or its place by arrival
         # (priority): the head tells whether the tenant holds one.
         fresh = queue.peek().status != RequestStatus.PREEMPTED
-        return priority, fresh, self.fair_share.counter(tenant), request.arrival_time
+        heavy = tenant not in self._light
+        return priority, fresh, heavy, self.fair_share.counter(tenant), request.arrival_time
 
     def _first(self) -> tuple[str, RequestQueue]:
         if not self._queues:

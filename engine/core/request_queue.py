@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Protocol
 
 from engine.core.request import Request
@@ -34,6 +34,16 @@ class RequestQueue(Protocol):
 
     def charge(self, tenant: str, num_tokens: int) -> None:
         """`num_tokens` were computed for `tenant`'s requests (what fair sharing counts)."""
+        ...
+
+    def begin_step(self, running: Collection[Request]) -> None:
+        """A step starts admitting newcomers beside the `running` requests."""
+        ...
+
+    def shares_step(self, first: Request, request: Request) -> bool:
+        """May `request`, selected next, be prefilled in the step whose first newcomer was
+        `first`? (No when `first` was put ahead of it for its urgency: the step stays short for
+        it.)"""
         ...
 
 
@@ -69,6 +79,12 @@ class FCFSQueue:
 
     def charge(self, tenant: str, num_tokens: int) -> None:
         pass  # arrival order: what a tenant was served changes nothing
+
+    def begin_step(self, running: Collection[Request]) -> None:
+        pass
+
+    def shares_step(self, first: Request, request: Request) -> bool:
+        return True  # arrival order: no newcomer is more urgent than another
 
 
 class PriorityQueue:
@@ -106,6 +122,12 @@ class PriorityQueue:
 
     def charge(self, tenant: str, num_tokens: int) -> None:
         pass  # priority, then arrival: what a tenant was served changes nothing
+
+    def begin_step(self, running: Collection[Request]) -> None:
+        pass
+
+    def shares_step(self, first: Request, request: Request) -> bool:
+        return request.priority <= first.priority
 
 
 def make_request_queue(policy: str) -> RequestQueue:

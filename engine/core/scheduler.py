@@ -3,7 +3,8 @@
 Each step, running requests go first: their decodes (a token each), then their prefill chunks, the
 shortest remaining first, so a long prompt never holds a decode back; then waiting requests join in
 the waiting queue's order (fair between tenants: engine/core/fair_queue.py) while budget, sequence
-slots and KV blocks last; prefill and decode share the step. With long_prefill_token_threshold,
+slots and KV blocks last, and none less urgent than the step's first (the queue's shares_step);
+prefill and decode share the step. With long_prefill_token_threshold,
 a prompt with more left than that takes at most that many tokens a step (as in vLLM).
 A step with running decodes takes a fifth of the token budget in prefill (all of it while prompts
 awaiting their first token are at least half the decodes), or with an inter-token target
@@ -30,7 +31,7 @@ from engine.core.scheduler_output import (
     ScheduledRequest,
     SchedulerOutput,
 )
-from engine.core.scheduler_stats import KVOccupancy, SchedulerStats, lora_request_counts
+from engine.core.scheduler_stats import SchedulerStats, lora_request_counts
 from engine.core.speculation import Speculation
 from engine.core.step_time import StepTimeModel
 from engine.core.stop_check import append_checked
@@ -117,16 +118,6 @@ class Scheduler:
             **lora_request_counts(self.requests.values() if self.lora_slots else ()),
         )
 
-    def kv_occupancy(self) -> KVOccupancy:
-        """O(running): for benchmarks, not for the step path."""
-        kv = self.kv_cache_manager
-        num_blocks = sum(kv.num_blocks_of(r.request_id) for r in self.running)
-        return KVOccupancy(
-            num_running=len(self.running),
-            num_tokens=sum(r.num_computed_tokens for r in self.running),
-            num_slots=num_blocks * self.block_size,
-        )
-
     # ---- one step ------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
@@ -201,10 +192,15 @@ class Scheduler:
         return budget
 
     def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest], cap: int) -> None:
+        first: Request | None = None
+        self.waiting.begin_step(self.running)
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.select(self.lora_slots)
             if request is None:
                 break  # every waiting request's adapter waits for a LoRA slot
+            if first is not None and not self.waiting.shares_step(first, request):
+                break  # the step stays short for a more urgent newcomer
+            first = first or request
             computed_blocks, num_computed = request.limit_prefix_hit(
                 self.kv_cache_manager.get_computed_blocks(request)[0], self.block_size
             )

@@ -3,7 +3,7 @@ benchmarks) what the running requests hold in the KV cache."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
@@ -11,6 +11,7 @@ from engine.core.request import RequestStatus
 from engine.spec_decode.spec_decoding_stats import SpecDecodingStats
 
 if TYPE_CHECKING:
+    from engine.core.kv_cache_manager import KVCacheManager
     from engine.core.request import Request
 
 
@@ -77,3 +78,14 @@ class KVOccupancy:
     """Tokens whose KV is computed."""
     num_slots: int
     """Token slots of the blocks allocated to hold them."""
+
+
+def kv_occupancy(running: Collection[Request], kv: KVCacheManager, block_size: int) -> KVOccupancy:
+    """What the `running` requests hold in `kv` now. O(running): for benchmarks, not for the
+    step path."""
+    num_blocks = sum(kv.num_blocks_of(r.request_id) for r in running)
+    return KVOccupancy(
+        num_running=len(running),
+        num_tokens=sum(r.num_computed_tokens for r in running),
+        num_slots=num_blocks * block_size,
+    )

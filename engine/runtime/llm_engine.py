@@ -14,7 +14,7 @@ from engine.core.kv_events import KVEventLog, KVSnapshot
 from engine.core.request import Request, RequestStatus, RequestTiming
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
-from engine.core.scheduler_stats import KVOccupancy, SchedulerStats
+from engine.core.scheduler_stats import KVOccupancy, SchedulerStats, kv_occupancy
 from engine.device import pick_device, pick_dtype
 from engine.executor.tp_executor import TPExecutor
 from engine.executor.tp_worker import threads_per_rank
@@ -319,7 +319,8 @@ class LLMEngine:
 
     def kv_occupancy(self) -> KVOccupancy:
         """What the running requests hold in the KV cache now (benchmarks sample it per step)."""
-        return self.scheduler.kv_occupancy()
+        sched = self.scheduler
+        return kv_occupancy(sched.running, sched.kv_cache_manager, sched.block_size)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached prefix block (an AllBlocksCleared event tells the router). Refuses,
