@@ -22,6 +22,8 @@ import logging
 import torch
 from torch import nn
 
+from engine.layers.linear_swap import swap_cpu_float32_linears
+
 logger = logging.getLogger("pagedock.cpu_linear")
 
 # The batch size oneDNN tunes the packed layout for; any batch size works with it.
@@ -89,15 +91,6 @@ def pack_linears(
     returns how many (0 when not `enabled` or oneDNN is unavailable)."""
     if not enabled or not onednn_available():
         return 0
-    swaps = [
-        (parent, name, child)
-        for parent in model.modules()
-        for name, child in parent.named_children()
-        if isinstance(child, nn.Linear)
-        and child.weight.device.type == "cpu"
-        and child.weight.dtype == torch.float32
-    ]
-    for parent, name, child in swaps:
-        setattr(parent, name, PackedLinear(child, gemm_dtype))
-    logger.debug("packed %d linear layers for oneDNN (%s)", len(swaps), gemm_dtype)
-    return len(swaps)
+    packed = swap_cpu_float32_linears(model, lambda linear: PackedLinear(linear, gemm_dtype))
+    logger.debug("packed %d linear layers for oneDNN (%s)", packed, gemm_dtype)
+    return packed

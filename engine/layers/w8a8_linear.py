@@ -27,6 +27,7 @@ from torch import nn
 
 from engine.kernels.cpu_kernels import kernels_for, load_cpu_kernels
 from engine.layers.cpu_linear import onednn_available
+from engine.layers.linear_swap import swap_cpu_float32_linears
 from pagedock.errors import ConfigError
 
 logger = logging.getLogger("pagedock.w8a8_linear")
@@ -144,16 +145,8 @@ class W8A8Linear(nn.Module):
 def quantize_linears(model: nn.Module, gemm_dtype: torch.dtype = torch.bfloat16) -> int:
     """Swap every float32 CPU nn.Linear in `model` but those KEPT_UNQUANTIZED names for a
     W8A8Linear taking its input best in `gemm_dtype`; returns how many."""
-    swaps = [
-        (parent, name, child)
-        for parent in model.modules()
-        for name, child in parent.named_children()
-        if isinstance(child, nn.Linear)
-        and name not in KEPT_UNQUANTIZED
-        and child.weight.device.type == "cpu"
-        and child.weight.dtype == torch.float32
-    ]
-    for parent, name, child in swaps:
-        setattr(parent, name, W8A8Linear(child, gemm_dtype))
-    logger.debug("quantized %d linear layers to W8A8 (inputs in %s)", len(swaps), gemm_dtype)
-    return len(swaps)
+    quantized = swap_cpu_float32_linears(
+        model, lambda linear: W8A8Linear(linear, gemm_dtype), keep=KEPT_UNQUANTIZED
+    )
+    logger.debug("quantized %d linear layers to W8A8 (inputs in %s)", quantized, gemm_dtype)
+    return quantized

@@ -139,15 +139,32 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
+def load_engine(config: EngineConfig) -> LLMEngine:
+    """The engine, with xgrammar's import (the grammar warm-up's first half) on a thread of its
+    own beside the weights' loading, which mostly runs in torch's kernels without the GIL.
+
+    NOTE: an engine that fails to load (a model that won't split, a missing file) returns to the
+    caller only once that import is over. `pagedock serve` in-process (the CLI tests) would
+    otherwise go on importing transformers, which xgrammar imports, while the caller's next
+    import of it runs: transformers' lazy module is not safe to import from two threads, and
+    one of them got "cannot import name 'LlamaConfig'" or "'PreTrainedTokenizerBase'"."""
+    importing = threading.Thread(
+        target=import_module, args=("xgrammar",), name="pagedock-import-xgrammar", daemon=True
+    )
+    importing.start()
+    try:
+        return LLMEngine(config)
+    except BaseException:
+        importing.join()
+        raise
+
+
 def run_server(config: EngineConfig, options: ServerOptions) -> int:
     configure_logging(options.log_level, options.log_format)
     set_cpu_kernels_cache(config.cpu_kernels_cache)
     set_weights_load_strategy(config.weights_load_strategy)
     set_kv_cache_prefault(config.kv_cache_prefault)
-    # xgrammar's import (the warm-up's first half) beside the weights' loading, which mostly
-    # runs in torch's kernels without the GIL.
-    threading.Thread(target=import_module, args=("xgrammar",), daemon=True).start()
-    engine = LLMEngine(config)
+    engine = load_engine(config)
     grammar = engine.guided.warm_up()  # on its pool, while the app is built
     ctx = build_context(engine, options, own_thread=False)
     uv_config = build_uvicorn_config(build_app(ctx), options)

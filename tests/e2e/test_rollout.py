@@ -7,9 +7,12 @@ engine drains, and a new engine takes traffic once its router warmed it.
 
 Checked: no request fails; every stream is whole (one id, [DONE]) and is exactly the greedy answer
 of one revision (never a mix); every answer that starts after the routers see only new-revision
-replicas is the new revision's; time to first token (p99) during the rollouts within 3x of the
-steady state. With a drain deadline shorter than the streams, the streams of a draining engine
-are handed off and resumed on a new replica of the same weights (counted), not cut.
+replicas is the new revision's; time to first token during the rollouts within 3x of the steady
+state's, each phase's tail taken as the slowest of as many answers as the other timed
+(tests/slowest_of.py: the slowest of more is slower by chance alone), the steady state timing
+about as many as the rollouts. With a drain deadline shorter than the streams, the streams of a
+draining engine are handed off and resumed on a new replica of the same weights (counted), not
+cut.
 
 NOTE: the revision is the model source (a second tiny model folder: other weights, the same
 tokenizer and served name), since the emulated cluster has no Hugging Face Hub for `revision`.
@@ -36,6 +39,7 @@ from tests.e2e.rollout_load import (
     timed_cleanly,
     ttfts,
 )
+from tests.slowest_of import slowest_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio, pytest.mark.timeout(1500)]
 NAME = "rollout"
@@ -44,6 +48,10 @@ CLIENTS = 8
 MAX_TOKENS = 2000
 MODEL_LEN = 4096
 STEADY_ANSWERS = 2 * CLIENTS
+# The rollouts time 60 to 80 answers; the steady state about as many, so that their tails compare
+# at the same depth (tests/slowest_of.py). Against 24, three rollout answers a second late failed
+# the 3x bar in a quarter of bootstrap draws (of this machine's TTFTs), against 72 in 95 %.
+TIMED_STEADY_ANSWERS = 8 * CLIENTS
 RESUMED = 'pagedock_router_stream_resumes_total{outcome="resumed"}'
 
 
@@ -145,12 +153,13 @@ def start_load(cluster: Cluster) -> Load:
     return load
 
 
-async def steady_state(load: Load) -> None:
-    """Two answers a client before anything changes: the steady state's figures."""
+async def steady_state(load: Load, answers: int = STEADY_ANSWERS) -> None:
+    """`answers` answers (two a client by default) before anything changes: the steady state's
+    figures."""
     await eventually(
-        lambda: len([a for a in load.answers if not a.failed]) >= STEADY_ANSWERS,
+        lambda: len([a for a in load.answers if not a.failed]) >= answers,
         600,
-        lambda: f"{STEADY_ANSWERS} steady answers, {len(load.answers)} so far",
+        lambda: f"{answers} steady answers, {len(load.answers)} so far",
     )
 
 
@@ -163,24 +172,30 @@ async def answered_after(load: Load, switch: float) -> None:
 
 def report(
     label: str, load: Load, steady: list[Answer], rolling: list[Answer]
-) -> tuple[float, float]:
-    """Print the phases' TTFT; return their p99s, over the answers timed cleanly (no stall of the
-    clients' loop within their wait), of which there must be at least half."""
+) -> tuple[float, float, int]:
+    """Print the phases' TTFT; return each phase's slowest of k, k the smaller phase's count
+    (tests/slowest_of.py), and k, over the answers timed cleanly (no stall of the clients' loop
+    within their wait), of which there must be at least half."""
     clean_steady, clean_rolling = (timed_cleanly(a, load.clients_lag) for a in (steady, rolling))
-    s50, s99 = percentile(ttfts(clean_steady), 0.5), percentile(ttfts(clean_steady), 0.99)
-    r50, r99 = percentile(ttfts(clean_rolling), 0.5), percentile(ttfts(clean_rolling), 0.99)
+    quiet, busy = ttfts(clean_steady), ttfts(clean_rolling)
+    k = min(len(quiet), len(busy))
+    s_k, r_k = slowest_of(quiet, k), slowest_of(busy, k)
     lasted = percentile([a.seconds for a in steady + rolling], 0.5)
     print(
-        f"{label}: TTFT steady p50 {s50 * 1000:.0f} ms p99 {s99 * 1000:.0f} ms "
+        f"{label}: TTFT steady p50 {percentile(quiet, 0.5) * 1000:.0f} ms p99 "
+        f"{percentile(quiet, 0.99) * 1000:.0f} ms slowest of {k} {s_k * 1000:.0f} ms "
         f"({len(clean_steady)} of {len(steady)} answers timed cleanly); during the rollouts p50 "
-        f"{r50 * 1000:.0f} ms p99 {r99 * 1000:.0f} ms ({len(clean_rolling)} of {len(rolling)}); "
-        f"p99 ratio {r99 / s99:.2f}; a stream lasted {lasted:.1f} s (median); the clients' "
-        f"event loop was at most {load.clients_lag.worst_s * 1000:.0f} ms late "
-        f"({len(load.clients_lag.stalls)} stalls), the cluster's {load.lag.worst_s * 1000:.0f} ms"
+        f"{percentile(busy, 0.5) * 1000:.0f} ms p99 {percentile(busy, 0.99) * 1000:.0f} ms "
+        f"slowest of {k} {r_k * 1000:.0f} ms ({len(clean_rolling)} of {len(rolling)}); "
+        f"slowest-of-{k} ratio {r_k / s_k:.2f} (p99 ratio "
+        f"{percentile(busy, 0.99) / percentile(quiet, 0.99):.2f}); a stream lasted {lasted:.1f} s "
+        f"(median); the clients' event loop was at most {load.clients_lag.worst_s * 1000:.0f} ms "
+        f"late ({len(load.clients_lag.stalls)} stalls), the cluster's "
+        f"{load.lag.worst_s * 1000:.0f} ms"
     )
     for clean, answers in ((clean_steady, steady), (clean_rolling, rolling)):
         assert 2 * len(clean) >= len(answers), "the clients' loop stalled too often to time"
-    return s99, r99
+    return s_k, r_k, k
 
 
 def check_whole(answers: list[Answer]) -> None:
@@ -200,7 +215,7 @@ async def test_engine_settings_then_model_revision_roll_out_under_streaming_load
     router = await start_fleet(cluster, first, drain_s=120)
     before = await reference(router, MAX_TOKENS)
     load = start_load(cluster)
-    await steady_state(load)
+    await steady_state(load, TIMED_STEADY_ANSWERS)
     rollout_start = time.monotonic()
     await roll_out(cluster, {"engine": {"maxModelLen": MODEL_LEN, "maxNumSeqs": 32}})
     switch = await roll_out(cluster, {"model": {"source": second, "name": "tiny"}})
@@ -221,14 +236,16 @@ async def test_engine_settings_then_model_revision_roll_out_under_streaming_load
     assert not late_old, f"{len(late_old)} answers from the old revision after the switch"
     steady = load.between(started, rollout_start)
     rolling = load.between(rollout_start, rollout_end)
-    s99, r99 = report("rollout", load, steady, rolling)
+    s_k, r_k, k = report("rollout", load, steady, rolling)
     print(
         f"rollout: {len(answers)} requests, 0 failed; {len(old)} answers from revision 1, "
         f"{len(new)} from revision 2 ({len(load.between(switch, 1e12))} after the switch, all "
         f"revision 2); {resumed:.0f} streams resumed; rollouts took "
         f"{rollout_end - rollout_start:.0f} s, the scenario {time.monotonic() - started:.0f} s"
     )
-    assert r99 <= 3 * s99, f"TTFT p99 {r99:.2f} s during the rollouts, {s99:.2f} s steady"
+    assert r_k <= 3 * s_k, (
+        f"TTFT, the slowest of {k} answers: {r_k:.2f} s during the rollouts, {s_k:.2f} s steady"
+    )
 
 
 async def test_a_drain_deadline_shorter_than_the_streams_hands_them_off(cluster: Cluster) -> None:
