@@ -111,13 +111,22 @@ def cell_verdicts(
     """Each bar whose peer ran in the cell: the ratio (median over median, per-pair range) and
     whether it is met; a bar below its concurrency is reported with `met` None."""
     mine = [r for r in runs if r["cell"] == cell.key]
-    ran = {r["system"] for r in mine}
     verdicts = []
     for bar in cell_bars:
-        if bar.peer not in ran or ours not in ran:
+        pairs = paired_runs(mine, ours, bar.peer)
+        if not pairs:
             continue
-        (entry,) = ratios_between(mine, [(ours, bar.peer)], bar.figure)
+        (entry,) = ratios_between(pairs, [(ours, bar.peer)], bar.figure)
         applies = cell.concurrency >= bar.min_concurrency
         met = bar.met(entry["of_medians"]) if applies else None
         verdicts.append({"cell": cell.key, "bar": bar.describe(), **entry, "met": met})
     return verdicts
+
+
+def paired_runs(runs: list[dict[str, Any]], a: str, b: str) -> list[dict[str, Any]]:
+    """`a`'s and `b`'s runs of the repetitions both ran (a matrix stopped early leaves its last
+    repetition part-run): a ratio pairs repetition i of one with repetition i of the other."""
+    reps_a = {r["repetition"] for r in runs if r["system"] == a}
+    reps_b = {r["repetition"] for r in runs if r["system"] == b}
+    both = reps_a & reps_b
+    return [r for r in runs if r["system"] in (a, b) and r["repetition"] in both]

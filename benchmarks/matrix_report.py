@@ -14,7 +14,7 @@ from benchmarks.comparison_report import fmt_spread, ratios_between, summarize_s
 from benchmarks.llama_server import llama_server_binary, llama_server_model
 from benchmarks.machine import vllm_version
 from benchmarks.matrix_arms import BEST_VLLM, LLAMA, OURS
-from benchmarks.matrix_cells import bars, cell_verdicts
+from benchmarks.matrix_cells import bars, cell_verdicts, paired_runs
 from benchmarks.online_report import memory_by_system, pooled_percentiles
 from benchmarks.result_header import ResultHeader
 
@@ -45,11 +45,15 @@ def per_cell(args: argparse.Namespace, runs: list[dict[str, Any]]) -> dict[str, 
         ratios = []
         if OURS in arms:
             for figure in ("output_tok_s", "ttft_p99_ms", "itl_p99_ms"):
-                ratios += ratios_between(mine, [(OURS, p) for p in peers], figure)
+                ratios += [
+                    entry
+                    for p in peers
+                    for entry in ratios_between(paired_runs(mine, OURS, p), [(OURS, p)], figure)
+                ]
         cells[cell.key] = {
             "summary": summarize_systems(mine, arms, FIGURES),
             "ratios": ratios,
-            "verdicts": cell_verdicts(runs, cell, OURS, cell_bars),
+            "verdicts": cell_verdicts(mine, cell, OURS, cell_bars),
         }
     return cells
 
@@ -64,6 +68,7 @@ def write_matrix_results(
     what = "online matrix (concurrency x prompt mix), streaming, issue 40"
     packages = ("torch", "transformers", "httpx")
     runs = matrix["runs"]
+    expected = args.repetitions * len(args.arms)
     result = {
         **header.finish(what, 40, args.note, packages),
         "vllm": vllm_version(vllm_python()),
@@ -75,6 +80,7 @@ def write_matrix_results(
         },
         "settings": settings_record(args),
         "vllm_grid": grid,
+        "complete": not matrix.get("stopped_early") and len(matrix["memory"]) == expected,
         "run_order": [f"{r['system']} #{r['repetition']} {r['cell']}" for r in runs],
         "cells": per_cell(args, runs),
         "pooled_percentiles": {k: pooled_percentiles(v) for k, v in matrix["pooled"].items()},

@@ -28,6 +28,8 @@ import json
 import os
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,19 +104,22 @@ def serve_cells(
     return runs, results, memory
 
 
-def run_matrix(args: argparse.Namespace) -> dict[str, Any]:
-    """Every (repetition, arm), in interleaved order; each serves every cell."""
-    runs: list[dict[str, Any]] = []
-    pooled: dict[str, list[RequestResult]] = {}
-    memory = []
+def run_matrix(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Every (repetition, arm), in interleaved order; each serves every cell. What has run is
+    saved after each server, and no server starts past `--stop-after-s`."""
+    matrix: dict[str, Any] = {"runs": [], "pooled": {}, "memory": [], "stopped_early": False}
     for rep in range(args.repetitions):
         for arm in args.arms:
+            if time.monotonic() - args.wall_start > args.stop_after_s:
+                matrix["stopped_early"] = True
+                return matrix
             got_runs, got_results, mem = serve_cells(arm, rep, args.cells, args, None)
-            runs += got_runs
+            matrix["runs"] += got_runs
             for run, results in zip(got_runs, got_results, strict=True):
-                pooled.setdefault(f"{run['cell']} {arm}", []).extend(results)
-            memory.append(mem)
-    return {"runs": runs, "pooled": pooled, "memory": memory}
+                matrix["pooled"].setdefault(f"{run['cell']} {arm}", []).extend(results)
+            matrix["memory"].append(mem)
+            save(matrix)
+    return matrix
 
 
 def run_grid(args: argparse.Namespace) -> dict[str, Any]:
@@ -192,6 +197,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=["output_tok_s", "ttft_p99_ms", "itl_p99_ms"],
     )
     parser.add_argument("--lock", type=Path, help="flock this file while each server lives")
+    parser.add_argument(
+        "--stop-after-s", type=float, default=float("inf"), help="start no server after this"
+    )
     parser.add_argument("--note", default="")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -208,6 +216,7 @@ def main() -> None:
     args = parse_args()
     commit = git_commit(HERE.parent)
     header = ResultHeader.begin(commit)
+    args.wall_start = time.monotonic()
     args.arm_settings = ArmSettings(kv_cache_gib=args.kv_cache_gib)
     args.warmup_prompts = warmup_prompts(args)
     args.log_dir = Path(tempfile.mkdtemp(prefix="pagedock-matrix-"))
@@ -218,8 +227,8 @@ def main() -> None:
         args.vllm_best_knobs = grid["best_knobs"]
         print(f"vllm-best: {args.vllm_best_knobs}", flush=True)
     args.arm_settings.vllm_best_knobs = args.vllm_best_knobs or {}
-    matrix = run_matrix(args)
     out = args.out or HERE / "results" / f"online_matrix_{commit}.json"
+    matrix = run_matrix(args, lambda m: write_matrix_results(args, header, m, grid, out))
     write_matrix_results(args, header, matrix, grid, out)
 
 

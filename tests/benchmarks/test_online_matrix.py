@@ -13,6 +13,7 @@ from benchmarks.matrix_cells import (
     cell_workload,
     matrix_cells,
     num_requests,
+    paired_runs,
     parse_cell,
 )
 from benchmarks.online_matrix import parse_args, parse_knobs
@@ -111,3 +112,15 @@ def test_the_best_vllm_arm_needs_its_knobs_or_a_grid(capsys: pytest.CaptureFixtu
     assert "vllm-best needs" in capsys.readouterr().err
     args = parse_args(["--arms", "pagedock", "--concurrency", "8", "--mixes", "chat"])
     assert [c.key for c in args.cells] == ["8:chat"]
+
+
+def test_ratios_pair_only_the_repetitions_both_systems_ran() -> None:
+    same = {"ttft_p99_ms": 1.0, "itl_p99_ms": 1.0}
+    runs = [
+        make_run("pagedock", "8:A", 0, output_tok_s=200, **same),
+        make_run("vllm-best", "8:A", 0, output_tok_s=100, **same),
+        make_run("pagedock", "8:A", 1, output_tok_s=900, **same),
+    ]
+    (verdict, *_) = cell_verdicts(runs, Cell(8, "A"), "pagedock", bars("vllm-best", "x"))
+    assert verdict["of_medians"] == 2.0
+    assert paired_runs(runs, "pagedock", "llama-server") == []
