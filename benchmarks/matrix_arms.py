@@ -97,8 +97,8 @@ def start_arm(
 
 @contextmanager
 def bench_lock(path: Path | None) -> Iterator[None]:
-    """Hold the machine's benchmark lock (flock(1)'s, on the same file) while one server lives,
-    so no other benchmark shares the cores with it; released between servers."""
+    """Hold the machine's benchmark lock (flock(1)'s, on the same file) meanwhile, so no other
+    benchmark shares the cores."""
     if path is None:
         yield
         return

@@ -14,7 +14,9 @@ server lives for one repetition of one arm and serves every cell of it, in the s
 vLLM's start-up (~1-2 min, it compiles afresh each time) per cell would cost more than the
 matrix. Arms are interleaved per repetition (A B C D A B C D); each cell's requests have content
 of their own, so no cell hits the prefix cache an earlier one filled; the server is warmed up
-on requests of its own (each mix) before the first cell.
+on requests of its own (each mix) before the first cell. `--lock FILE` holds the machine's
+benchmark lock (flock) for each repetition, every arm in it, and for the grid, so no other
+benchmark shares the cores meanwhile; others may run between repetitions.
 
 vllm-best: `--vllm-best-knobs`, or the best of `--vllm-grid` (each candidate a vLLM server of its
 own, run once on `--grid-cell`), by `--grid-objective`; the grid's runs are recorded.
@@ -88,19 +90,18 @@ def measure_cell(
 def serve_cells(
     arm: str, rep: int, cells: list[Cell], args: argparse.Namespace, knobs: dict[str, Any] | None
 ) -> tuple[list[dict[str, Any]], list[list[RequestResult]], dict[str, Any]]:
-    """One server of `arm`, under the lock: started, warmed up, every cell once, stopped."""
+    """One server of `arm`: started, warmed up, every cell once, stopped."""
     log = args.log_dir / f"{arm}_{rep}.log"
     runs, results = [], []
-    with bench_lock(args.lock):
-        server = start_arm(arm, args.arm_settings, log, knobs)
-        try:
-            warm_up(server, args.warmup_prompts)
-            for cell in cells:
-                run, got = measure_cell(server, arm, rep, args.cells.index(cell), cell, args)
-                runs.append(run)
-                results.append(got)
-        finally:
-            memory = {"system": arm, "repetition": rep, **server.stop()}
+    server = start_arm(arm, args.arm_settings, log, knobs)
+    try:
+        warm_up(server, args.warmup_prompts)
+        for cell in cells:
+            run, got = measure_cell(server, arm, rep, args.cells.index(cell), cell, args)
+            runs.append(run)
+            results.append(got)
+    finally:
+        memory = {"system": arm, "repetition": rep, **server.stop()}
     return runs, results, memory
 
 
@@ -109,16 +110,17 @@ def run_matrix(args: argparse.Namespace, save: Callable[[dict[str, Any]], None])
     saved after each server, and no server starts past `--stop-after-s`."""
     matrix: dict[str, Any] = {"runs": [], "pooled": {}, "memory": [], "stopped_early": False}
     for rep in range(args.repetitions):
-        for arm in args.arms:
-            if time.monotonic() - args.wall_start > args.stop_after_s:
-                matrix["stopped_early"] = True
-                return matrix
-            got_runs, got_results, mem = serve_cells(arm, rep, args.cells, args, None)
-            matrix["runs"] += got_runs
-            for run, results in zip(got_runs, got_results, strict=True):
-                matrix["pooled"].setdefault(f"{run['cell']} {arm}", []).extend(results)
-            matrix["memory"].append(mem)
-            save(matrix)
+        with bench_lock(args.lock):
+            for arm in args.arms:
+                if time.monotonic() - args.wall_start > args.stop_after_s:
+                    matrix["stopped_early"] = True
+                    return matrix
+                got_runs, got_results, mem = serve_cells(arm, rep, args.cells, args, None)
+                matrix["runs"] += got_runs
+                for run, results in zip(got_runs, got_results, strict=True):
+                    matrix["pooled"].setdefault(f"{run['cell']} {arm}", []).extend(results)
+                matrix["memory"].append(mem)
+                save(matrix)
     return matrix
 
 
@@ -129,9 +131,10 @@ def run_grid(args: argparse.Namespace) -> dict[str, Any]:
     args.cells = [cell]  # the grid's content: repetition index past the matrix's own
     candidates = []
     try:
-        for i, knobs in enumerate(args.vllm_grid):
-            runs, _, mem = serve_cells(BEST_VLLM, args.repetitions + i, [cell], args, knobs)
-            candidates.append({"knobs": knobs, "run": runs[0], "memory": mem})
+        with bench_lock(args.lock):
+            for i, knobs in enumerate(args.vllm_grid):
+                runs, _, mem = serve_cells(BEST_VLLM, args.repetitions + i, [cell], args, knobs)
+                candidates.append({"knobs": knobs, "run": runs[0], "memory": mem})
     finally:
         args.cells = saved
     lower_is_better = args.grid_objective.endswith("_ms")
@@ -196,7 +199,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="output_tok_s",
         choices=["output_tok_s", "ttft_p99_ms", "itl_p99_ms"],
     )
-    parser.add_argument("--lock", type=Path, help="flock this file while each server lives")
+    parser.add_argument("--lock", type=Path, help="flock this file for each repetition, the grid")
     parser.add_argument(
         "--stop-after-s", type=float, default=float("inf"), help="start no server after this"
     )
