@@ -81,6 +81,7 @@ def write_matrix_results(
         "settings": settings_record(args),
         "vllm_grid": grid,
         "complete": not matrix.get("stopped_early") and len(matrix["memory"]) == expected,
+        "failures": matrix.get("failures", []),
         "run_order": [f"{r['system']} #{r['repetition']} {r['cell']}" for r in runs],
         "cells": per_cell(args, runs),
         "pooled_percentiles": {k: pooled_percentiles(v) for k, v in matrix["pooled"].items()},

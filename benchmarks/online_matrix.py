@@ -108,14 +108,20 @@ def serve_cells(
 def run_matrix(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """Every (repetition, arm), in interleaved order; each serves every cell. What has run is
     saved after each server, and no server starts past `--stop-after-s`."""
-    matrix: dict[str, Any] = {"runs": [], "pooled": {}, "memory": [], "stopped_early": False}
+    matrix: dict[str, Any] = {"runs": [], "pooled": {}, "memory": [], "failures": []}
+    matrix["stopped_early"] = False
     for rep in range(args.repetitions):
         with bench_lock(args.lock):
             for arm in args.arms:
                 if time.monotonic() - args.wall_start > args.stop_after_s:
                     matrix["stopped_early"] = True
                     return matrix
-                got_runs, got_results, mem = serve_cells(arm, rep, args.cells, args, None)
+                try:
+                    got_runs, got_results, mem = serve_cells(arm, rep, args.cells, args, None)
+                except (RuntimeError, TimeoutError, OSError) as e:  # a server that fails
+                    print(f"{arm} #{rep} failed: {e}", flush=True)  # leaves the others' runs
+                    matrix["failures"].append({"system": arm, "repetition": rep, "error": str(e)})
+                    continue
                 matrix["runs"] += got_runs
                 for run, results in zip(got_runs, got_results, strict=True):
                     matrix["pooled"].setdefault(f"{run['cell']} {arm}", []).extend(results)
