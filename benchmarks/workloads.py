@@ -30,16 +30,31 @@ def workload_a(
     `seed` fixes the prompt lengths; `content_seed` (default: the same) the token ids. Repeat
     runs against one server vary the content only, so they miss its prefix cache but do exactly
     the same amount of work as the offline run."""
+    return synthetic_workload("A", vocab_size, num_requests, (32, 512), 128, seed, content_seed)
+
+
+def synthetic_workload(
+    name: str,
+    vocab_size: int,
+    num_requests: int,
+    prompt_len_range: tuple[int, int],
+    max_tokens: int,
+    seed: int = 0,
+    content_seed: int | None = None,
+) -> Workload:
+    """Random token-id prompts with lengths uniform in `prompt_len_range` (both ends included),
+    `max_tokens` generated each (greedy, ignore_eos); seeds as workload_a's."""
     rng = random.Random(seed)
     low = min(100, vocab_size // 4)
+    shortest, longest = prompt_len_range
     prompts = [
-        [rng.randrange(low, vocab_size) for _ in range(rng.randint(32, 512))]
+        [rng.randrange(low, vocab_size) for _ in range(rng.randint(shortest, longest))]
         for _ in range(num_requests)
     ]
     if content_seed is not None:
         content = random.Random(content_seed)
         prompts = [[content.randrange(low, vocab_size) for _ in p] for p in prompts]
-    return Workload("A", prompts, max_tokens=128)
+    return Workload(name, prompts, max_tokens=max_tokens)
 
 
 def shared_prefix_workload(
