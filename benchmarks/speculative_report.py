@@ -130,3 +130,27 @@ def markdown(summary: dict[str, Any]) -> str:
 
 def _cell(s: dict[str, float]) -> str:
     return f"{s['median']:.1f} ({s['min']:.1f}-{s['max']:.1f})"
+
+
+def header_line(result: dict[str, Any]) -> str:
+    """What ran, where and when, for the tables of docs/benchmarks.md."""
+    s, machine = result["settings"], result["machine"]
+    flags = ", ".join(flag for flag, present in machine["cpu_flags"].items() if present)
+    head = (
+        f"Speculative decoding on (`{s['speculative_config']}`) vs off, `pagedock serve` "
+        f"side by side (a core and a thread each, swapped every repetition, fresh servers), "
+        f"{s['repetitions']} repetitions; copy_c1 / copy_c4: {s['copy_requests'][0]} / "
+        f"{s['copy_requests'][1]} copy-heavy chat requests at concurrency 1 / 4, up to "
+        f"{s['copy_max_tokens']} tokens; workload_a: {s['a_requests']} requests at concurrency "
+        f"{s['a_concurrency']}, 128 tokens each. {result['started']}, {machine['cpu_model']} "
+        f"({flags}), load average {result['load_average_before'][0]} before, "
+        f"{result['load_average_after'][0]} after; pagedock {result['commit']}. "
+        f"Output tok/s median (min-max). {result['note']}"
+    ).strip()
+    if str(result["commit"]).endswith("+dirty"):
+        head += " The commit is marked `+dirty`: not a result to quote."
+    return head
+
+
+def render(result: dict[str, Any]) -> str:
+    return f"{header_line(result)}\n\n{markdown(result['summary']).strip()}"
