@@ -30,7 +30,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import offline_vs_vllm, online_report, prefix_caching_online, router_report
+from benchmarks import (
+    offline_vs_vllm,
+    online_report,
+    prefix_caching_online,
+    router_report,
+    speculative_report,
+)
 from benchmarks.comparison_report import markdown_table, ratio_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,16 +112,30 @@ RENDERERS: dict[str, Callable[[Result], str]] = {
     "router_smollm2.json": lambda result: router_report.markdown(result).strip(),
     "autoscale_smollm2.json": render_autoscale,
 }
+# Result files named by the commit they ran at (NAME_<commit>.json): rendered by their prefix.
+PREFIX_RENDERERS: dict[str, Callable[[Result], str]] = {
+    "speculative_decode_": speculative_report.render,
+}
+
+
+def renderer_of(name: str) -> Callable[[Result], str]:
+    """The renderer of result file `name`: by its name, or by the prefix before its commit."""
+    if name in RENDERERS:
+        return RENDERERS[name]
+    for prefix, render in PREFIX_RENDERERS.items():
+        if name.startswith(prefix):
+            return render
+    known = [*RENDERERS, *(f"{prefix}<commit>.json" for prefix in PREFIX_RENDERERS)]
+    raise ValueError(f"no renderer for {name}; known: {', '.join(known)}")
 
 
 def render_file(name: str, results: Path = RESULTS) -> str:
     """The text between the markers of `name`: a line naming the file, then its tables."""
-    if name not in RENDERERS:
-        raise ValueError(f"no renderer for {name}; known: {', '.join(RENDERERS)}")
+    render = renderer_of(name)
     path = results / name
     if not path.exists():
         return f"(`benchmarks/results/{name}` not measured yet: run `make bench`)\n"
-    body = RENDERERS[name](json.loads(path.read_text()))
+    body = render(json.loads(path.read_text()))
     return f"From `benchmarks/results/{name}`:\n\n{body}\n"
 
 

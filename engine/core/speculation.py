@@ -47,11 +47,13 @@ class Speculation:
         self.stats.observe_draft(num_draft_tokens, num_accepted_tokens)
         if request.draft_acceptance is None:
             request.draft_acceptance = DraftAcceptance()
-        request.draft_acceptance.observe(num_draft_tokens, num_accepted_tokens)
+        request.draft_acceptance.observe(
+            num_draft_tokens, num_accepted_tokens, request.num_output_tokens
+        )
 
     def propose(self, running: list[Request]) -> None:
         """After a step's update: a draft for each running decode that takes one (and whose
-        drafts are mostly accepted), none for the others."""
+        drafts are not paused for being mostly rejected), none for the others."""
         histories, self._histories = self._histories, {}
         for request in running:
             request.spec_token_ids = ()
@@ -62,7 +64,7 @@ class Speculation:
             if not accepts_drafts(request.sampling_params, request.num_output_tokens):
                 continue
             acceptance = request.draft_acceptance
-            if acceptance is not None and not acceptance.wants_drafts:
+            if acceptance is not None and not acceptance.wants_drafts(request.num_output_tokens):
                 continue
             room = min(
                 self.max_model_len - request.num_tokens - 1,

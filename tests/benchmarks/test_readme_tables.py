@@ -188,3 +188,49 @@ def test_the_pages_in_the_repository_match_the_committed_result_files() -> None:
         text = page.read_text()
         assert readme_tables.marked_blocks(text), f"{page}: no generated tables"
         assert rewrite(text, render_file) == text, f"{page} is stale: run `make bench-readme`"
+
+
+def speculative_result(commit: str) -> dict[str, Any]:
+    from benchmarks.speculative_report import summarize
+
+    runs = [
+        {"scenario": "copy_c1", "arm": "off", "repetition": 0, "output_tok_s": 30.0},
+        {
+            "scenario": "copy_c1",
+            "arm": "on",
+            "repetition": 0,
+            "output_tok_s": 90.0,
+            "outputs_vs_off": {"num_requests": 6, "num_identical": 6},
+            "acceptance": {"num_drafts": 10, "num_draft_tokens": 40, "num_accepted_tokens": 36},
+        },
+    ]
+    return {
+        "started": "2026-12-07 11:00 UTC",
+        "note": "test",
+        "commit": commit,
+        "machine": {"cpu_model": "Some CPU", "cpu_flags": {"avx2": True, "avx512f": False}},
+        "load_average_before": [1.5, 1.0, 0.5],
+        "load_average_after": [2.0, 1.0, 0.5],
+        "settings": {
+            "speculative_config": '{"method": "ngram", "num_speculative_tokens": 4}',
+            "repetitions": 1,
+            "copy_requests": [6, 16],
+            "copy_max_tokens": 256,
+            "a_requests": 64,
+            "a_concurrency": 16,
+        },
+        "summary": summarize(runs, {"copy_c1": 1.8}),
+        "runs": runs,
+    }
+
+
+def test_a_result_named_by_its_commit_is_rendered_by_its_prefix(tmp_path: Path) -> None:
+    name = "speculative_decode_abc1234.json"
+    (tmp_path / name).write_text(json.dumps(speculative_result("abc1234")))
+    text = render_file(name, tmp_path)
+    assert text.startswith(f"From `benchmarks/results/{name}`:")
+    assert "| copy_c1 | 30.0 (30.0-30.0) | 90.0 (90.0-90.0) | **3.00x** (3.00-3.00) |" in text
+    assert "1.80x met | 6/6 | 0.90 |" in text
+    assert "Some CPU (avx2), load average 1.5 before, 2.0 after; pagedock abc1234." in text
+    with pytest.raises(ValueError, match=r"speculative_decode_<commit>\.json"):
+        render_file("speculative.json", tmp_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.spec_decode.draft_acceptance import MIN_DRAFTS, DraftAcceptance
+from engine.spec_decode.draft_acceptance import FIRST_PAUSE_TOKENS, MIN_DRAFTS, DraftAcceptance
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.token_history import TokenHistory
 from pagedock.speculative_config import SpeculativeConfig
@@ -61,21 +61,43 @@ def test_a_long_request_is_proposed_for_quickly() -> None:
     assert proposer(k=4).propose(tokens) == [1, 2, 3, 4]
 
 
-def test_drafts_stop_once_mostly_rejected_after_a_few() -> None:
+def test_drafts_pause_once_mostly_rejected_after_a_few() -> None:
     acceptance = DraftAcceptance()
-    for _ in range(MIN_DRAFTS - 1):
-        acceptance.observe(4, 0)
-        assert acceptance.wants_drafts  # too few drafts to judge
-    acceptance.observe(4, 0)
-    assert not acceptance.wants_drafts
+    for output in range(MIN_DRAFTS - 1):
+        acceptance.observe(4, 0, output)
+        assert acceptance.wants_drafts(output + 1)  # too few drafts to judge
+    acceptance.observe(4, 0, 10)
+    assert not acceptance.wants_drafts(11)
+    assert not acceptance.wants_drafts(10 + FIRST_PAUSE_TOKENS - 1)
+    assert acceptance.wants_drafts(10 + FIRST_PAUSE_TOKENS)
+
+
+def test_after_a_pause_one_rejected_draft_pauses_again_twice_as_long() -> None:
+    acceptance = DraftAcceptance()
+    for _ in range(MIN_DRAFTS):
+        acceptance.observe(4, 0, 0)
+    resumed = FIRST_PAUSE_TOKENS
+    acceptance.observe(4, 1, resumed)  # a quarter accepted: paused again
+    assert not acceptance.wants_drafts(resumed + 2 * FIRST_PAUSE_TOKENS - 1)
+    assert acceptance.wants_drafts(resumed + 2 * FIRST_PAUSE_TOKENS)
+
+
+def test_after_a_pause_one_mostly_accepted_draft_brings_the_drafts_back() -> None:
+    acceptance = DraftAcceptance()
+    for _ in range(MIN_DRAFTS):
+        acceptance.observe(4, 0, 0)
+    acceptance.observe(4, 2, FIRST_PAUSE_TOKENS)  # the copy resumed
+    for output in range(FIRST_PAUSE_TOKENS + 1, FIRST_PAUSE_TOKENS + 20):
+        assert acceptance.wants_drafts(output)
+        acceptance.observe(4, 4, output)
 
 
 def test_drafts_go_on_while_mostly_accepted() -> None:
     acceptance = DraftAcceptance()
-    for _ in range(20):
-        acceptance.observe(4, 3)
-        acceptance.observe(4, 0)
-    assert acceptance.wants_drafts
+    for output in range(20):
+        acceptance.observe(4, 3, 2 * output)
+        acceptance.observe(4, 0, 2 * output + 1)
+    assert acceptance.wants_drafts(40)
 
 
 @pytest.mark.parametrize(
