@@ -13,10 +13,10 @@ one request, each tenant's queue proposes its next by its own rule, and the firs
      its tenant's virtual token counter: the tenant served the fewest tokens goes first;
      its arrival)
 
-goes. A step whose first newcomer is a light tenant's (or, by priority, more urgent than the
-next) prefills no other tenant's newcomer (no less urgent one) beside it: the light tenant's time
-to first token is one short step, not a step swollen by a heavy tenant's prompts, which follow in
-the next (`shares_step`).
+goes. A step beside running requests whose first newcomer is a light tenant's (or, by priority,
+more urgent than the next) prefills no other tenant's newcomer (no less urgent one) beside it:
+the light tenant's time to first token is one short step, not a step swollen by a heavy tenant's
+prompts, which follow in the next (`shares_step`).
 
 The scheduler charges each tenant's counter with the tokens it computes for it (prompt
 tokens as they are prefilled, one per decoded token: `charge`). A tenant whose first request
@@ -53,6 +53,8 @@ class FairQueue:
         """The tenant that last stopped waiting: whom a tenant that starts waiting alone joins."""
         self._light: frozenset[str] = frozenset()
         """This step's light tenants (`begin_step`)."""
+        self._busy = False
+        """Whether this step's newcomers join running requests (`begin_step`)."""
 
     def add(self, request: Request) -> None:
         self._queue_of(request.tenant).add(request)
@@ -100,9 +102,10 @@ class FairQueue:
         tenants = per_tenant.keys() | self._queues.keys()
         share = len(running) / len(tenants) if len(tenants) > 1 else 0.0
         self._light = frozenset(t for t in self._queues if per_tenant[t] < share)
+        self._busy = bool(running)
 
     def shares_step(self, first: Request, request: Request) -> bool:
-        if self.policy == "priority" and request.priority > first.priority:
+        if self._busy and self.policy == "priority" and request.priority > first.priority:
             return False
         return request.tenant == first.tenant or first.tenant not in self._light
 

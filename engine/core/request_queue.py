@@ -42,8 +42,8 @@ class RequestQueue(Protocol):
 
     def shares_step(self, first: Request, request: Request) -> bool:
         """May `request`, selected next, be prefilled in the step whose first newcomer was
-        `first`? (No when `first` was put ahead of it for its urgency: the step stays short for
-        it.)"""
+        `first`? (No when `first` was put ahead of it for its urgency beside running requests:
+        the step stays short for it. An idle engine prefills its newcomers together.)"""
         ...
 
 
@@ -93,6 +93,8 @@ class PriorityQueue:
     def __init__(self) -> None:
         self._heap: list[tuple[int, float, int, Request]] = []
         self._counter = itertools.count()
+        self._busy = False
+        """Whether this step's newcomers join running requests (`begin_step`)."""
 
     def add(self, request: Request) -> None:
         key = (request.priority, request.arrival_time, next(self._counter), request)
@@ -124,10 +126,10 @@ class PriorityQueue:
         pass  # priority, then arrival: what a tenant was served changes nothing
 
     def begin_step(self, running: Collection[Request]) -> None:
-        pass
+        self._busy = bool(running)
 
     def shares_step(self, first: Request, request: Request) -> bool:
-        return request.priority <= first.priority
+        return not self._busy or request.priority <= first.priority
 
 
 def make_request_queue(policy: str) -> RequestQueue:

@@ -57,12 +57,13 @@ def test_tenants_at_their_share_share_a_step_as_before() -> None:
     assert sorted(newcomers(sched)) == sorted([first.request_id, second.request_id])
 
 
-def test_an_idle_engine_prefills_every_tenants_prompts_together() -> None:
-    sched = make_scheduler(max_num_batched_tokens=2048)
-    requests = [make_request(64, tenant=t, arrival_time=i) for i, t in enumerate("abc")]
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_an_idle_engine_prefills_every_tenants_prompts_together(policy: str) -> None:
+    sched = make_scheduler(max_num_batched_tokens=2048, scheduling_policy=policy)
+    requests = [make_request(64, tenant=t, priority=i, arrival_time=i) for i, t in enumerate("abc")]
     for request in requests:
         sched.add_request(request)
-    assert len(newcomers(sched)) == 3  # nobody runs: nobody is light
+    assert len(newcomers(sched)) == 3  # nobody runs: nobody is light, none more urgent
 
 
 @pytest.mark.parametrize("fairness", ["vtc", "fcfs"])
