@@ -13,6 +13,13 @@ add-and-norm and SiLU kernels widen it as they read and round their output back 
 GEMM's input; the attention backend writes o_proj's input in the dtype `gemm_input_dtype` names),
 so most GEMMs need no cast pass on either side; the model casts the rest (the QKV product before
 rotary and the cache) back to its activation dtype.
+
+A row's product must not depend on the rows beside it: speculative decoding's greedy outputs are
+identical to decoding without it only if a verification pass (several rows of one sequence) gives
+each row the bits a one-row decode step gives it. oneDNN multiplies a lone row through another
+kernel than a batch's for some shapes (bf16, 1536 inputs on an AVX-512 EPYC: one row in nine
+rounded differently), so each shape is probed once at load, and where a lone row differs it is
+multiplied as two (the cost of a second row in a weight-bound GEMV: ~4 us of ~60).
 """
 
 from __future__ import annotations
@@ -28,6 +35,12 @@ logger = logging.getLogger("pagedock.cpu_linear")
 
 # The batch size oneDNN tunes the packed layout for; any batch size works with it.
 _PACK_BATCH_HINT = 64
+# Outputs of the load-time probe comparing lone rows' products with the same rows in a batch (a
+# kernel's rounding differs in a few outputs in ten thousand: narrow layers get more rows).
+_PROBE_OUTPUTS = 1 << 16
+_PROBE_ROWS = (8, 128)
+# Whether a lone row's product differs from a batch's, per (in, out, dtype) (one probe per shape).
+_LONE_ROW_DIFFERS: dict[tuple[int, int, torch.dtype], bool] = {}
 
 
 def onednn_available() -> bool:
@@ -61,12 +74,36 @@ class PackedLinear(nn.Module):
             linear.weight.detach().to(gemm_dtype), _PACK_BATCH_HINT
         )
         self.bias = None if linear.bias is None else linear.bias.detach().to(gemm_dtype)
+        self.pad_lone_row = _lone_row_differs(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The product in the GEMM dtype (the caller casts it where it needs another)."""
-        return torch.ops.mkldnn._linear_pointwise(
-            x.to(self.gemm_dtype), self.packed_weight, self.bias, "none", [], ""
-        )
+        x = x.to(self.gemm_dtype)
+        if self.pad_lone_row and x.numel() == self.in_features:
+            rows = x.reshape(1, self.in_features).expand(2, -1).contiguous()
+            return self._product(rows)[:1].reshape(*x.shape[:-1], self.out_features)
+        return self._product(x)
+
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+
+
+def _lone_row_differs(layer: PackedLinear) -> bool:
+    """Whether oneDNN gives a lone row of `layer`'s shape other bits than the same row in a batch
+    (probed once per shape, on seeded random rows)."""
+    key = (layer.in_features, layer.out_features, layer.gemm_dtype)
+    if key not in _LONE_ROW_DIFFERS:
+        fewest, most = _PROBE_ROWS
+        rows = max(fewest, min(most, -(-_PROBE_OUTPUTS // layer.out_features)))
+        generator = torch.Generator().manual_seed(0)
+        probe = torch.randn(rows, layer.in_features, generator=generator).to(layer.gemm_dtype)
+        with torch.no_grad():
+            batch = layer._product(probe)
+            _LONE_ROW_DIFFERS[key] = any(
+                not torch.equal(layer._product(probe[i : i + 1]), batch[i : i + 1])
+                for i in range(rows)
+            )
+    return _LONE_ROW_DIFFERS[key]
 
 
 def gemm_input_dtype(layer: nn.Module) -> torch.dtype | None:
