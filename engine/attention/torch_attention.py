@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from engine.attention.backend import AttentionMetadata
 from engine.attention.kv_quant import dequantize_rows, quantize_rows
+from pagedock.speculative_config import MAX_NUM_SPECULATIVE_TOKENS
 
 
 def write_kv_cache(
@@ -216,6 +217,10 @@ class TorchAttentionBackend:
 # and SDPA's tiled GEMMs (which read each K/V tile once per block of queries) win. Below it the
 # per-row kernel was faster: workload A's prefills (32-512 tokens) 8 % faster end to end.
 PER_ROW_PREFILL_MAX_CONTEXT = 2048
+# Rows of one sequence in a step that go through the per-row kernel at any context: a speculative
+# verification pass (num_speculative_tokens + 1 rows) must give each row the bits a one-row decode
+# step gives it, and SDPA sums in another order. Longer chunks of long contexts go through SDPA.
+PER_ROW_MAX_QUERY_LEN = MAX_NUM_SPECULATIVE_TOKENS + 1
 
 
 def per_token_context(meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -235,7 +240,9 @@ def per_token_context(meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tens
         starts = torch.tensor(meta.query_start_loc_cpu)
         query_lens = starts[1:] - starts[:-1]
         context = torch.tensor(meta.seq_lens_cpu)
-        long_prefill = (query_lens > 1) & (context > PER_ROW_PREFILL_MAX_CONTEXT)
+        long_prefill = (query_lens > PER_ROW_MAX_QUERY_LEN) & (
+            context > PER_ROW_PREFILL_MAX_CONTEXT
+        )
         seq_index = torch.repeat_interleave(torch.arange(meta.num_seqs), query_lens)
         offset_in_seq = torch.arange(meta.num_tokens) - starts[:-1][seq_index]
         first = context - query_lens  # context before the step

@@ -14,7 +14,7 @@ from engine.attention.torch_attention import (
 from engine.kernels.cpu_kernels import load_cpu_kernels
 from engine.layers.norm import rms_norm_reference
 from engine.layers.rotary import rotate_reference
-from tests.engine.attention_factories import forward_both_backends, mixed_step
+from tests.engine.attention_factories import attention_metadata, forward_both_backends, mixed_step
 
 kernels = load_cpu_kernels()
 pytestmark = pytest.mark.skipif(kernels is None, reason="no C++ toolchain to build the kernels")
@@ -212,10 +212,21 @@ def test_cpu_backend_matches_the_reference_on_a_mixed_step(
     per_row_max_context: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Decodes, a fresh prompt, a chunk over a cached prefix, a long chunk: every row through
-    # the per-row kernel, or (limit 20) the two longest prefills through SDPA beside it.
+    # the per-row kernel, or (limit 20) the chunk of 37 through SDPA beside it.
     monkeypatch.setattr(torch_attention, "PER_ROW_PREFILL_MAX_CONTEXT", per_row_max_context)
     step = mixed_step()
     out, expected = forward_both_backends(step, step.k_cache, step.v_cache)
     long_prefills = torch_attention.per_token_context(step.meta)[2]
-    assert long_prefills == ([] if per_row_max_context == 2048 else [4, 5])
+    assert long_prefills == ([] if per_row_max_context == 2048 else [5])
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_verification_pass_at_a_long_context_goes_through_the_per_row_kernel() -> None:
+    # A decode, a speculative verification pass (five rows) and a 40-token chunk, all of
+    # 3,000-token contexts: the pass's rows go through the per-row kernel as a decode's would
+    # (the same bits), only the chunk through SDPA.
+    meta, _ = attention_metadata([1, 5, 40], [3000, 3000, 3000], 16, torch.Generator())
+    _, lens, long_prefills = torch_attention.per_token_context(meta)
+    assert long_prefills == [2]
+    assert lens[:6].tolist() == [3000, 2996, 2997, 2998, 2999, 3000]
+    assert not lens[6:].any()

@@ -114,7 +114,7 @@ def test_cpu_backend_over_a_bf16_cache_matches_the_torch_path_on_a_mixed_step(
     per_row_max_context: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Decodes, a fresh prompt, a chunk over a cached prefix, a long chunk: through the per-row
-    # kernel, or (limit 20) the two longest prefills through SDPA; the pure-torch backend
+    # kernel, or (limit 20) the chunk of 37 through SDPA; the pure-torch backend
     # (--no-cpu-kernels) over its own bf16 cache gives the same output and the same cache.
     monkeypatch.setattr(torch_attention, "PER_ROW_PREFILL_MAX_CONTEXT", per_row_max_context)
     step = mixed_step()
@@ -139,6 +139,7 @@ def test_prefills_through_sdpa_see_the_same_rounded_kv_as_the_kernel(
     query, key, value = qkv.split([6, 2, 2], dim=1)
     per_row = TorchAttentionBackend().forward(query, key, value, k_cache, v_cache, meta, 0.2)
     monkeypatch.setattr(torch_attention, "PER_ROW_PREFILL_MAX_CONTEXT", 1)
+    monkeypatch.setattr(torch_attention, "PER_ROW_MAX_QUERY_LEN", 1)
     meta.backend_cache.clear()
     through_sdpa = TorchAttentionBackend().forward(query, key, value, k_cache, v_cache, meta, 0.2)
     assert torch_attention.per_token_context(meta)[2] == [1, 2]

@@ -76,7 +76,7 @@ def test_cpu_backend_over_an_int8_cache_matches_the_torch_path_on_a_mixed_step(
     per_row_max_context: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Decodes, a fresh prompt, a chunk over a cached prefix, a long chunk: through the per-row
-    # kernel, or (limit 20) the two longest prefills through SDPA; the pure-torch backend over
+    # kernel, or (limit 20) the chunk of 37 through SDPA; the pure-torch backend over
     # its own int8 cache gives the same output and the same cache bytes.
     monkeypatch.setattr(torch_attention, "PER_ROW_PREFILL_MAX_CONTEXT", per_row_max_context)
     step = mixed_step()
