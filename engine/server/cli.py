@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from engine.config import EngineConfig
 from engine.server.openai.context import ServerOptions
+from engine.server.openmp_wait import default_wait_policy
 from pagedock.errors import PagedockError
 from pagedock.options import add_options, values_for
 
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = EngineConfig(**values_for(EngineConfig, ns))
         options = ServerOptions(**values_for(ServerOptions, ns))
+        default_wait_policy(os.environ)  # before torch loads OpenMP
         from engine.server.serve import run_server  # torch, fastapi: only once the flags are good
         from engine.startup_stages import mark_stage
 

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from benchmarks.llama_server import context_tokens, llama_server_flags
+from benchmarks.matrix_arms import arm_environment, parse_arm
 from benchmarks.matrix_cells import (
     Cell,
     bars,
@@ -124,3 +125,16 @@ def test_ratios_pair_only_the_repetitions_both_systems_ran() -> None:
     (verdict, *_) = cell_verdicts(runs, Cell(8, "A"), "pagedock", bars("vllm-best", "x"))
     assert verdict["of_medians"] == 2.0
     assert paired_runs(runs, "pagedock", "llama-server") == []
+
+
+def test_a_pagedock_arm_may_set_environment_variables() -> None:
+    arm = "pagedock+GOMP_SPINCOUNT=300000+OMP_PROC_BIND=close"
+    assert parse_args(["--arms", "pagedock", arm]).arms == ["pagedock", arm]
+    assert arm_environment(arm) == {"GOMP_SPINCOUNT": "300000", "OMP_PROC_BIND": "close"}
+    assert arm_environment("pagedock") == {}
+
+
+@pytest.mark.parametrize("arm", ["vllm+X=1", "pagedock+", "pagedock+X", "sglang"])
+def test_an_unknown_or_malformed_arm_is_refused(arm: str) -> None:
+    with pytest.raises(ValueError, match="arm"):
+        parse_arm(arm)
