@@ -13,7 +13,7 @@ from benchmarks.bench_systems import vllm_environment, vllm_model, vllm_python
 from benchmarks.comparison_report import fmt_spread, ratios_between, summarize_systems
 from benchmarks.llama_server import llama_server_binary, llama_server_model
 from benchmarks.machine import vllm_version
-from benchmarks.matrix_arms import BEST_VLLM, LLAMA, OURS, arm_environment
+from benchmarks.matrix_arms import BEST_VLLM, ENV_ARM_PREFIX, LLAMA, OURS, arm_environment
 from benchmarks.matrix_cells import bars, cell_verdicts, paired_runs
 from benchmarks.online_report import memory_by_system, pooled_percentiles
 from benchmarks.result_header import ResultHeader
@@ -142,4 +142,22 @@ def matrix_markdown(result: dict[str, Any]) -> str:
                 f"| {key} | {v['bar']} | {v['of_medians']:.2f} "
                 f"({v['pair_min']:.2f}–{v['pair_max']:.2f}) | {met} |"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + control_arm_lines(result)) + "\n"
+
+
+def control_arm_lines(result: dict[str, Any]) -> list[str]:
+    """pagedock over each `pagedock+NAME=VALUE` arm, every figure, per cell (none without)."""
+    rows = [
+        f"| {key} | pagedock / {r['against']} | {r['figure']} | {r['of_medians']:.2f} "
+        f"({r['pair_min']:.2f}–{r['pair_max']:.2f}) |"
+        for key, cell in result["cells"].items()
+        for r in cell.get("ratios", [])
+        if r["against"].startswith(ENV_ARM_PREFIX)
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        "| cell | ratio | figure | median over median (pair range) |",
+        "|---|---|---|---|",
+    ] + rows

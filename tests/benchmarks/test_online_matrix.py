@@ -17,6 +17,7 @@ from benchmarks.matrix_cells import (
     paired_runs,
     parse_cell,
 )
+from benchmarks.matrix_report import control_arm_lines
 from benchmarks.online_matrix import parse_args, parse_knobs
 from benchmarks.workloads import workload_a
 
@@ -138,3 +139,17 @@ def test_a_pagedock_arm_may_set_environment_variables() -> None:
 def test_an_unknown_or_malformed_arm_is_refused(arm: str) -> None:
     with pytest.raises(ValueError, match="arm"):
         parse_arm(arm)
+
+
+def test_the_report_gives_pagedock_over_each_control_arm() -> None:
+    ratio = {"figure": "output_tok_s", "of_medians": 1.27, "pair_min": 0.94, "pair_max": 1.38}
+    cells = {
+        "1:A": {"ratios": [ratio | {"against": "pagedock+GOMP_SPINCOUNT=300000"}]},
+        "8:A": {"ratios": [ratio | {"against": "vllm-best"}]},
+    }
+    lines = control_arm_lines({"cells": cells})
+    assert lines[-1] == (
+        "| 1:A | pagedock / pagedock+GOMP_SPINCOUNT=300000 | output_tok_s | 1.27 (0.94–1.38) |"
+    )
+    assert len(lines) == 4
+    assert control_arm_lines({"cells": {"8:A": cells["8:A"]}}) == []
