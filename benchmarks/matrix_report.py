@@ -156,8 +156,9 @@ def control_arm_lines(result: dict[str, Any]) -> list[str]:
     ]
     if not rows:
         return []
-    return [
+    header = [
         "",
         "| cell | ratio | figure | median over median (pair range) |",
         "|---|---|---|---|",
-    ] + rows
+    ]
+    return [*header, *rows]
