@@ -123,7 +123,7 @@ def command_and_spec(
     assert python is not None  # pick_systems refuses vLLM systems without it
     command = [python, str(HERE / "peers" / "vllm_offline.py")]
     engine_args = vllm_engine_args(
-        settings, system, args.vllm_best_knobs if knobs is None else knobs
+        settings, system, getattr(args, "vllm_best_knobs", None) if knobs is None else knobs
     )
     return command, base | {"model": vllm_model(), "engine_args": engine_args}, vllm_env(settings)
 

@@ -66,6 +66,12 @@ def render_offline(result: Result) -> str:
     return f"{offline_vs_vllm.header_line(result)}\n\n{table}\n\n{ratio_lines(result['ratios'])}"
 
 
+def render_offline_best(result: Result) -> str:
+    """The offline table with vLLM at its best knobs, and which knobs (a grid's pick)."""
+    best = offline_vs_vllm.best_knobs_line(result["vllm_best_knobs"], result["vllm_grid"])
+    return render_offline(result) + "\n" + best.rstrip()
+
+
 def render_online(result: Result) -> str:
     return online_report.online_markdown(result, result["summary"], result["ratios"]).strip()
 
@@ -115,6 +121,7 @@ RENDERERS: dict[str, Callable[[Result], str]] = {
 # Result files named by the commit they ran at (NAME_<commit>.json): rendered by their prefix.
 PREFIX_RENDERERS: dict[str, Callable[[Result], str]] = {
     "speculative_decode_": speculative_report.render,
+    "offline_vs_vllm_best_": render_offline_best,
 }
 
 

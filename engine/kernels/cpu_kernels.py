@@ -52,6 +52,8 @@ _loaded_path: str | None = None
 # Import a JIT build recorded on this machine without torch's up-to-date check
 # (EngineConfig.cpu_kernels_cache; the server sets it before building the engine).
 _use_build_record = True
+# Whether the "kernels_ready" start-up stage is marked (once: it keeps its first time anyway).
+_marked_ready = False
 
 
 def _cpu_identity() -> str:
@@ -80,11 +82,19 @@ def load_cpu_kernels(enabled: bool | None = None) -> ModuleType | None:
     """The compiled module; None when disabled (by `enabled`, else by the process switch) or
     when it can't be built here."""
     if not (_enabled if enabled is None else enabled):
-        mark_stage("kernels_ready")  # none to load
+        _mark_ready()  # none to load
         return None
     module = _build_cpu_kernels()
-    mark_stage("kernels_ready")
+    _mark_ready()
     return module
+
+
+def _mark_ready() -> None:
+    """The start-up stage, marked once: every layer's kernels ask for the module every step."""
+    global _marked_ready
+    if not _marked_ready:
+        mark_stage("kernels_ready")
+        _marked_ready = True
 
 
 def cpu_kernel_path() -> str:
