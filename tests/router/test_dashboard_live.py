@@ -178,8 +178,11 @@ async def _live_with(dom: Any, num_replicas: int) -> bool:
 
 # What the page shows, from the data attributes it sets (router/dashboard/dashboard.html).
 DOM_STATE = """(() => {
+  // The body's attributes exist before the rest of the page is parsed: wait for all of it.
   const body = document.body;
-  if (!body || !body.dataset.state) return { url: location.href, state: "loading", cards: {} };
+  if (document.readyState === "loading" || !body || !body.dataset.state) {
+    return { url: location.href, state: "loading", cards: {} };
+  }
   return {
     url: location.href,
     state: body.dataset.state,
