@@ -25,6 +25,11 @@ class TenancyConfig:
     fairness: str = field(default="vtc", metadata=option_meta(metavar="{vtc,fcfs}"))
     """The waiting queue between tenants: vtc (within a priority, the tenant whose requests were
     computed the fewest tokens goes first: virtual token counters), or fcfs (arrival order)."""
+    interrupt_steps: bool = True
+    """Cut a step that prefills other tenants' prompts short, between two layers, when a light
+    tenant's request arrives (with --scheduling-policy priority, also a more urgent one), so its
+    prompt runs next beside the running decodes; off: it waits for the step in progress. Never
+    under tensor parallelism (docs/tenants.md)."""
 
     def _check_tenancy(self) -> None:
         if self.fairness not in FAIRNESS:

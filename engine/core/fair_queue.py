@@ -91,6 +91,10 @@ class FairQueue:
         """Every waiting request: tenant by tenant, each in its queue's order."""
         return itertools.chain.from_iterable(self._queues.values())
 
+    def tenants(self) -> Collection[str]:
+        """The tenants with requests waiting."""
+        return self._queues.keys()
+
     def charge(self, tenant: str, num_tokens: int) -> None:
         self.fair_share.charge(tenant, num_tokens)
 

@@ -31,8 +31,8 @@ from engine.core.scheduler_output import (
     ScheduledRequest,
     SchedulerOutput,
 )
-from engine.core.scheduler_stats import SchedulerStats, lora_request_counts
 from engine.core.speculation import Speculation
+from engine.core.step_interrupt import is_prefill_chunk
 from engine.core.step_time import StepTimeModel
 from engine.core.stop_check import append_checked
 from engine.lora.slots import LoRASlots
@@ -64,6 +64,8 @@ class Scheduler:
         self.lora_slots = LoRASlots(config.max_loras) if config.enable_lora else None
         spec_config = config.speculative
         self.speculation = None if spec_config is None else Speculation(spec_config, max_model_len)
+        self._deferred: frozenset[str] = frozenset()
+        """Requests whose prefill chunks the next step leaves out (`defer`)."""
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -103,29 +105,16 @@ class Scheduler:
         """Forget every cached block hash; False (nothing done) while any request holds blocks."""
         return self.kv_cache_manager.pool.reset_prefix_cache()
 
-    def make_stats(self) -> SchedulerStats:
-        kv = self.kv_cache_manager
-        return SchedulerStats(
-            num_running=len(self.running),
-            num_waiting=len(self.waiting),
-            kv_cache_usage=kv.usage,
-            num_kv_blocks=kv.num_blocks,
-            num_free_kv_blocks=kv.num_free_blocks,
-            prefix_cache_queries=kv.prefix_cache_stats.queries,
-            prefix_cache_hits=kv.prefix_cache_stats.hits,
-            num_preemptions=self.num_preemptions,
-            spec_decoding_stats=None if self.speculation is None else self.speculation.snapshot(),
-            **lora_request_counts(self.requests.values() if self.lora_slots else ()),
-        )
-
     # ---- one step ------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
         if self.config.scheduling_policy == "priority":
             # Serve the most important first; the victim of a preemption is then the last.
             self.running.sort(key=lambda r: (r.priority, r.arrival_time))
+        deferred, self._deferred = self._deferred, frozenset()
         decodes = [r for r in self.running if _remaining(r) <= 1]
-        prefills = sorted((r for r in self.running if _remaining(r) > 1), key=_remaining)
+        prefills = [r for r in self.running if _remaining(r) > 1 and r.request_id not in deferred]
+        prefills.sort(key=_remaining)
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
         num_prompts = len(prefills) + len(self.waiting)
@@ -146,6 +135,11 @@ class Scheduler:
             finished_req_ids=finished,
             num_decode_tokens=sum(s.is_decode for s in scheduled),
         )
+
+    def defer(self, output: SchedulerOutput) -> None:
+        """`output`'s step was cut short (engine/core/step_interrupt.py): nothing of it counts,
+        and the next step leaves its prefill chunks out, for the newcomer that cut it."""
+        self._deferred = frozenset(s.request_id for s in output.scheduled if is_prefill_chunk(s))
 
     def record_prefill_chunks(self, output: SchedulerOutput, started: float, ended: float) -> None:
         """Each prefill chunk of the step, on its request's timing: when, and how many tokens."""

@@ -13,6 +13,7 @@ from engine.spec_decode.spec_decoding_stats import SpecDecodingStats
 if TYPE_CHECKING:
     from engine.core.kv_cache_manager import KVCacheManager
     from engine.core.request import Request
+    from engine.core.scheduler import Scheduler
 
 
 @dataclass
@@ -31,6 +32,8 @@ class SchedulerStats:
     prefix_cache_hits: int
     """Prompt tokens found there."""
     num_preemptions: int
+    num_interrupted_steps: int = 0
+    """Steps cut short for a newcomer (engine/core/step_interrupt.py); the engine fills it in."""
     num_grammar_states: int = 0
     """Structured-outputs grammar states held (one per unfinished guided request); the engine
     fills it in, the scheduler does not know grammars."""
@@ -40,6 +43,24 @@ class SchedulerStats:
     """Waiting (queued or preempted) requests per LoRA adapter that has any."""
     spec_decoding_stats: SpecDecodingStats | None = None
     """Speculative decoding's counters (cumulative); None with it off."""
+
+
+def scheduler_stats(scheduler: Scheduler) -> SchedulerStats:
+    """`scheduler` and its KV cache now."""
+    kv = scheduler.kv_cache_manager
+    speculation = scheduler.speculation
+    return SchedulerStats(
+        num_running=len(scheduler.running),
+        num_waiting=len(scheduler.waiting),
+        kv_cache_usage=kv.usage,
+        num_kv_blocks=kv.num_blocks,
+        num_free_kv_blocks=kv.num_free_blocks,
+        prefix_cache_queries=kv.prefix_cache_stats.queries,
+        prefix_cache_hits=kv.prefix_cache_stats.hits,
+        num_preemptions=scheduler.num_preemptions,
+        spec_decoding_stats=None if speculation is None else speculation.snapshot(),
+        **lora_request_counts(scheduler.requests.values() if scheduler.lora_slots else ()),
+    )
 
 
 class LoRARequestCounts(TypedDict):

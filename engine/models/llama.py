@@ -12,7 +12,7 @@ take it as it is, and the QKV product and the tensor-parallel all-reduces are ca
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import torch
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from engine.distributed.tp_group import TPGroup
 
 CosSin = tuple[torch.Tensor, torch.Tensor]
+BetweenLayers = Callable[[int, int], None]
+"""Called with (layer index, number of layers) after each layer (engine/core/step_interrupt.py)."""
 
 
 class LlamaAttention(nn.Module):
@@ -167,8 +169,9 @@ class LlamaForCausalLM(nn.Module):
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         meta: AttentionMetadata,
         sample_indices: torch.Tensor,  # [num_sampled]: rows of the batch whose logits are needed
+        between_layers: BetweenLayers | None = None,
     ) -> torch.Tensor:  # [num_sampled, vocab_size], float32
-        hidden, residual = self.decode_layers(input_ids, positions, kv_caches, meta)
+        hidden, residual = self.decode_layers(input_ids, positions, kv_caches, meta, between_layers)
         return self.logits(hidden, residual, sample_indices)
 
     def decode_layers(
@@ -177,13 +180,18 @@ class LlamaForCausalLM(nn.Module):
         positions: torch.Tensor,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         meta: AttentionMetadata,
+        between_layers: BetweenLayers | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every layer over the batch: (hidden, residual) of every row, before the final norm."""
+        """Every layer over the batch: (hidden, residual) of every row, before the final norm.
+        `between_layers(index, num_layers)` after each layer (it may raise to stop the pass)."""
         hidden = self.embed_tokens(input_ids)
         cos_sin = self.rotary.lookup(positions, hidden.dtype)
         residual: torch.Tensor | None = None
-        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+        num_layers = len(self.layers)
+        for index, (layer, kv_cache) in enumerate(zip(self.layers, kv_caches, strict=True)):
             hidden, residual = layer(cos_sin, hidden, residual, kv_cache, meta)
+            if between_layers is not None:
+                between_layers(index, num_layers)
         assert residual is not None
         return hidden, residual
 

@@ -196,8 +196,7 @@ class AsyncEngine:
         """The add command: the engine thread queues a prepared request
         (LLMEngine.add_engine_request); its stream once it did. EngineDeadError."""
         request_id = request.request_id
-        stream = RequestStream(request_id)
-        self._streams[request_id] = stream
+        stream = self._streams[request_id] = RequestStream(request_id)
         self._pending_adds += 1
         try:
             await self._submit(Command("add", request=request))
@@ -303,6 +302,8 @@ class AsyncEngine:
             raise EngineDeadError("the engine loop has stopped")
         command.future = asyncio.get_running_loop().create_future()
         self._commands.put(command)
+        if command.request is not None:  # a newcomer may cut the step in progress short
+            self.engine.step_interrupter.offer(command.request.tenant, command.request.priority)
         return await command.future
 
     def _run(self) -> None:

@@ -14,7 +14,8 @@ from engine.core.kv_events import KVEventLog, KVSnapshot
 from engine.core.request import Request, RequestStatus, RequestTiming
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
-from engine.core.scheduler_stats import KVOccupancy, SchedulerStats, kv_occupancy
+from engine.core.scheduler_stats import KVOccupancy, SchedulerStats, kv_occupancy, scheduler_stats
+from engine.core.step_interrupt import StepInterrupted, StepInterrupter
 from engine.device import pick_device, pick_dtype
 from engine.executor.tp_executor import TPExecutor
 from engine.executor.tp_worker import threads_per_rank
@@ -29,7 +30,7 @@ from engine.models.tp_layout import check_tp_layout
 from engine.runtime.lora_adapters import LoRAAdapters
 from engine.runtime.output_processor import NewRequest, OutputProcessor
 from engine.runtime.outputs import RequestOutput
-from engine.runtime.weights_identity import weights_fingerprint
+from engine.runtime.weights_identity import hash_root_name
 from engine.sampling.parallel_sampling import ParallelSampling, child_requests
 from engine.structured_outputs.guided_decoding import GuidedDecoding
 from engine.worker.host_memory import keep_freed_memory
@@ -75,7 +76,9 @@ class LLMEngine:
             raise
         self.tokenizer = load_tokenizer(self.model_path, chat_template)
         self.eos_token_ids = self._eos_token_ids()
-        self.root_hash = root_hash(self._hash_root_name())
+        self.root_hash = root_hash(
+            hash_root_name(self.model_path, self.dtype, self.runner.kv_cache_dtype)
+        )
         self.scheduler = Scheduler(config, self.num_kv_blocks, self.max_model_len, self.root_hash)
         self.loras = LoRAAdapters(
             config,
@@ -114,22 +117,13 @@ class LLMEngine:
         )
         self.model = self.runner.model
         self.num_kv_blocks = self.runner.num_kv_blocks
+        # Never under tensor parallelism: the ranks would have to agree where to stop.
+        self.step_interrupter = StepInterrupter(self.config.interrupt_steps and tp is None)
+        self.runner.step_interrupter = self.step_interrupter
         if tp is not None:
             tp.wait_ready()
 
     # ---- configuration ---------------------------------------------------------------------
-
-    def _hash_root_name(self) -> str:
-        """What every block hash of this engine descends from: the weights' identity
-        (engine/runtime/weights_identity.py) and dtype, and the KV cache's dtype where it differs
-        (a bf16 cache's blocks hold other K/V than a float32 one's, so the router must not count
-        one replica's blocks as another's)."""
-        # NOTE: the weights' fingerprint, not the model folder's name: copies of one revision
-        # share their cache identity wherever they are, another revision (other weights) never
-        # does, and the router resumes streams only between equal roots.
-        name = f"w={weights_fingerprint(self.model_path)}:{self.dtype}"
-        kv_dtype = self.runner.kv_cache_dtype
-        return name if kv_dtype == self.dtype else f"{name}:kv={kv_dtype}"
 
     def _eos_token_ids(self) -> list[int]:
         ids = set(self.model_config.eos_token_ids)
@@ -256,7 +250,11 @@ class LLMEngine:
         ids, finish reasons and logprobs only: no text."""
         started, started_at = time.perf_counter(), time.monotonic()
         scheduler_output = self.scheduler.schedule()
-        runner_output = self._execute(scheduler_output)
+        try:
+            runner_output = self._execute(scheduler_output)
+        except StepInterrupted:  # nothing of it counts (engine/core/step_interrupt.py)
+            self.scheduler.defer(scheduler_output)
+            return []
         self.scheduler.record_prefill_chunks(scheduler_output, started_at, time.monotonic())
         core_outputs = self.scheduler.update(scheduler_output, runner_output)
         self.scheduler.observe_step(scheduler_output, time.perf_counter() - started)
@@ -278,9 +276,13 @@ class LLMEngine:
         return processed.outputs
 
     def _execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
-        """Run the step; a failure fails the step's requests, never the engine."""
+        """Run the step; a failure fails the step's requests, never the engine. StepInterrupted:
+        a newcomer cut it short."""
+        self.step_interrupter.begin(scheduler_output, self.scheduler)
         try:
             return self.runner.execute(scheduler_output)
+        except StepInterrupted:
+            raise
         except Exception as e:
             if self.tp_executor is not None:  # the ranks are out of step: nothing can run now
                 raise self.tp_executor.failure(e) from e
@@ -291,6 +293,8 @@ class LLMEngine:
             return ModelRunnerOutput(
                 {}, {s.request_id: message for s in scheduler_output.scheduled}
             )
+        finally:
+            self.step_interrupter.end()
 
     # ---- tensor parallelism ------------------------------------------------------------------
 
@@ -313,8 +317,9 @@ class LLMEngine:
     # ---- what callers may know ---------------------------------------------------------------
 
     def stats(self) -> SchedulerStats:
-        stats = self.scheduler.make_stats()
+        stats = scheduler_stats(self.scheduler)
         stats.num_grammar_states = self.guided.num_live
+        stats.num_interrupted_steps = self.step_interrupter.num_interrupted
         return stats
 
     def kv_occupancy(self) -> KVOccupancy:

@@ -1,7 +1,7 @@
 """The identity of the weights an engine serves: a fingerprint of the model's files, cheap
 enough to take at every start.
 
-It salts the engine's block-hash root (LLMEngine._hash_root_name), which the engine publishes
+It salts the engine's block-hash root (`hash_root_name`), which the engine publishes
 (`root_hash` in its KV event snapshot and its /health), so a router never counts one revision's
 cached blocks for another's requests, and resumes a stream only on a replica whose weights are
 the same (docs/router.md#rollouts). Identical weights get the same fingerprint wherever they were
@@ -35,6 +35,17 @@ def weights_fingerprint(model_path: Path) -> str:
                 file.seek(offset)
                 digest.update(file.read(WINDOW_BYTES))
     return digest.hexdigest()[:16]
+
+
+def hash_root_name(model_path: Path, dtype: object, kv_cache_dtype: object) -> str:
+    """What every block hash of an engine descends from: the weights' identity and dtype, and the
+    KV cache's dtype where it differs (a bf16 cache's blocks hold other K/V than a float32 one's,
+    so the router must not count one replica's blocks as another's)."""
+    # NOTE: the weights' fingerprint, not the model folder's name: copies of one revision
+    # share their cache identity wherever they are, another revision (other weights) never
+    # does, and the router resumes streams only between equal roots.
+    name = f"w={weights_fingerprint(model_path)}:{dtype}"
+    return name if kv_cache_dtype == dtype else f"{name}:kv={kv_cache_dtype}"
 
 
 def window_offsets(size: int) -> list[int]:

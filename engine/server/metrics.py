@@ -89,7 +89,7 @@ class EngineMetrics:
         self.registry = _registry_with_startup_stages()
         self.model_name = model_name
         self.max_lora = str(max_loras)
-        gauge, counter, histogram = self._gauge, self._counter, self._histogram
+        gauge, counter = self._gauge, self._counter
         self._running = gauge("vllm:num_requests_running", "Requests in the running batch.")
         self._waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.")
         self._kv_usage = gauge(
@@ -111,6 +111,10 @@ class EngineMetrics:
             "vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache."
         )
         self._preemptions = counter("vllm:num_preemptions", "Requests preempted to free KV blocks.")
+        self._interrupted_steps = counter(
+            "pagedock:interrupted_steps",
+            "Steps cut short between layers for a light tenant's or more urgent newcomer.",
+        )
         self._prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens prefilled.")
         self._generation_tokens = counter("vllm:generation_tokens", "Tokens generated.")
         self._success = Counter(
@@ -119,22 +123,29 @@ class EngineMetrics:
             ["model_name", "finished_reason"],
             registry=self.registry,
         )
-        self._ttft = histogram(
-            "vllm:time_to_first_token_seconds", "Arrival to first token.", _LATENCY_BUCKETS
-        )
-        self._itl = histogram(
-            "vllm:inter_token_latency_seconds", "Time between output tokens.", _LATENCY_BUCKETS
-        )
-        self._e2e = histogram(
-            "vllm:e2e_request_latency_seconds", "Arrival to last token.", _REQUEST_BUCKETS
-        )
-        self._queue = histogram(
-            "vllm:request_queue_time_seconds", "Arrival to first scheduled.", _REQUEST_BUCKETS
-        )
+        self._ttft, self._itl, self._e2e, self._queue = self._latency_histograms()
         self._cache_config, self._lora = self._picker_info_gauges()
         self._lora_requests = None if max_loras == 0 else self._lora_request_counter()
         # Cumulative engine counters seen last; Prometheus counters only move by increments.
         self._last_stats: SchedulerStats | None = None
+
+    def _latency_histograms(self) -> tuple[Histogram, Histogram, Histogram, Histogram]:
+        """Each request's time to first token, between tokens, in all and in the queue."""
+        histogram = self._histogram
+        return (
+            histogram(
+                "vllm:time_to_first_token_seconds", "Arrival to first token.", _LATENCY_BUCKETS
+            ),
+            histogram(
+                "vllm:inter_token_latency_seconds", "Time between output tokens.", _LATENCY_BUCKETS
+            ),
+            histogram(
+                "vllm:e2e_request_latency_seconds", "Arrival to last token.", _REQUEST_BUCKETS
+            ),
+            histogram(
+                "vllm:request_queue_time_seconds", "Arrival to first scheduled.", _REQUEST_BUCKETS
+            ),
+        )
 
     @functools.cached_property
     def request_durations(self) -> RequestDurations:
@@ -200,6 +211,7 @@ class EngineMetrics:
             (self._prefix_queries, "prefix_cache_queries"),
             (self._prefix_hits, "prefix_cache_hits"),
             (self._preemptions, "num_preemptions"),
+            (self._interrupted_steps, "num_interrupted_steps"),
         ):
             previous = None if last is None else getattr(last, field)
             counter.labels(m).inc(_delta(getattr(stats, field), previous))

@@ -17,6 +17,7 @@ from engine.core.scheduler_output import (
     ScheduledRequest,
     SchedulerOutput,
 )
+from engine.core.step_interrupt import StepInterrupter
 from engine.lora.lora_manager import LoRAManager
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
@@ -72,6 +73,8 @@ class ModelRunner:
         self.lora = lora
         # Embedding requests' pooled hidden states, summed across their prefill chunks.
         self.pooler = Pooler()
+        # Set by the engine: looked at between layers of an eager step, which it may cut short.
+        self.step_interrupter: StepInterrupter | None = None
 
     def capture_decode_graphs(
         self, max_num_seqs: int, max_model_len: int, capturer: GraphCapture
@@ -147,6 +150,8 @@ class ModelRunner:
     def _run_model(self, inputs: ModelInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits, pooled rows' final hidden states or None). A step without pooling rows is
         the model's plain forward pass: generation pays nothing for embeddings."""
+        interrupter = self.step_interrupter
+        between_layers = None if interrupter is None else interrupter.check
         if inputs.pooling_indices is None:
             logits = self.model(
                 inputs.input_ids,
@@ -154,12 +159,13 @@ class ModelRunner:
                 self.kv_caches,
                 inputs.meta,
                 inputs.sample_indices,
+                between_layers,
             )
             return logits, None
         # NOTE: the same layers and logits as forward() (a tensor-parallel rank, which knows no
         # pooling, runs forward(): the collectives match); only the pooled rows' norm is added.
         hidden, residual = self.model.decode_layers(
-            inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta
+            inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, between_layers
         )
         pooled_hidden = self.model.final_hidden(hidden, residual, inputs.pooling_indices)
         return self.model.logits(hidden, residual, inputs.sample_indices), pooled_hidden

@@ -15,6 +15,7 @@ from engine.config import EngineConfig
 from engine.device import pick_kv_cache_dtype
 from engine.kernels import cpu_kernels
 from engine.loader.model_loader import read_model_config
+from engine.runtime.weights_identity import hash_root_name
 from engine.worker.model_runner import kv_cache_bytes_per_block
 from pagedock.errors import ConfigError
 
@@ -97,7 +98,9 @@ def test_an_int8_cache_holds_its_rows_and_scales_in_the_same_memory(tiny_model_d
     k_cache, v_cache = int8.engine.runner.kv_caches[0]
     assert k_cache.dtype == v_cache.dtype == torch.int8
     assert k_cache.shape[-1] == config.head_dim + 4  # each row's float32 scale after it
-    assert "kv=torch.int8" in int8.engine._hash_root_name()
+    engine = int8.engine
+    root_name = hash_root_name(engine.model_path, engine.dtype, engine.runner.kv_cache_dtype)
+    assert "kv=torch.int8" in root_name
 
 
 @pytest.mark.usefixtures("restore_cpu_kernels")

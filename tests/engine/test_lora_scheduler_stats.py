@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.core.request import Request
-from engine.core.scheduler_stats import lora_request_counts
+from engine.core.scheduler_stats import lora_request_counts, scheduler_stats
 from tests.engine.factories import fake_runner_output, make_request, make_scheduler
 
 
@@ -23,7 +23,7 @@ def test_requests_are_counted_per_adapter_running_and_waiting() -> None:
     for name in ("sql", "chat", None, "sql", "chat"):
         scheduler.add_request(lora_request(name))
     scheduler.schedule()
-    stats = scheduler.make_stats()
+    stats = scheduler_stats(scheduler)
     assert stats.running_lora_adapters == {"sql": 2}
     assert stats.waiting_lora_adapters == {"chat": 2}
     assert (stats.num_running, stats.num_waiting) == (3, 2)
@@ -43,7 +43,7 @@ def test_finished_requests_leave_the_counts() -> None:
     scheduler.add_request(lora_request("chat", max_tokens=3))
     output = scheduler.schedule()
     scheduler.update(output, fake_runner_output(output))  # "sql" got its one token
-    stats = scheduler.make_stats()
+    stats = scheduler_stats(scheduler)
     assert stats.running_lora_adapters == {"chat": 1}
     assert stats.waiting_lora_adapters == {}
 
@@ -58,7 +58,7 @@ def test_a_preempted_request_counts_as_waiting() -> None:
     while not scheduler.num_preemptions:
         output = scheduler.schedule()
         scheduler.update(output, fake_runner_output(output))
-    stats = scheduler.make_stats()
+    stats = scheduler_stats(scheduler)
     assert stats.running_lora_adapters == {"sql": 1}
     assert stats.waiting_lora_adapters == {"chat": 1}
 
@@ -67,5 +67,5 @@ def test_with_lora_off_no_adapter_is_reported() -> None:
     scheduler = make_scheduler()
     scheduler.add_request(make_request())
     scheduler.schedule()
-    stats = scheduler.make_stats()
+    stats = scheduler_stats(scheduler)
     assert stats.running_lora_adapters == {} and stats.waiting_lora_adapters == {}

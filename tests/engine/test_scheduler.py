@@ -2,6 +2,7 @@ import pytest
 
 from engine.core.request import Request, RequestStatus
 from engine.core.scheduler import Scheduler
+from engine.core.scheduler_stats import scheduler_stats
 from engine.core.step_time import MIN_PREFILL_CHUNK
 from tests.engine.factories import (
     EOS,
@@ -66,7 +67,7 @@ def test_when_blocks_run_out_the_newest_running_request_is_preempted() -> None:
     assert preempted and set(preempted) == {new.request_id}
     assert old.status == new.status == RequestStatus.FINISHED_LENGTH
     assert old.num_output_tokens == new.num_output_tokens == 20
-    assert sched.make_stats().num_free_kv_blocks == 4
+    assert scheduler_stats(sched).num_free_kv_blocks == 4
 
 
 def test_priority_policy_preempts_the_least_important_request() -> None:
@@ -123,7 +124,7 @@ def test_an_aborted_request_returns_its_blocks_even_mid_prefill() -> None:
     sched.add_request(r)
     sched.schedule()
     sched.finish_request(r.request_id, RequestStatus.FINISHED_ABORTED)
-    assert sched.make_stats().num_free_kv_blocks == 64
+    assert scheduler_stats(sched).num_free_kv_blocks == 64
     assert r.request_id in sched.schedule().finished_req_ids
 
 
@@ -268,7 +269,7 @@ def test_a_waiting_request_counts_one_prefix_lookup_however_long_it_waits() -> N
     sched.add_request(make_request(20, max_tokens=4))
     sched.add_request(make_request(30, max_tokens=4))
     run_to_completion(sched)
-    assert sched.make_stats().prefix_cache_queries == 20 + 30
+    assert scheduler_stats(sched).prefix_cache_queries == 20 + 30
 
 
 def run_prompt_logprobs(sched: Scheduler, watched: Request) -> tuple[list[int], list[int]]:
