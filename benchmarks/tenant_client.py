@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 VOCAB = range(200, 40_000)  # plain-text token ids of SmolLM2's 49,152
 
@@ -135,3 +136,14 @@ def summary(sent: list[Sent]) -> dict[str, Any]:
 def _pct(sorted_values: list[float], pct: int) -> float:
     index = min(len(sorted_values) - 1, max(0, round(pct / 100 * len(sorted_values)) - 1))
     return sorted_values[index]
+
+
+async def counter_total(client: httpx.AsyncClient, url: str, name: str) -> float:
+    """The sum of a Prometheus counter's samples on `url`/metrics (0 when absent)."""
+    text = (await client.get(f"{url}/metrics")).text
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    )

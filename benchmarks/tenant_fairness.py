@@ -45,6 +45,8 @@ from tests.router.live import ROOT, Process, free_port
 
 MODEL = "smollm2-135m-instruct"
 RESULTS = ROOT / "benchmarks" / "results" / "tenant_fairness.json"
+INTERRUPTED = "pagedock:interrupted_steps_total"
+"""The engine's steps cut short for a newcomer (engine/core/step_interrupt.py), per arm."""
 TENANTS = {
     "priority_classes": {"interactive": 0, "batch": 10},
     "tenants": [
@@ -139,14 +141,16 @@ async def fairness_arm(bench: Bench, arm: str, rate_b: float, rep: int) -> dict[
     seed = bench.args.seed + 1000 * rep
     try:
         async with _client() as client:
+            cuts = await tc.counter_total(client, bench.engine.url, INTERRUPTED)
             sends = [tc.open_loop(client, router.url, "sk-b", "b", bench.schedule(seed, rate_b))]
             if arm != "b_alone":
                 schedule_a = bench.schedule(seed + 1, rate_b * 10)
                 sends.append(tc.open_loop(client, router.url, "sk-a", "a", schedule_a))
             results = await asyncio.gather(*sends)
+            cuts = await tc.counter_total(client, bench.engine.url, INTERRUPTED) - cuts
     finally:
         router.kill(signal.SIGTERM)
-    row = {"arm": arm, "repetition": rep, "b": tc.summary(results[0])}
+    row = {"arm": arm, "repetition": rep, "b": tc.summary(results[0]), "steps_cut": int(cuts)}
     if len(results) > 1:
         row["a"] = tc.summary(results[1])
     return row
@@ -158,6 +162,7 @@ async def priority_arm(bench: Bench, arm: str, rate_chat: float, rep: int) -> di
     seed = bench.args.seed + 1000 * rep + 7
     try:
         async with _client() as client:
+            cuts = await tc.counter_total(client, bench.engine.url, INTERRUPTED)
             schedule = bench.schedule(seed, rate_chat)
             chat = asyncio.ensure_future(
                 tc.open_loop(client, router.url, "sk-chat", "chat", schedule)
@@ -172,9 +177,10 @@ async def priority_arm(bench: Bench, arm: str, rate_chat: float, rep: int) -> di
                     client, router.url, "sk-batch", "batch", bodies, concurrency, stop
                 )
             chat_sent = await chat
+            cuts = await tc.counter_total(client, bench.engine.url, INTERRUPTED) - cuts
     finally:
         router.kill(signal.SIGTERM)
-    row = {"arm": arm, "repetition": rep, "chat": tc.summary(chat_sent)}
+    row = {"arm": arm, "repetition": rep, "chat": tc.summary(chat_sent), "steps_cut": int(cuts)}
     if batch:
         row["batch"] = tc.summary(batch)
     return row

@@ -36,6 +36,22 @@ def test_summary_counts_outcomes_and_takes_percentiles_of_the_served() -> None:
     assert (row["ttft_p50_s"], row["ttft_p99_s"], row["ttft_max_s"]) == (0.505, 0.99, 1.0)
 
 
+def test_counter_total_sums_a_counters_samples_from_metrics() -> None:
+    text = (
+        "# TYPE pagedock:interrupted_steps counter\n"
+        'pagedock:interrupted_steps_total{model_name="m"} 3.0\n'
+        'pagedock:interrupted_steps_created{model_name="m"} 1.7e9\n'
+    )
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, text=text))
+
+    async def total(name: str) -> float:
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await tc.counter_total(client, "http://engine", name)
+
+    assert asyncio.run(total("pagedock:interrupted_steps_total")) == 3.0
+    assert asyncio.run(total("pagedock:absent_total")) == 0
+
+
 def test_ratio_pairs_each_repetition_with_its_own_baseline() -> None:
     rows = [
         {"arm": "alone", "repetition": 0, "b": {"ttft_p99_s": 0.1}},
