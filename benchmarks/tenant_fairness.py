@@ -83,6 +83,12 @@ def parse_args() -> argparse.Namespace:
         default=[],
         help="a `pagedock serve` flag for the engine (repeat: --engine-flag=--max-step-ms=400)",
     )
+    p.add_argument(
+        "--logs",
+        type=Path,
+        help="keep the engine's and routers' logs in this folder (default: a temporary one); "
+        "with --engine-flag=--log-level=info the engine logs each request's TTFT and tenant",
+    )
     p.add_argument("--out", type=Path, default=RESULTS)
     return p.parse_args()
 
@@ -235,7 +241,9 @@ def main() -> None:
     load_before = [round(x, 2) for x in os.getloadavg()]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tenant-bench-") as tmp:
-        figures = asyncio.run(run(args, Path(tmp)))
+        logs = args.logs or Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
+        figures = asyncio.run(run(args, logs))
     result = {
         "scenario": "tenant_fairness",
         "command": " ".join([Path(sys.executable).name, "-m", "benchmarks.tenant_fairness"]),
