@@ -14,9 +14,10 @@ one request, each tenant's queue proposes its next by its own rule, and the firs
      its arrival)
 
 goes. A step beside running requests whose first newcomer is a light tenant's (or, by priority,
-more urgent than the next) prefills no other tenant's newcomer (no less urgent one) beside it:
-the light tenant's time to first token is one short step, not a step swollen by a heavy tenant's
-prompts, which follow in the next (`shares_step`).
+more urgent than the next) prefills no other tenant's newcomer (no less urgent one) beside it,
+and the scheduler leaves those tenants' prompt chunks under way out of it too: the light tenant's
+time to first token is one short step, not a step swollen by a heavy tenant's prompts, which
+follow in the next (`shares_step`).
 
 The scheduler charges each tenant's counter with the tokens it computes for it (prompt
 tokens as they are prefilled, one per decoded token: `charge`). A tenant whose first request

@@ -3,8 +3,9 @@
 Each step, running requests go first: their decodes (a token each), then their prefill chunks, the
 shortest remaining first, so a long prompt never holds a decode back; then waiting requests join in
 the waiting queue's order (fair between tenants: engine/core/fair_queue.py) while budget, sequence
-slots and KV blocks last, and none less urgent than the step's first (the queue's shares_step);
-prefill and decode share the step. With long_prefill_token_threshold,
+slots and KV blocks last, and none less urgent than the step's first (the queue's shares_step:
+when the first is a light tenant's or a more urgent prompt, the others' running prefill chunks
+wait a step too); prefill and decode share the step. With long_prefill_token_threshold,
 a prompt with more left than that takes at most that many tokens a step (as in vLLM).
 A step with running decodes takes a fifth of the token budget in prefill (all of it while prompts
 awaiting their first token are at least half the decodes), or with an inter-token target
@@ -32,7 +33,6 @@ from engine.core.scheduler_output import (
     SchedulerOutput,
 )
 from engine.core.speculation import Speculation
-from engine.core.step_interrupt import is_prefill_chunk
 from engine.core.step_time import StepTimeModel
 from engine.core.stop_check import append_checked
 from engine.lora.slots import LoRASlots
@@ -64,8 +64,6 @@ class Scheduler:
         self.lora_slots = LoRASlots(config.max_loras) if config.enable_lora else None
         spec_config = config.speculative
         self.speculation = None if spec_config is None else Speculation(spec_config, max_model_len)
-        self._deferred: frozenset[str] = frozenset()
-        """Requests whose prefill chunks the next step leaves out (`defer`)."""
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -111,10 +109,11 @@ class Scheduler:
         if self.config.scheduling_policy == "priority":
             # Serve the most important first; the victim of a preemption is then the last.
             self.running.sort(key=lambda r: (r.priority, r.arrival_time))
-        deferred, self._deferred = self._deferred, frozenset()
         decodes = [r for r in self.running if _remaining(r) <= 1]
-        prefills = [r for r in self.running if _remaining(r) > 1 and r.request_id not in deferred]
-        prefills.sort(key=_remaining)
+        prefills = sorted((r for r in self.running if _remaining(r) > 1), key=_remaining)
+        first = self._first_newcomer()
+        if first is not None:  # a light tenant's or more urgent prompt: beside the decodes only
+            prefills = [r for r in prefills if self.waiting.shares_step(first, r)]
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
         num_prompts = len(prefills) + len(self.waiting)
@@ -135,11 +134,6 @@ class Scheduler:
             finished_req_ids=finished,
             num_decode_tokens=sum(s.is_decode for s in scheduled),
         )
-
-    def defer(self, output: SchedulerOutput) -> None:
-        """`output`'s step was cut short (engine/core/step_interrupt.py): nothing of it counts,
-        and the next step leaves its prefill chunks out, for the newcomer that cut it."""
-        self._deferred = frozenset(s.request_id for s in output.scheduled if is_prefill_chunk(s))
 
     def record_prefill_chunks(self, output: SchedulerOutput, started: float, ended: float) -> None:
         """Each prefill chunk of the step, on its request's timing: when, and how many tokens."""
@@ -184,6 +178,13 @@ class Scheduler:
                 scheduled.append(self._scheduled(request, num_new, drafts))
                 budget -= num_new
         return budget
+
+    def _first_newcomer(self) -> Request | None:
+        """The waiting request this step would admit first, if one can be admitted."""
+        if not len(self.waiting) or len(self.running) >= self.config.max_num_seqs:
+            return None
+        self.waiting.begin_step(self.running)
+        return self.waiting.select(self.lora_slots)
 
     def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest], cap: int) -> None:
         first: Request | None = None

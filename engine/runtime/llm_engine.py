@@ -253,7 +253,6 @@ class LLMEngine:
         try:
             runner_output = self._execute(scheduler_output)
         except StepInterrupted:  # nothing of it counts (engine/core/step_interrupt.py)
-            self.scheduler.defer(scheduler_output)
             return []
         self.scheduler.record_prefill_chunks(scheduler_output, started_at, time.monotonic())
         core_outputs = self.scheduler.update(scheduler_output, runner_output)

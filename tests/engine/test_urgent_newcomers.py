@@ -39,6 +39,20 @@ def test_a_light_tenants_prompt_is_prefilled_without_a_heavy_tenants_beside_it()
     assert newcomers(sched) == [heavy.request_id]  # the next step
 
 
+def test_a_light_tenants_prompt_goes_without_a_heavy_tenants_chunks_in_progress() -> None:
+    sched = running_scheduler({"heavy": 4}, long_prefill_token_threshold=64)
+    long = make_request(300, tenant="heavy", arrival_time=1.0)
+    sched.add_request(long)
+    assert newcomers(sched) == [long.request_id]  # its first chunk
+    light = make_request(32, tenant="light", arrival_time=2.0)
+    sched.add_request(light)
+    assert newcomers(sched) == [light.request_id]  # the chunk in progress waits a step
+    assert newcomers(sched) == [long.request_id]
+    level = make_request(32, tenant="heavy", arrival_time=3.0)
+    sched.add_request(level)  # its own tenant's newcomer shares the chunk's step
+    assert sorted(newcomers(sched)) == sorted([long.request_id, level.request_id])
+
+
 def test_a_light_tenants_own_prompts_share_its_step() -> None:
     sched = running_scheduler({"heavy": 6, "light": 1})
     sched.add_request(make_request(64, tenant="heavy", arrival_time=1.0))
