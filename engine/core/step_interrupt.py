@@ -58,11 +58,12 @@ class InterruptibleStep:
 
     def yields_to(self, tenant: str, priority: int) -> bool:
         """Whether a request of `tenant` at `priority`, arriving now, would be scheduled before
-        every prefill chunk of this step and in a step without them (fair_queue.py's order)."""
+        the other tenants' prefill chunks of this step, in a step without them (fair_queue.py's
+        order; its own tenant's chunks may share that step)."""
         if self.by_priority and priority != self.most_urgent_prefill:
             return priority < self.most_urgent_prefill
-        if not self.fair or tenant in self.prefill_tenants:
-            return False
+        if not self.fair or not self.prefill_tenants - {tenant}:
+            return False  # no other tenant's chunk to leave out
         share = sum(self.running.values()) / len(self.tenants | {tenant})
         return self.running.get(tenant, 0) < share
 

@@ -43,6 +43,8 @@ def snapshot(**fields: Any) -> InterruptibleStep:
         (snapshot(), "light", 0, True),  # 1 running, under its share of 3.5
         (snapshot(), "new", 0, True),  # nothing running: under any share
         (snapshot(), "heavy", 0, False),  # the step prefills its own prompts
+        (snapshot(prefill_tenants=frozenset({"heavy", "light"})), "light", 0, True),  # and others'
+        (snapshot(prefill_tenants=frozenset({"light"})), "light", 0, False),  # its own only
         (snapshot(running={"heavy": 2, "light": 2}), "light", 0, False),  # at its share
         (snapshot(fair=False), "light", 0, False),  # fcfs: tenants are not told apart
         (snapshot(by_priority=True, most_urgent_prefill=10), "heavy", 0, True),  # more urgent
