@@ -69,11 +69,17 @@ def heavy_step(sched: Scheduler) -> Any:
     return out, prompt
 
 
-def test_a_cut_steps_chunk_waits_a_step_for_the_newcomer_and_nothing_of_it_counts() -> None:
-    sched = make_scheduler(max_num_batched_tokens=2048)
+def heavy_step_begun(sched: Scheduler) -> tuple[Any, Any, StepInterrupter]:
+    """heavy_step's, begun on an interrupter."""
     out, prompt = heavy_step(sched)
     interrupter = StepInterrupter(enabled=True)
     interrupter.begin(out, sched)
+    return out, prompt, interrupter
+
+
+def test_a_cut_steps_chunk_waits_a_step_for_the_newcomer_and_nothing_of_it_counts() -> None:
+    sched = make_scheduler(max_num_batched_tokens=2048)
+    out, prompt, interrupter = heavy_step_begun(sched)
     interrupter.offer("heavy", 0)
     interrupter.check(0, 4)  # its own tenant's newcomer cuts nothing
     interrupter.offer("light", 0)
@@ -97,9 +103,7 @@ def test_a_cut_steps_chunk_waits_a_step_for_the_newcomer_and_nothing_of_it_count
 
 def test_a_step_is_cut_only_in_its_first_three_quarters_and_only_while_it_runs() -> None:
     sched = make_scheduler(max_num_batched_tokens=2048)
-    out, _ = heavy_step(sched)
-    interrupter = StepInterrupter(enabled=True)
-    interrupter.begin(out, sched)
+    out, _, interrupter = heavy_step_begun(sched)
     interrupter.offer("light", 0)
     interrupter.check(3, 4)  # the last quarter: finishing is cheaper
     interrupter.end()

@@ -7,20 +7,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.core.scheduler_stats import SchedulerStats
 from engine.server.metrics import EngineMetrics
+from tests.server.stats_factory import scheduler_stats
 
 
 def stats(num_interrupted_steps: int) -> SchedulerStats:
-    return SchedulerStats(
-        num_running=1,
-        num_waiting=0,
-        kv_cache_usage=0.0,
-        num_kv_blocks=8,
-        num_free_kv_blocks=8,
-        prefix_cache_queries=0,
-        prefix_cache_hits=0,
-        num_preemptions=0,
-        num_interrupted_steps=num_interrupted_steps,
-    )
+    return scheduler_stats(num_interrupted_steps=num_interrupted_steps)
 
 
 def interrupted(metrics: EngineMetrics) -> float:

@@ -18,6 +18,7 @@ from engine.inputs.sampling_params import SamplingParams
 from engine.runtime.outputs import FinishedRequestStats, IterationStats
 from engine.server.metrics import EngineMetrics
 from tests.engine.lora_factories import write_adapter
+from tests.server.stats_factory import scheduler_stats
 
 MODEL = "tiny"
 
@@ -39,15 +40,9 @@ def lora_info(metrics: EngineMetrics) -> list[tuple[dict[str, str], float]]:
 
 
 def stats(running: dict[str, int], waiting: dict[str, int]) -> SchedulerStats:
-    return SchedulerStats(
+    return scheduler_stats(
         num_running=sum(running.values()),
         num_waiting=sum(waiting.values()),
-        kv_cache_usage=0.0,
-        num_kv_blocks=8,
-        num_free_kv_blocks=8,
-        prefix_cache_queries=0,
-        prefix_cache_hits=0,
-        num_preemptions=0,
         running_lora_adapters=running,
         waiting_lora_adapters=waiting,
     )

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from engine.core.scheduler_stats import SchedulerStats
 from engine.server.metrics import EngineMetrics
 from engine.spec_decode.spec_decoding_stats import SpecDecodingStats
+from tests.server.stats_factory import scheduler_stats
 
 MODEL = "tiny"
 
@@ -25,17 +26,7 @@ def samples(metrics: EngineMetrics) -> dict[tuple[str, str], float]:
 
 
 def stats(spec: SpecDecodingStats | None) -> SchedulerStats:
-    return SchedulerStats(
-        num_running=1,
-        num_waiting=0,
-        kv_cache_usage=0.0,
-        num_kv_blocks=8,
-        num_free_kv_blocks=8,
-        prefix_cache_queries=0,
-        prefix_cache_hits=0,
-        num_preemptions=0,
-        spec_decoding_stats=spec,
-    )
+    return scheduler_stats(spec_decoding_stats=spec)
 
 
 def spec(drafts: list[tuple[int, int]]) -> SpecDecodingStats:
