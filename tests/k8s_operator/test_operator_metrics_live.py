@@ -236,9 +236,11 @@ async def test_a_deleted_llmdeployment_leaves_no_series(
     await deployed_and_watched(cluster, api, metrics_port)
     await send(api, "DELETE", f"{LLMD_COLLECTION}/chat")
 
+    left: list[str] = []
+
     async def no_series_of_chat() -> Scrape | None:
         scraped = await scrape(metrics_port)
-        left = [
+        left[:] = [
             sample.name
             for samples in (scraped or {}).values()
             for sample in samples
@@ -246,7 +248,7 @@ async def test_a_deleted_llmdeployment_leaves_no_series(
         ]
         return scraped if scraped is not None and not left else None
 
-    await eventually(no_series_of_chat, 30, "the series of the deleted chat ended")
+    await eventually(no_series_of_chat, 30, lambda: f"the series of the deleted chat ended: {left}")
 
 
 async def test_every_operator_series_the_chart_reads_is_on_the_live_operator(
