@@ -6,9 +6,10 @@ that arrives meanwhile would wait for all of it before its own prompt could star
 step is abandoned between two layers: the forward pass raises StepInterrupted. A step's progress
 is only recorded after its forward pass (Scheduler.update: tokens computed, blocks cached, tokens
 sampled), so nothing of the abandoned step counts; the KV rows its first layers wrote are written
-again, with the same values, when those tokens are computed. The next step leaves out the
-abandoned step's prefill chunks (Scheduler.defer), so the newcomer's prompt runs beside the
-running decodes only, as fair_queue.py's shares_step lets it; the chunks follow in the step after.
+again, with the same values, when those tokens are computed. The next step leaves out the other
+tenants' prefill chunks (the scheduler does so whenever a step's first newcomer is a light
+tenant's or more urgent prompt, by fair_queue.py's shares_step), so the newcomer's prompt runs
+beside the running decodes; the chunks follow in the step after.
 
 Whether a newcomer may cut the step in progress is decided on the thread that queues it (`offer`,
 the server's event loop), against a snapshot the engine thread took as the step began
