@@ -7,13 +7,18 @@ one request, each tenant's queue proposes its next by its own rule, and the firs
     (its priority, when scheduling_policy is priority;
      a preempted request before the others: it had been admitted once, and must not be starved
      behind newcomers;
-     a light tenant's before the others': one running fewer requests than its share of the
-     running set (the running requests over the tenants running or waiting), as the router
-     lets such a tenant's request go at once (router/flow/flow_controller.py);
+     a light tenant's before the others': one holding fewer requests in the engine (running
+     or waiting) than its share (the requests held over the tenants holding any), as the
+     router lets a tenant holding fewer slots than its share go at once
+     (router/flow/flow_controller.py);
      its tenant's virtual token counter: the tenant served the fewest tokens goes first;
      its arrival)
 
-goes. A step beside running requests whose first newcomer is a light tenant's (or, by priority,
+goes. A tenant's waiting requests count as held: a heavy tenant whose prompts have just come
+(the router releases its backlog as its earlier requests finish) is not taken for a light one
+beside a tenant with two running, nor is every tenant light-less in an idle engine.
+
+A step beside running requests whose first newcomer is a light tenant's (or, by priority,
 more urgent than the next) prefills no other tenant's newcomer (no less urgent one) beside it,
 and the scheduler leaves those tenants' prompt chunks under way out of it too: the light tenant's
 time to first token is one short step, not a step swollen by a heavy tenant's prompts, which
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 
 from engine.core.request import Request, RequestStatus
 from engine.core.request_queue import RequestQueue, make_request_queue
@@ -99,14 +104,17 @@ class FairQueue:
     def charge(self, tenant: str, num_tokens: int) -> None:
         self.fair_share.charge(tenant, num_tokens)
 
-    def begin_step(self, running: Collection[Request]) -> None:
-        """Which waiting tenants are light beside `running`: fewer of theirs running than the
-        running requests over the tenants running or waiting (none while one tenant waits and
-        none other runs)."""
+    def held(self, running: Collection[Request]) -> Counter[str]:
+        """The requests each tenant holds in the engine: running beside `running`, or waiting."""
         per_tenant = Counter(r.tenant for r in running)
-        tenants = per_tenant.keys() | self._queues.keys()
-        share = len(running) / len(tenants) if len(tenants) > 1 else 0.0
-        self._light = frozenset(t for t in self._queues if per_tenant[t] < share)
+        per_tenant.update({tenant: len(queue) for tenant, queue in self._queues.items()})
+        return per_tenant
+
+    def begin_step(self, running: Collection[Request]) -> None:
+        """Which waiting tenants are light beside `running`: holding fewer requests (running or
+        waiting) than their share, the requests held over the tenants holding any (`is_light`)."""
+        held = self.held(running)
+        self._light = frozenset(t for t in self._queues if is_light(held, t))
         self._busy = bool(running)
 
     def shares_step(self, first: Request, request: Request) -> bool:
@@ -161,6 +169,15 @@ class FairQueue:
         if not len(queue):
             del self._queues[tenant]
             self._last_left = tenant
+
+
+def is_light(held: Mapping[str, int], tenant: str) -> bool:
+    """Whether `tenant` holds fewer requests than its share of `held` (the requests each tenant
+    holds in the engine, running or waiting): never while it is the only tenant."""
+    tenants = held.keys() | {tenant}
+    if len(tenants) < 2:
+        return False
+    return held.get(tenant, 0) < sum(held.values()) / len(tenants)
 
 
 def make_waiting_queue(policy: str, fairness: str = "vtc") -> RequestQueue:

@@ -122,9 +122,9 @@ class Scheduler:
         )
         cap = self.config.long_prefill_token_threshold or self.token_budget
         budget = self._schedule_running(decodes + prefills, step_budget, scheduled, preempted, cap)
-        if not preempted:
+        if not preempted and first is not None:
             # A step that had to preempt has no blocks to spare for newcomers.
-            self._schedule_waiting(budget, scheduled, cap)
+            self._schedule_waiting(first, budget, scheduled, cap)
         finished, self.finished_req_ids = self.finished_req_ids, set()
         num_tokens = sum(s.num_new_tokens for s in scheduled)
         return SchedulerOutput(
@@ -180,22 +180,21 @@ class Scheduler:
         return budget
 
     def _first_newcomer(self) -> Request | None:
-        """The waiting request this step would admit first, if one can be admitted."""
+        """The waiting request this step would admit first, if one can be admitted (what
+        `_schedule_waiting` starts from: nothing before it changes the waiting queue, bar a
+        preemption, after which no newcomer is admitted)."""
         if not len(self.waiting) or len(self.running) >= self.config.max_num_seqs:
             return None
         self.waiting.begin_step(self.running)
         return self.waiting.select(self.lora_slots)
 
-    def _schedule_waiting(self, budget: int, scheduled: list[ScheduledRequest], cap: int) -> None:
-        first: Request | None = None
-        self.waiting.begin_step(self.running)
-        while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = self.waiting.select(self.lora_slots)
-            if request is None:
-                break  # every waiting request's adapter waits for a LoRA slot
-            if first is not None and not self.waiting.shares_step(first, request):
+    def _schedule_waiting(
+        self, first: Request, budget: int, scheduled: list[ScheduledRequest], cap: int
+    ) -> None:
+        request: Request | None = first
+        while request is not None and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            if request is not first and not self.waiting.shares_step(first, request):
                 break  # the step stays short for a more urgent newcomer
-            first = first or request
             computed_blocks, num_computed = request.limit_prefix_hit(
                 self.kv_cache_manager.get_computed_blocks(request)[0], self.block_size
             )
@@ -224,6 +223,8 @@ class Scheduler:
             self.running.append(request)
             scheduled.append(self._scheduled(request, num_new))
             budget -= num_new
+            # None: nothing waits, or every waiting request's adapter waits for a LoRA slot.
+            request = self.waiting.select(self.lora_slots) if len(self.waiting) else None
 
     def _release_lora_slot(self, request: Request) -> None:
         """The request stops running: its adapter's slot loses a pin."""

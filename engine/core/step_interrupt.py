@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.core.fair_queue import FairQueue
+from engine.core.fair_queue import FairQueue, is_light
 from engine.core.scheduler_output import ScheduledRequest, SchedulerOutput
 
 if TYPE_CHECKING:
@@ -43,49 +42,49 @@ class StepInterrupted(Exception):
 
 @dataclass(frozen=True)
 class InterruptibleStep:
-    """A step with prefill chunks, as it began: who it prefills for, and what was running."""
+    """A step with prefill chunks, as it began: who it prefills for, and what each tenant held."""
 
     prefill_tenants: frozenset[str]
     most_urgent_prefill: int
     """The lowest priority value among the step's prefill chunks (lower runs first)."""
-    running: Mapping[str, int]
-    """Running requests per tenant."""
-    tenants: frozenset[str]
-    """The tenants running or waiting."""
+    held: Counter[str]
+    """The requests each tenant held in the engine, running or waiting (FairQueue.held)."""
     fair: bool
     """Tenants are told apart (fairness vtc)."""
     by_priority: bool
     """The scheduling policy is priority."""
 
-    def yields_to(self, tenant: str, priority: int) -> bool:
-        """Whether a request of `tenant` at `priority`, arriving now, would be scheduled before
-        the other tenants' prefill chunks of this step, in a step without them (fair_queue.py's
+    def yields_to(self, tenant: str, priority: int, arrived: Counter[str]) -> bool:
+        """Whether a request of `tenant` at `priority`, arriving now (after `arrived`: the
+        requests queued since the step began, this one included), would be scheduled before the
+        other tenants' prefill chunks of this step, in a step without them (fair_queue.py's
         order; its own tenant's chunks may share that step)."""
         if self.by_priority and priority != self.most_urgent_prefill:
             return priority < self.most_urgent_prefill
         if not self.fair or not self.prefill_tenants - {tenant}:
             return False  # no other tenant's chunk to leave out
-        share = sum(self.running.values()) / len(self.tenants | {tenant})
-        return self.running.get(tenant, 0) < share
+        return is_light(self.held + arrived, tenant)
 
 
 def interruptible_step(output: SchedulerOutput, scheduler: Scheduler) -> InterruptibleStep | None:
-    """The snapshot of `scheduler`'s step `output`; None for a decode-only step, and when no
-    newcomer could run next (the running set is full)."""
+    """The snapshot of `scheduler`'s step `output`; None for a decode-only step, when no
+    newcomer could run next (the running set is full), and when none could go before the step's
+    chunks (tenants are not told apart, and the policy is not priority)."""
+    waiting = scheduler.waiting
+    fair = isinstance(waiting, FairQueue)
+    by_priority = scheduler.config.scheduling_policy == "priority"
+    if not (fair or by_priority) or len(scheduler.running) >= scheduler.config.max_num_seqs:
+        return None
     requests = scheduler.requests
     chunks = [requests[s.request_id] for s in output.scheduled if is_prefill_chunk(s)]
-    if not chunks or len(scheduler.running) >= scheduler.config.max_num_seqs:
+    if not chunks:
         return None
-    per_tenant = Counter(r.tenant for r in scheduler.running)
-    waiting = scheduler.waiting
-    waiting_tenants = waiting.tenants() if isinstance(waiting, FairQueue) else None
     return InterruptibleStep(
         prefill_tenants=frozenset(r.tenant for r in chunks),
         most_urgent_prefill=min(r.priority for r in chunks),
-        running=per_tenant,
-        tenants=frozenset(per_tenant.keys() | set(waiting_tenants or ())),
-        fair=waiting_tenants is not None,
-        by_priority=scheduler.config.scheduling_policy == "priority",
+        held=waiting.held(scheduler.running) if isinstance(waiting, FairQueue) else Counter(),
+        fair=fair,
+        by_priority=by_priority,
     )
 
 
@@ -106,6 +105,8 @@ class StepInterrupter:
         """The seq of the step to cut (compared, never cleared: seqs only grow)."""
         self._seq = 0
         self._after_cut = False
+        self._arrived: Counter[str] = Counter()
+        """The requests queued per tenant since the step in progress began."""
         self.num_interrupted = 0
         """Steps cut short so far."""
 
@@ -122,6 +123,7 @@ class StepInterrupter:
         with self._lock:
             self._seq += 1
             self._step = step
+            self._arrived = Counter()
             self._after_cut = False
 
     def end(self) -> None:
@@ -134,7 +136,10 @@ class StepInterrupter:
         progress if the request would go before its prefill chunks."""
         with self._lock:
             step = self._step
-            if step is not None and step.yields_to(tenant, priority):
+            if step is None:
+                return
+            self._arrived[tenant] += 1
+            if step.yields_to(tenant, priority, self._arrived):
                 self._cut = self._seq
 
     def check(self, layer: int, num_layers: int) -> None:

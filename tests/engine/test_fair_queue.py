@@ -41,7 +41,7 @@ def test_a_tenant_sending_ten_times_the_requests_does_not_starve_another() -> No
         for request in (*heavy, *light):
             sched.add_request(Request(**_copy_args(request)))
     fair_order, fcfs_order = admission_order(fair), admission_order(fcfs)
-    assert [fair_order.index(r.request_id) for r in light] == [1, 3]  # every other turn
+    assert [fair_order.index(r.request_id) for r in light] == [0, 1]  # 2 held of 22: light
     assert [fcfs_order.index(r.request_id) for r in light] == [20, 21]  # behind all the heavy
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,7 @@ def snapshot(**fields: Any) -> InterruptibleStep:
     base: dict[str, Any] = dict(
         prefill_tenants=frozenset({"heavy"}),
         most_urgent_prefill=0,
-        running={"heavy": 6, "light": 1},
-        tenants=frozenset({"heavy", "light"}),
+        held=Counter({"heavy": 6, "light": 1}),
         fair=True,
         by_priority=False,
     )
@@ -40,12 +40,12 @@ def snapshot(**fields: Any) -> InterruptibleStep:
 @pytest.mark.parametrize(
     ("step", "tenant", "priority", "yields"),
     [
-        (snapshot(), "light", 0, True),  # 1 running, under its share of 3.5
-        (snapshot(), "new", 0, True),  # nothing running: under any share
+        (snapshot(), "light", 0, True),  # holds 2 with it, under its share of 4
+        (snapshot(), "new", 0, True),  # holds only it: under any share
         (snapshot(), "heavy", 0, False),  # the step prefills its own prompts
         (snapshot(prefill_tenants=frozenset({"heavy", "light"})), "light", 0, True),  # and others'
         (snapshot(prefill_tenants=frozenset({"light"})), "light", 0, False),  # its own only
-        (snapshot(running={"heavy": 2, "light": 2}), "light", 0, False),  # at its share
+        (snapshot(held=Counter({"heavy": 2, "light": 2})), "light", 0, False),  # over its share
         (snapshot(fair=False), "light", 0, False),  # fcfs: tenants are not told apart
         (snapshot(by_priority=True, most_urgent_prefill=10), "heavy", 0, True),  # more urgent
         (snapshot(by_priority=True, most_urgent_prefill=0), "light", 10, False),  # less urgent
@@ -53,7 +53,13 @@ def snapshot(**fields: Any) -> InterruptibleStep:
     ],
 )
 def test_who_may_cut_a_step(step: InterruptibleStep, tenant: str, priority: int, yields: bool):
-    assert step.yields_to(tenant, priority) is yields
+    assert step.yields_to(tenant, priority, Counter({tenant: 1})) is yields
+
+
+def test_requests_queued_since_the_step_began_count_as_held() -> None:
+    step = snapshot(held=Counter({"heavy": 2, "light": 1}))
+    assert not step.yields_to("light", 0, Counter({"light": 1}))  # 2 of 4: at its share
+    assert step.yields_to("light", 0, Counter({"light": 1, "heavy": 3}))  # 2 of 7
 
 
 def heavy_step(sched: Scheduler) -> Any:

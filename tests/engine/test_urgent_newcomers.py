@@ -16,8 +16,9 @@ def running_scheduler(tenants: dict[str, int], **config: object) -> Scheduler:
     for tenant, count in tenants.items():
         for _ in range(count):
             sched.add_request(make_request(8, max_tokens=100, tenant=tenant, arrival_time=0.0))
-    out = sched.schedule()
-    sched.update(out, fake_runner_output(out))
+    while len(sched.waiting):  # a light tenant's prompts go first, in a step of their own
+        out = sched.schedule()
+        sched.update(out, fake_runner_output(out))
     assert len(sched.running) == sum(tenants.values()) and not len(sched.waiting)
     return sched
 
@@ -72,12 +73,22 @@ def test_tenants_at_their_share_share_a_step_as_before() -> None:
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
-def test_an_idle_engine_prefills_every_tenants_prompts_together(policy: str) -> None:
+def test_an_idle_engine_prefills_level_tenants_prompts_together(policy: str) -> None:
     sched = make_scheduler(max_num_batched_tokens=2048, scheduling_policy=policy)
     requests = [make_request(64, tenant=t, priority=i, arrival_time=i) for i, t in enumerate("abc")]
     for request in requests:
         sched.add_request(request)
     assert len(newcomers(sched)) == 3  # nobody runs: nobody is light, none more urgent
+
+
+def test_an_idle_engine_prefills_a_light_tenants_prompt_before_a_heavy_tenants_backlog() -> None:
+    sched = make_scheduler(max_num_batched_tokens=2048)
+    heavy = [make_request(64, tenant="heavy", arrival_time=i) for i in range(4)]
+    light = make_request(64, tenant="light", arrival_time=5.0)
+    for request in (*heavy, light):
+        sched.add_request(request)
+    assert newcomers(sched) == [light.request_id]  # it holds 1 of 5: under its share
+    assert newcomers(sched) == [r.request_id for r in heavy]
 
 
 @pytest.mark.parametrize("fairness", ["vtc", "fcfs"])
