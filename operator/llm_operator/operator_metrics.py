@@ -6,6 +6,14 @@ failures; one histogram of how long a pass takes. The autoscaler and the reconci
 where they decide; nothing here reads the cluster. An LLMDeployment's series end when it is
 deleted, and its autoscaler series when it is no longer autoscaled by this replica (autoscaling
 off, or another replica leads), so a dashboard never shows a decision nobody makes any more.
+
+A reconcile pass or an autoscaler tick of an LLMDeployment reads the cluster, awaits, and writes
+its metrics at the end, and the LLMDeployment may be deleted (`forget`) in between: a write after
+that would bring back series nothing removes again. So each LLMDeployment has an epoch, which
+`forget` moves on; a pass captures `epoch(key)` as it begins and hands it to each write, and a
+write with an epoch that is no longer the current one is dropped (the pass was of an object since
+deleted). The epochs of deleted LLMDeployments stay (one int per name), so that a pass still in
+flight is recognised whenever it ends, and a new LLMDeployment of the same name counts afresh.
 """
 
 from __future__ import annotations
@@ -118,13 +126,24 @@ class OperatorMetrics:
             buckets=_RECONCILE_BUCKETS,
             registry=self.registry,
         )
+        self._epochs: dict[Key, int] = {}
         # The label values written per LLMDeployment, so its series can be removed.
         self._series: dict[str, dict[Key, set[tuple[MetricWrapperBase, tuple[str, ...]]]]] = {
             "autoscaler": defaultdict(set),
             "reconcile": defaultdict(set),
         }
 
-    def observe_autoscaler(self, key: Key, reading: AutoscalerReading) -> None:
+    def epoch(self, key: Key) -> int:
+        """The LLMDeployment's epoch now, for a pass to capture as it begins."""
+        return self._epochs.get(key, 0)
+
+    def observe_autoscaler(
+        self, key: Key, reading: AutoscalerReading, epoch: int | None = None
+    ) -> None:
+        """One tick's reading; `epoch` (here and in every write): the one the pass captured,
+        None for a write that did not await since it read the cluster."""
+        if self._stale(key, epoch):
+            return
         if key not in self._series["autoscaler"]:
             for direction, reasons in self.scaling_reasons.items():
                 for reason in reasons:
@@ -133,16 +152,26 @@ class OperatorMetrics:
         for name, gauge in self._gauges.items():
             self._child("autoscaler", gauge, key).set(float(values[name]))
 
-    def observe_no_demand(self, key: Key) -> None:
+    def observe_no_demand(self, key: Key, epoch: int | None = None) -> None:
         """No router answered: no decision, and the last one's gauges stay."""
+        if self._stale(key, epoch):
+            return
         self._child("autoscaler", self._gauges["num_routers"], key).set(0)
 
-    def count_scaling(self, key: Key, current: int, desired: int, reason: str) -> None:
+    def count_scaling(
+        self, key: Key, current: int, desired: int, reason: str, epoch: int | None = None
+    ) -> None:
+        if self._stale(key, epoch):
+            return
         direction = "up" if desired > current else "down"
         self._child("autoscaler", self._scalings, key, direction, reason).inc()
 
-    def count_reconcile(self, key: Key, seconds: float, failure: str | None) -> None:
+    def count_reconcile(
+        self, key: Key, seconds: float, failure: str | None, epoch: int | None = None
+    ) -> None:
         """One reconcile pass; `failure` names why it failed or applied only part, if it did."""
+        if self._stale(key, epoch):
+            return
         self.reconcile_duration.observe(seconds)
         self._child("reconcile", self._reconciles, key).inc()
         if failure is not None:
@@ -161,13 +190,18 @@ class OperatorMetrics:
         self._remove("autoscaler", key)
 
     def forget(self, key: Key) -> None:
-        """The LLMDeployment is gone: every series of it ends."""
+        """The LLMDeployment is gone: every series of it ends, and so does its epoch (the writes
+        of a pass begun before are dropped)."""
+        self._epochs[key] = self.epoch(key) + 1
         for group in self._series:
             self._remove(group, key)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+    def _stale(self, key: Key, epoch: int | None) -> bool:
+        return epoch is not None and epoch != self.epoch(key)
 
     def _child(self, group: str, metric: Metric, key: Key, *extra: str) -> Metric:
         values = (*key, *extra)

@@ -183,6 +183,25 @@ def test_a_deleted_llmdeployment_leaves_no_series() -> None:
     assert len(series_of(metrics, OTHER)) == len(AUTOSCALER_GAUGES) + scalings + 2
 
 
+def test_the_writes_of_a_pass_begun_before_the_deletion_are_dropped() -> None:
+    """A reconcile pass or an autoscaler tick captures the epoch as it begins; the LLMDeployment
+    is deleted (forget) before the pass writes: nothing of it comes back. Another LLMDeployment's
+    passes count, and so do those of a new one of the same name, begun after."""
+    metrics = OperatorMetrics(SCALING_REASONS)
+    metrics.count_reconcile(CHAT, 0.1, None)
+    began, began_other = metrics.epoch(CHAT), metrics.epoch(OTHER)
+    metrics.forget(CHAT)
+    metrics.count_reconcile(CHAT, 0.1, "APIError", began)
+    metrics.observe_no_demand(CHAT, began)
+    metrics.count_scaling(CHAT, 2, 3, "panic", began)
+    metrics.observe_autoscaler(CHAT, make_reading(), began)
+    assert series_of(metrics, CHAT) == []
+    metrics.count_reconcile(OTHER, 0.1, None, began_other)
+    assert value(metrics, "pagedock_operator_reconciles_total", OTHER) == 1
+    metrics.count_reconcile(CHAT, 0.1, None, metrics.epoch(CHAT))  # a new `chat`
+    assert value(metrics, "pagedock_operator_reconciles_total", CHAT) == 1
+
+
 def test_autoscaler_series_end_for_those_no_longer_autoscaled_in_that_namespace_only() -> None:
     """Autoscaling turned off, or the object gone since the last tick: its decision ends; its
     reconcile counters stay. Another namespace is not touched."""

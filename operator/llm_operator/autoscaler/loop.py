@@ -89,6 +89,7 @@ class Autoscaler:
     async def scale_one(self, body: Mapping[str, Any]) -> Decision | None:
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
+        epoch = self.metrics.epoch(key)  # deleted mid-tick: this tick's metrics are dropped
         try:
             spec = parse_spec(body)
         except InvalidSpecError:
@@ -101,7 +102,7 @@ class Autoscaler:
             return None
         demand = await self._demand(*key)
         if demand is None:
-            self.metrics.observe_no_demand(key)
+            self.metrics.observe_no_demand(key, epoch)
             return None  # no router answered: no decision (status keeps the last one)
         clock = Clock(time.monotonic(), time.time())
         state = self.states.get(key)
@@ -112,8 +113,8 @@ class Autoscaler:
         scaled = decision.replicas != spec.replicas
         if scaled:
             await self._scale(body, spec.replicas, decision, demand)
-            self.metrics.count_scaling(key, spec.replicas, decision.replicas, decision.cause)
-        self.metrics.observe_autoscaler(key, reading(spec, obs, decision, demand))
+            self.metrics.count_scaling(key, spec.replicas, decision.replicas, decision.cause, epoch)
+        self.metrics.observe_autoscaler(key, reading(spec, obs, decision, demand), epoch)
         await self.store.save(key, state, clock, force=scaled)
         await self._write_status(body, key, decision, demand, scaled)
         return decision

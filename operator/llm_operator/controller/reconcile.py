@@ -101,13 +101,17 @@ class Reconciler:
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         async with self.lock(*key):
             started = time.monotonic()  # the pass, not its wait for the one before
+            # NOTE: the object may be deleted (and forgotten) while the pass runs: its count
+            # is then dropped, not a series that outlives the object (operator_metrics.py).
+            epoch = self.metrics.epoch(key)
             try:
                 failure = await self._reconcile(body, stats)
             except Exception as error:
-                self.metrics.count_reconcile(key, time.monotonic() - started, error_reason(error))
+                seconds = time.monotonic() - started
+                self.metrics.count_reconcile(key, seconds, error_reason(error), epoch)
                 raise
             if failure != GONE:
-                self.metrics.count_reconcile(key, time.monotonic() - started, failure)
+                self.metrics.count_reconcile(key, time.monotonic() - started, failure, epoch)
 
     async def _reconcile(self, body: Mapping[str, Any], stats: FleetStats | None) -> str | None:
         """One pass, under the lock: None, the Ready reason of what it could not apply, or GONE."""
