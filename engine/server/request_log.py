@@ -1,5 +1,9 @@
 """One structured log line per finished request: who, how many tokens, how fast, why it ended.
 
+How fast is told apart as vLLM's request metrics do: the time to first token is the time queued
+(arrival to first scheduled) and the prefill (first scheduled to first token, over
+`prefill_steps` steps that computed part of its prompt; a step cut short is not one of them).
+
 Never the prompt text, unless the server runs with --log-prompts (a debugging aid: prompts are
 user data). The line also carries the tenant, the adapter, and the HTTP request's ids
 (`x_request_id`, W3C `trace_id`: pagedock/http/request_context.py), which its generation
@@ -38,7 +42,10 @@ def log_request_finished(finished: FinishedRequestStats, log_prompts: bool) -> N
         "request_id": finished.request_id,
         "prompt_tokens": finished.num_prompt_tokens,
         "generated_tokens": timing.num_generated_tokens,
-        "ttft_ms": None if ttft is None else round((ttft - timing.arrival_time) * 1000, 1),
+        "ttft_ms": _ms(timing.arrival_time, ttft),
+        "queued_ms": _ms(timing.arrival_time, timing.first_scheduled_time),
+        "prefill_ms": _ms(timing.first_scheduled_time, ttft),
+        "prefill_steps": len(timing.prefill_chunks),
         "total_ms": round((end - timing.arrival_time) * 1000, 1),
         "finish_reason": ",".join(sorted(set(finished.finish_reasons))) or None,
         "tenant": finished.tenant,
@@ -50,3 +57,8 @@ def log_request_finished(finished: FinishedRequestStats, log_prompts: bool) -> N
     if log_prompts:
         record["prompt"] = finished.prompt
     logger.info(json.dumps(record), extra={"fields": record})
+
+
+def _ms(start: float | None, end: float | None) -> float | None:
+    """From `start` to `end` in milliseconds, when both happened."""
+    return None if start is None or end is None else round((end - start) * 1000, 1)

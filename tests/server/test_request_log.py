@@ -24,6 +24,8 @@ def test_the_line_carries_the_tenant_adapter_and_the_http_requests_ids(
     finally:
         current_request.reset(token)
     timing = RequestTiming(arrival_time=10.0, first_token_time=10.25, finished_time=11.0)
+    timing.first_scheduled_time = 10.125
+    timing.prefill_chunks = [(10.125, 10.25, 12)]
     timing.num_generated_tokens = 5
     finished = FinishedRequestStats(
         "gen42-0", None, 12, ["stop"], timing, lora_name="sql", tenant="team-a"
@@ -40,4 +42,5 @@ def test_the_line_carries_the_tenant_adapter_and_the_http_requests_ids(
         "cd" * 8,
     )
     assert (line["ttft_ms"], line["total_ms"], line["generated_tokens"]) == (250.0, 1000.0, 5)
+    assert (line["queued_ms"], line["prefill_ms"], line["prefill_steps"]) == (125.0, 125.0, 1)
     assert json.loads(made.getMessage())["event"] == "request_finished"  # the text format's line
