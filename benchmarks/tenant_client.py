@@ -147,3 +147,28 @@ async def counter_total(client: httpx.AsyncClient, url: str, name: str) -> float
         for s in family.samples
         if s.name == name
     )
+
+
+async def router_waits(client: httpx.AsyncClient, url: str, tenant: str) -> dict[str, float]:
+    """How long `tenant`'s admitted requests waited in the router's flow queues (its
+    pagedock_router_flow_queue_wait_seconds on `url`/metrics): how many, in all, and how many
+    waited longer than 10 ms and 100 ms."""
+    text = (await client.get(f"{url}/metrics")).text
+    samples = [
+        s
+        for family in text_string_to_metric_families(text)
+        if family.name == "pagedock_router_flow_queue_wait_seconds"
+        for s in family.samples
+        if s.labels.get("tenant") == tenant
+    ]
+    count = sum(s.value for s in samples if s.name.endswith("_count"))
+    within = {
+        le: sum(s.value for s in samples if s.name.endswith("_bucket") and s.labels["le"] == le)
+        for le in ("0.01", "0.1")
+    }
+    return {
+        "requests": count,
+        "total_s": round(sum(s.value for s in samples if s.name.endswith("_sum")), 3),
+        "over_10ms": count - within["0.01"],
+        "over_100ms": count - within["0.1"],
+    }

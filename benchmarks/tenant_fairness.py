@@ -154,9 +154,11 @@ async def fairness_arm(bench: Bench, arm: str, rate_b: float, rep: int) -> dict[
                 sends.append(tc.open_loop(client, router.url, "sk-a", "a", schedule_a))
             results = await asyncio.gather(*sends)
             cuts = await tc.counter_total(client, bench.engine.url, INTERRUPTED) - cuts
+            waits = await tc.router_waits(client, router.url, "b")
     finally:
         router.kill(signal.SIGTERM)
     row = {"arm": arm, "repetition": rep, "b": tc.summary(results[0]), "steps_cut": int(cuts)}
+    row["b_router_wait"] = waits
     if len(results) > 1:
         row["a"] = tc.summary(results[1])
     return row
@@ -184,9 +186,11 @@ async def priority_arm(bench: Bench, arm: str, rate_chat: float, rep: int) -> di
                 )
             chat_sent = await chat
             cuts = await tc.counter_total(client, bench.engine.url, INTERRUPTED) - cuts
+            waits = await tc.router_waits(client, router.url, "chat")
     finally:
         router.kill(signal.SIGTERM)
     row = {"arm": arm, "repetition": rep, "chat": tc.summary(chat_sent), "steps_cut": int(cuts)}
+    row["chat_router_wait"] = waits
     if batch:
         row["batch"] = tc.summary(batch)
     return row

@@ -52,6 +52,27 @@ def test_counter_total_sums_a_counters_samples_from_metrics() -> None:
     assert asyncio.run(total("pagedock:absent_total")) == 0
 
 
+def test_router_waits_reads_one_tenants_flow_queue_wait_histogram() -> None:
+    name = "pagedock_router_flow_queue_wait_seconds"
+    buckets = {"0.001": (1, 2), "0.01": (3, 2), "0.1": (4, 3), "+Inf": (5, 3)}  # le: (b, a)
+    lines = [f"# TYPE {name} histogram"]
+    for le, (b, a) in buckets.items():
+        lines.append(f'{name}_bucket{{le="{le}",priority="0",tenant="b"}} {b}')
+        lines.append(f'{name}_bucket{{le="{le}",priority="0",tenant="a"}} {a}')
+    lines += [
+        f'{name}_count{{priority="0",tenant="b"}} 5',
+        f'{name}_sum{{priority="0",tenant="b"}} 1.5',
+    ]
+    text = "\n".join(lines) + "\n"
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, text=text))
+
+    async def waits() -> dict[str, float]:
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await tc.router_waits(client, "http://router", "b")
+
+    assert asyncio.run(waits()) == {"requests": 5, "total_s": 1.5, "over_10ms": 2, "over_100ms": 1}
+
+
 def test_ratio_pairs_each_repetition_with_its_own_baseline() -> None:
     rows = [
         {"arm": "alone", "repetition": 0, "b": {"ttft_p99_s": 0.1}},
