@@ -4,12 +4,16 @@ between tenants, instead of piling into the engines' queues.
     a slot free, nobody waiting   the request goes at once
     its tenant below its share    it goes at once too (--fairness vtc): a tenant holding fewer
                                   slots than its fair share (the slots over the tenants with
-                                  requests under way or waiting) never waits for a heavier one;
-                                  the slots may be exceeded by up to such tenants' shares (at
-                                  most twice the slots under way), taken back as the heavy
+                                  requests under way or waiting in its band or a more urgent
+                                  one) never waits for a heavier one, nor for a less urgent band;
+                                  the slots may be exceeded by up to such tenants' shares
+                                  (never past twice the slots), taken back as the heavy
                                   tenants' requests end
     all slots taken               it waits in its band (its vLLM priority: lower goes first),
                                   behind its own tenant's earlier requests
+    its tenant falls below its    its oldest waiting request goes at once (--fairness vtc):
+    share (one of its requests    a tenant that waits because it held its share waits for its
+    ended)                        own requests, not for a heavier tenant's
     a slot frees                  the most urgent band with waiters goes; within it the tenant
                                   served the fewest tokens (virtual token counters; --fairness
                                   fcfs: the oldest); a band not served for
@@ -80,7 +84,7 @@ class FlowTicket:
         self.released = True
         if self.holds_slot:
             self.controller.in_flight -= 1
-            self.controller.forget(self.tenant)
+            self.controller.forget(self.tenant, self.priority)
             self.controller.pump()
 
 
@@ -107,6 +111,10 @@ class FlowController:
         self.bands: dict[int, Band] = {}
         self.tenant_in_flight: dict[str, int] = {}
         """Slots each tenant holds (only tenants holding some)."""
+        self.band_in_flight: dict[int, set[str]] = {}
+        """The tenants holding slots at each priority (only priorities held)."""
+        self._held: dict[tuple[str, int], int] = {}
+        """Slots held per (tenant, priority)."""
 
     @property
     def limited(self) -> bool:
@@ -125,7 +133,7 @@ class FlowController:
         request = FlowRequest(tenant, priority, cost_tokens, time.monotonic())
         if not self.limited or (not self.waiting() and self._has_slot()):
             return self._grant(request)
-        if self._below_share(request.tenant):
+        if self._below_share(request.tenant, request.priority):
             return self._grant(request)
         self._enqueue(request)
         granted = request.granted
@@ -147,40 +155,70 @@ class FlowController:
             raise
 
     def pump(self) -> None:
-        """Grant waiting requests while slots are free (a request ended, a replica came)."""
+        """Grant waiting requests while slots are free (a request ended, a replica came), then
+        those of tenants now below their share (one of theirs ended), as on arrival."""
         while self.waiting() and self._has_slot():
-            request = self._next(time.monotonic())
-            self._remove(request)
-            assert request.granted is not None
-            request.granted.set_result(self._grant(request))
+            self._grant_waiting(self._next(time.monotonic()))
+        if self.config.fairness != "vtc":
+            return
+        for band in list(self.bands.values()):
+            for tenant in list(band.flows):
+                while tenant in band.flows and self._under_share(tenant, band.priority):
+                    self._grant_waiting(band.flows[tenant][0])
+
+    def _grant_waiting(self, request: FlowRequest) -> None:
+        self._remove(request)
+        assert request.granted is not None
+        request.granted.set_result(self._grant(request))
 
     def _has_slot(self) -> bool:
         return self.in_flight < self.config.max_inflight_per_replica * self.num_replicas()
 
-    def _below_share(self, tenant: str) -> bool:
-        """Does `tenant` hold fewer slots than its fair share, with nothing of its own waiting?"""
+    def _below_share(self, tenant: str, priority: int) -> bool:
+        """Does `tenant` hold fewer slots than its fair share at `priority`, with nothing of its
+        own waiting?"""
         if self.config.fairness != "vtc" or self._is_waiting(tenant):
             return False
-        active = set(self.tenant_in_flight) | {t for b in self.bands.values() for t in b.flows}
+        return self._under_share(tenant, priority)
+
+    def _under_share(self, tenant: str, priority: int) -> bool:
+        """Does `tenant` hold fewer slots than its fair share at `priority`: the slots over the
+        tenants with requests under way or waiting at that priority or a more urgent one (a less
+        urgent band takes no share from a more urgent one)? Never once twice the slots are under
+        way: the bound on the overshoot."""
         slots = self.config.max_inflight_per_replica * self.num_replicas()
+        if self.in_flight >= 2 * slots:
+            return False
+        active = {t for p, ts in self.band_in_flight.items() if p <= priority for t in ts}
+        active |= {t for b in self.bands.values() if b.priority <= priority for t in b.flows}
         share = slots // len(active | {tenant})
         return self.tenant_in_flight.get(tenant, 0) < share
 
     def _is_waiting(self, tenant: str) -> bool:
         return any(tenant in b.flows for b in self.bands.values())
 
-    def forget(self, tenant: str) -> None:
-        """One slot of `tenant`'s given back."""
+    def forget(self, tenant: str, priority: int) -> None:
+        """One slot of `tenant`'s, taken at `priority`, given back."""
         left = self.tenant_in_flight[tenant] - 1
         if left:
             self.tenant_in_flight[tenant] = left
         else:
             del self.tenant_in_flight[tenant]
+        key = (tenant, priority)
+        self._held[key] -= 1
+        if not self._held[key]:
+            del self._held[key]
+            self.band_in_flight[priority].discard(tenant)
+            if not self.band_in_flight[priority]:
+                del self.band_in_flight[priority]
 
     def _grant(self, request: FlowRequest) -> FlowTicket:
         if self.limited:
             self.in_flight += 1
             self.tenant_in_flight[request.tenant] = self.tenant_in_flight.get(request.tenant, 0) + 1
+            key = (request.tenant, request.priority)
+            self._held[key] = self._held.get(key, 0) + 1
+            self.band_in_flight.setdefault(request.priority, set()).add(request.tenant)
         self.vtc.charge(request.tenant, request.cost_tokens)
         waited = time.monotonic() - request.arrived
         return FlowTicket(self, request.tenant, request.priority, waited, self.limited)

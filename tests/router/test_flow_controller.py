@@ -95,7 +95,7 @@ async def test_a_more_urgent_band_goes_first() -> None:
 
 
 async def test_a_starving_low_band_request_goes_before_fresher_urgent_ones(clock: Clock) -> None:
-    flow = make_flow(flow_starvation_s=5.0)
+    flow = make_flow(flow_starvation_s=5.0, fairness="fcfs")  # the slots that free, no shares
     first = await flow.admit("chat", 0, 1)
     low = await queued(flow, "batch", 10)
     clock.now += 6.0
@@ -108,8 +108,8 @@ async def test_under_a_flood_of_every_band_a_starving_band_gets_one_slot_not_all
 ) -> None:
     """Every head has waited past the guard: the low band gets one slot, then priority holds
     again until the low band has gone unserved for the guard's time once more (by age alone,
-    all three batch requests would have gone first)."""
-    flow = make_flow(flow_starvation_s=5.0)
+    all three batch requests would have gone first). fcfs: the slots that free, no shares."""
+    flow = make_flow(flow_starvation_s=5.0, fairness="fcfs")
     first = await flow.admit("chat", 0, 1)
     batch = [await queued(flow, "batch", 10) for _ in range(3)]
     clock.now += 6.0
@@ -158,19 +158,52 @@ async def test_a_tenant_below_its_share_never_waits_for_a_heavier_one() -> None:
     flow = make_flow(max_inflight_per_replica=4)
     heavy = [await flow.admit("heavy", 0, 10) for _ in range(4)]
     waiting_heavy = await queued(flow, "heavy")
-    light = await flow.admit("light", 10, 10)  # its share is 4 // 2: it goes at once
+    light = await flow.admit("light", 0, 10)  # its share is 4 // 2: it goes at once
     assert light.holds_slot and flow.in_flight == 5 and not waiting_heavy.done()
     heavy[0].release()  # the overshoot is taken back before the heavy tenant gets a slot
     assert flow.in_flight == 4 and not waiting_heavy.done()
     heavy[1].release()
     assert (await waiting_heavy).tenant == "heavy"
-    second_light = await flow.admit("light", 10, 10)
+    second_light = await flow.admit("light", 0, 10)
     assert flow.tenant_in_flight == {"heavy": 3, "light": 2}
-    third_light = await queued(flow, "light")  # at its share now: it waits like anyone
+    third_light = await queued(flow, "light", 0)  # at its share now: it waits like anyone
     assert not third_light.done()
     second_light.release()
     light.release()
     assert (await third_light).tenant == "light"
+
+
+async def test_a_tenant_waiting_at_its_share_goes_when_its_own_request_ends() -> None:
+    flow = make_flow(max_inflight_per_replica=4)
+    [await flow.admit("heavy", 0, 10) for _ in range(4)]
+    light = [await flow.admit("light", 10, 10) for _ in range(2)]  # its share: 4 // 2
+    waiting = await queued(flow, "light")
+    assert flow.in_flight == 6 and not waiting.done()
+    light[0].release()  # below its share again: no wait for the heavy tenant's slots
+    assert (await waiting).tenant == "light" and flow.tenant_in_flight == {"heavy": 4, "light": 2}
+
+
+async def test_a_less_urgent_band_takes_no_share_from_a_more_urgent_one() -> None:
+    flow = make_flow(max_inflight_per_replica=4)
+    batch = [await flow.admit("batch", 10, 10) for _ in range(4)]
+    waiting_batch = await queued(flow, "batch", 10)
+    chat = [await flow.admit("chat", 0, 10) for _ in range(4)]  # its band's share: all 4 slots
+    assert flow.in_flight == 8 and not waiting_batch.done()
+    waiting_chat = await queued(flow, "chat", 0)  # it holds its share: it waits
+    assert not waiting_chat.done()
+    chat[0].release()  # its own slot: it goes, before the batch tenant waiting longer
+    assert (await waiting_chat).tenant == "chat" and not waiting_batch.done()
+    for ticket in (*batch, *chat[1:]):
+        ticket.release()
+    assert (await waiting_batch).tenant == "batch"
+
+
+async def test_the_shares_never_take_more_than_twice_the_slots() -> None:
+    flow = make_flow(max_inflight_per_replica=4)
+    [await flow.admit("batch", 10, 10) for _ in range(4)]
+    [await flow.admit("chat", 0, 10) for _ in range(4)]  # its band's share: all 4 slots
+    assert flow.in_flight == 8
+    assert not (await queued(flow, "other", 10)).done()  # below a share of 4 // 3, but 8 run
 
 
 async def test_fcfs_has_no_shares() -> None:
