@@ -31,6 +31,13 @@ def live(cluster: Emulator, resource: str, name: str) -> dict[str, Any] | None:
     return None if obj.deleted else obj.raw
 
 
+def llmd_body(cluster: Emulator, name: str = "chat") -> dict[str, Any]:
+    """The stored LLMDeployment as a handler receives it (apiVersion and kind included)."""
+    body = live(cluster, LLMD, name)
+    assert body is not None, f"no LLMDeployment {name}"
+    return {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", **body}
+
+
 def condition(llmd: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     for item in (llmd or {}).get("status", {}).get("conditions", []):
         if item["type"] == type_:

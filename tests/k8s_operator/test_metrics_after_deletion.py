@@ -26,7 +26,13 @@ from llm_operator.operator_metrics import OperatorMetrics
 from llm_operator.settings import OperatorSettings
 
 from tests.k8s_operator.emulator import Emulator
-from tests.k8s_operator.helpers import LLMD, LLMD_COLLECTION, NAMESPACE, live, make_llmd, send
+from tests.k8s_operator.helpers import (
+    LLMD_COLLECTION,
+    NAMESPACE,
+    llmd_body,
+    make_llmd,
+    send,
+)
 from tests.k8s_operator.test_operator_metrics import series_of
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -59,12 +65,6 @@ async def kube(cluster: Emulator) -> AsyncIterator[HeldStatusWrites]:
         await client.close()
 
 
-def llmd(cluster: Emulator) -> dict[str, Any]:
-    body = live(cluster, LLMD, "chat")
-    assert body is not None
-    return {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", **body}
-
-
 async def test_a_reconcile_failing_on_the_deleted_object_leaves_no_series(
     cluster: Emulator, api: aiohttp.ClientSession, kube: HeldStatusWrites
 ) -> None:
@@ -73,7 +73,7 @@ async def test_a_reconcile_failing_on_the_deleted_object_leaves_no_series(
     await send(api, "POST", LLMD_COLLECTION, make_llmd(replicas=1))
     metrics = OperatorMetrics()
     reconciler = Reconciler(kube, SETTINGS, metrics=metrics)
-    reconciling = asyncio.create_task(reconciler.reconcile(llmd(cluster)))
+    reconciling = asyncio.create_task(reconciler.reconcile(llmd_body(cluster)))
     await kube.held.wait()
     await send(api, "DELETE", f"{LLMD_COLLECTION}/chat")
     reconciler.forget(*CHAT)  # the handler of the DELETED event (controller/handlers.py)
@@ -101,7 +101,7 @@ async def test_an_autoscaler_tick_ending_after_the_deletions_handler_leaves_no_s
         return RouterDemand(num_routers=1, num_held=0, num_inflight=1, idle_seconds=0)
 
     scaler._demand = demand  # type: ignore[method-assign]
-    ticking = asyncio.create_task(scaler.scale_one(llmd(cluster)))
+    ticking = asyncio.create_task(scaler.scale_one(llmd_body(cluster)))
     await polled.wait()
     metrics.forget(CHAT)  # what the handler's Reconciler.forget does to the metrics
     answer.set()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import kopf
@@ -22,7 +21,7 @@ from llm_operator.k8s.kube import KubeClient
 from llm_operator.settings import OperatorSettings
 
 from tests.k8s_operator.emulator import Emulator
-from tests.k8s_operator.helpers import LLMD, LLMD_COLLECTION, live, make_llmd, send
+from tests.k8s_operator.helpers import LLMD_COLLECTION, live, llmd_body, make_llmd, send
 
 pytestmark = pytest.mark.asyncio
 LLMD_PATH = f"{LLMD_COLLECTION}/chat"
@@ -44,18 +43,12 @@ def engine_replicas(cluster: Emulator) -> int:
     return int(engine["spec"]["replicas"])
 
 
-def llmd(cluster: Emulator) -> dict[str, Any]:
-    body = live(cluster, LLMD, "chat")
-    assert body is not None
-    return {"apiVersion": "pagedock.dev/v1alpha1", "kind": "LLMDeployment", **body}
-
-
 async def test_a_reconcile_handed_an_old_body_applies_the_object_as_it_is_now(
     cluster: Emulator, api: aiohttp.ClientSession, kube: KubeClient
 ) -> None:
     await send(api, "POST", LLMD_COLLECTION, make_llmd(replicas=1))
     reconciler = Reconciler(kube, SETTINGS)
-    listed = llmd(cluster)  # as a resync's list, read before the scale-up
+    listed = llmd_body(cluster)  # as a resync's list, read before the scale-up
     await reconciler.reconcile(listed)
     assert engine_replicas(cluster) == 1
     await send(api, "PATCH", LLMD_PATH, {"spec": {"replicas": 2}})  # the autoscaler
@@ -67,7 +60,7 @@ async def test_a_reconcile_of_an_object_gone_since_writes_nothing(
     cluster: Emulator, api: aiohttp.ClientSession, kube: KubeClient
 ) -> None:
     await send(api, "POST", LLMD_COLLECTION, make_llmd(replicas=1))
-    listed = llmd(cluster)
+    listed = llmd_body(cluster)
     await send(api, "DELETE", LLMD_PATH)
     await Reconciler(kube, SETTINGS).reconcile(listed)
     assert live(cluster, "apps/v1/deployments", "chat-engine") is None
@@ -95,8 +88,8 @@ async def test_the_autoscalers_write_waits_for_the_reconcile_in_progress(
     demand = RouterDemand(num_routers=1, num_held=0, num_inflight=2, idle_seconds=0)
     async with lock:  # a reconcile of the same LLMDeployment is running
         lock.asked.clear()
-        scaling = asyncio.create_task(scaler._scale(llmd(cluster), 1, decision, demand))
+        scaling = asyncio.create_task(scaler._scale(llmd_body(cluster), 1, decision, demand))
         await lock.asked.wait()
-        assert llmd(cluster)["spec"]["replicas"] == 1  # not written while the reconcile runs
+        assert llmd_body(cluster)["spec"]["replicas"] == 1  # not written while the reconcile runs
     await scaling
-    assert llmd(cluster)["spec"]["replicas"] == 2
+    assert llmd_body(cluster)["spec"]["replicas"] == 2
