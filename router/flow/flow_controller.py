@@ -5,7 +5,9 @@ between tenants, instead of piling into the engines' queues.
     its tenant below its share    it goes at once too (--fairness vtc): a tenant holding fewer
                                   slots than its fair share (the slots over the tenants with
                                   requests under way or waiting in its band or a more urgent
-                                  one) never waits for a heavier one, nor for a less urgent band;
+                                  one), or served well under its share of their recent tokens
+                                  (pagedock/tenancy/recent_tokens.py), never waits for a
+                                  heavier one, nor for a less urgent band;
                                   the slots may be exceeded by up to such tenants' shares
                                   (never past twice the slots), taken back as the heavy
                                   tenants' requests end
@@ -42,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pagedock.tenancy.fair_share import VirtualTokenCounter
+from pagedock.tenancy.recent_tokens import RecentTokens
 from router.flow_config import FlowConfig
 
 
@@ -77,6 +80,7 @@ class FlowTicket:
 
     def charge(self, tokens: int) -> None:
         self.controller.vtc.charge(self.tenant, tokens)
+        self.controller.recent.add(self.tenant, tokens, time.monotonic())
 
     def release(self) -> None:
         if self.released:
@@ -106,6 +110,8 @@ class FlowController:
         self.num_replicas = num_replicas
         """Ready replicas now (each has --max-inflight-per-replica slots)."""
         self.vtc = VirtualTokenCounter()
+        self.recent = RecentTokens()
+        """Tokens served lately per tenant: a tenant served well under its share goes at once."""
         self.in_flight = 0
         """Admitted requests holding a slot (only while slots are limited)."""
         self.bands: dict[int, Band] = {}
@@ -184,15 +190,18 @@ class FlowController:
     def _under_share(self, tenant: str, priority: int) -> bool:
         """Does `tenant` hold fewer slots than its fair share at `priority`: the slots over the
         tenants with requests under way or waiting at that priority or a more urgent one (a less
-        urgent band takes no share from a more urgent one)? Never once twice the slots are under
-        way: the bound on the overshoot."""
+        urgent band takes no share from a more urgent one), or was it served well under its
+        share of those tenants' recent tokens (RecentTokens: a light tenant's burst holds many
+        slots, few tokens)? Never once twice the slots are under way: the bound on the
+        overshoot."""
         slots = self.config.max_inflight_per_replica * self.num_replicas()
         if self.in_flight >= 2 * slots:
             return False
         active = {t for p, ts in self.band_in_flight.items() if p <= priority for t in ts}
         active |= {t for b in self.bands.values() if b.priority <= priority for t in b.flows}
-        share = slots // len(active | {tenant})
-        return self.tenant_in_flight.get(tenant, 0) < share
+        if self.tenant_in_flight.get(tenant, 0) < slots // len(active | {tenant}):
+            return True
+        return self.recent.well_below_share(tenant, active, time.monotonic())
 
     def _is_waiting(self, tenant: str) -> bool:
         return any(tenant in b.flows for b in self.bands.values())
@@ -220,6 +229,7 @@ class FlowController:
             self._held[key] = self._held.get(key, 0) + 1
             self.band_in_flight.setdefault(request.priority, set()).add(request.tenant)
         self.vtc.charge(request.tenant, request.cost_tokens)
+        self.recent.add(request.tenant, request.cost_tokens, time.monotonic())
         waited = time.monotonic() - request.arrived
         return FlowTicket(self, request.tenant, request.priority, waited, self.limited)
 

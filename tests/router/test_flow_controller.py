@@ -4,6 +4,7 @@ starvation guard (router/flow/flow_controller.py)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -89,7 +90,7 @@ async def test_fcfs_keeps_arrival_order() -> None:
 
 async def test_a_more_urgent_band_goes_first() -> None:
     flow = make_flow()
-    first = await flow.admit("batch", 10, 1)
+    first = await flow.admit("batch", 10, 10)  # as many tokens as chat's: no token share
     tasks = [await queued(flow, "batch", 10), await queued(flow, "chat", 0)]
     assert await order_granted(flow, first, tasks) == ["chat", "batch"]
 
@@ -121,6 +122,7 @@ async def test_under_a_flood_of_every_band_a_starving_band_gets_one_slot_not_all
 
 async def test_a_full_band_sheds_the_heaviest_tenants_newest() -> None:
     flow = make_flow(flow_queue_size=2)
+    flow.recent.add("light", 10, time.monotonic())  # served lately: no token share to go at once
     await flow.admit("heavy", 0, 1)
     older, newer = await queued(flow, "heavy"), await queued(flow, "heavy")
     light = await queued(flow, "light")
@@ -204,6 +206,18 @@ async def test_the_shares_never_take_more_than_twice_the_slots() -> None:
     [await flow.admit("chat", 0, 10) for _ in range(4)]  # its band's share: all 4 slots
     assert flow.in_flight == 8
     assert not (await queued(flow, "other", 10)).done()  # below a share of 4 // 3, but 8 run
+
+
+async def test_a_tenant_served_well_under_its_share_of_tokens_goes_beyond_its_slots() -> None:
+    flow = make_flow(max_inflight_per_replica=4)
+    [await flow.admit("heavy", 0, 100) for _ in range(2)]
+    [await flow.admit("light", 0, 10) for _ in range(2)]  # its slot share: 4 // 2
+    third = await flow.admit("light", 0, 10)  # 20 of 220 tokens: under a quarter of them
+    assert third.holds_slot and flow.tenant_in_flight == {"heavy": 2, "light": 3}
+    fourth = await queued(flow, "light", 0)  # 30 of 230 tokens: it goes too
+    assert fourth.done()
+    flow.recent.add("light", 200, time.monotonic())  # now served more than the heavy one
+    assert not (await queued(flow, "light", 0)).done()
 
 
 async def test_fcfs_has_no_shares() -> None:
