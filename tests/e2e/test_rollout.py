@@ -47,6 +47,12 @@ ENGINES = 3
 CLIENTS = 8
 MAX_TOKENS = 2000
 MODEL_LEN = 4096
+# The short-drain scenario's streams: twice as long (about 14 s here), so that each old engine
+# still has streams when its drain deadline passes. An engine gets no new stream once its pod is
+# deleted, and its deadline passes 6 s later (the 5 s preStop, the 1 s drain): 7 s streams were
+# still running then only if one had started in the second before, and in 7 of 15 runs of
+# 2000-token streams no stream was handed off at all.
+LONG_MAX_TOKENS = 4000
 STEADY_ANSWERS = 2 * CLIENTS
 # The rollouts time 60 to 80 answers; the steady state about as many, so that their tails compare
 # at the same depth (tests/slowest_of.py). Against 24, three rollout answers a second late failed
@@ -68,7 +74,7 @@ def make_revisions(folder: Path) -> tuple[str, str]:
     return f"file://{first}", f"file://{second}"
 
 
-def fleet(source: str, drain_s: int) -> Any:
+def fleet(source: str, drain_s: int, gemm_dtype: str) -> Any:
     def edit(obj: dict[str, Any]) -> dict[str, Any]:
         obj["metadata"]["name"] = NAME
         spec = obj["spec"]
@@ -76,7 +82,7 @@ def fleet(source: str, drain_s: int) -> Any:
         spec["replicas"] = ENGINES
         spec["drainTimeoutSeconds"] = drain_s
         spec["router"] = {"replicas": 2}
-        spec["engine"] = {"maxModelLen": MODEL_LEN, "maxNumSeqs": 16}
+        spec["engine"] = {"maxModelLen": MODEL_LEN, "maxNumSeqs": 16, "cpuGemmDtype": gemm_dtype}
         # One thread an engine: four engines (one a surge pod) and the routers share the cores.
         spec["env"] = [{"name": "PAGEDOCK_NUM_THREADS", "value": "1"}]
         return obj
@@ -133,10 +139,10 @@ async def roll_out(cluster: Cluster, change: dict[str, Any]) -> float:
     return time.monotonic()
 
 
-async def start_fleet(cluster: Cluster, source: str, drain_s: int) -> str:
+async def start_fleet(cluster: Cluster, source: str, drain_s: int, gemm_dtype: str = "auto") -> str:
     # NOTE: the engines' drain deadline runs in real seconds: so must the grace period.
     cluster.kubelet.lifecycle_time_scale = 1.0
-    await cluster.apply_example(fleet(source, drain_s))
+    await cluster.apply_example(fleet(source, drain_s, gemm_dtype))
     await cluster.wait_ready("default", NAME, timeout=600)
     runners = cluster.kubelet.pods(f"{NAME}-engine-")
     await eventually(
@@ -146,9 +152,9 @@ async def start_fleet(cluster: Cluster, source: str, drain_s: int) -> str:
     return ready_routers(cluster)[0]
 
 
-def start_load(cluster: Cluster) -> Load:
+def start_load(cluster: Cluster, max_tokens: int = MAX_TOKENS) -> Load:
     """The clients, the routers' resumed streams counted while they run."""
-    load = Load(lambda: ready_routers(cluster), CLIENTS, MAX_TOKENS, RESUMED)
+    load = Load(lambda: ready_routers(cluster), CLIENTS, max_tokens, RESUMED)
     load.start()
     return load
 
@@ -251,9 +257,12 @@ async def test_engine_settings_then_model_revision_roll_out_under_streaming_load
 async def test_a_drain_deadline_shorter_than_the_streams_hands_them_off(cluster: Cluster) -> None:
     started = time.monotonic()
     first, _ = make_revisions(cluster.kubelet.workdir / "models")
-    router = await start_fleet(cluster, first, drain_s=1)
-    before = await reference(router, MAX_TOKENS)
-    load = start_load(cluster)
+    # NOTE: float32 GEMMs: a resumed stream's ids are prefilled where the uninterrupted one
+    # decoded them, and over 4000 tokens bfloat16's rounding of the two told a near-tie of the
+    # random weights apart (2 of 40 answers differed from about the 3,000th token on).
+    router = await start_fleet(cluster, first, drain_s=1, gemm_dtype="float32")
+    before = await reference(router, LONG_MAX_TOKENS)
+    load = start_load(cluster, LONG_MAX_TOKENS)
     await steady_state(load)
     rollout_start = time.monotonic()
     await roll_out(cluster, {"engine": {"maxModelLen": MODEL_LEN, "maxNumSeqs": 32}})
