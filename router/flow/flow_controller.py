@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -87,7 +87,6 @@ class FlowTicket:
             return
         self.released = True
         if self.holds_slot:
-            self.controller.in_flight -= 1
             self.controller.forget(self.tenant, self.priority)
             self.controller.pump()
 
@@ -112,19 +111,18 @@ class FlowController:
         self.vtc = VirtualTokenCounter()
         self.recent = RecentTokens()
         """Tokens served lately per tenant: a tenant served well under its share goes at once."""
-        self.in_flight = 0
-        """Admitted requests holding a slot (only while slots are limited)."""
         self.bands: dict[int, Band] = {}
-        self.tenant_in_flight: dict[str, int] = {}
-        """Slots each tenant holds (only tenants holding some)."""
-        self.band_in_flight: dict[int, set[str]] = {}
-        """The tenants holding slots at each priority (only priorities held)."""
-        self._held: dict[tuple[str, int], int] = {}
-        """Slots held per (tenant, priority)."""
+        self.held: Counter[tuple[str, int]] = Counter()
+        """Slots held per (tenant, priority taken at): only pairs holding some."""
 
     @property
     def limited(self) -> bool:
         return self.config.max_inflight_per_replica > 0
+
+    @property
+    def in_flight(self) -> int:
+        """Admitted requests holding a slot (only while slots are limited)."""
+        return self.held.total()
 
     def waiting(self) -> int:
         return sum(b.size for b in self.bands.values())
@@ -197,37 +195,27 @@ class FlowController:
         slots = self.config.max_inflight_per_replica * self.num_replicas()
         if self.in_flight >= 2 * slots:
             return False
-        active = {t for p, ts in self.band_in_flight.items() if p <= priority for t in ts}
+        active = {t for t, p in self.held if p <= priority}
         active |= {t for b in self.bands.values() if b.priority <= priority for t in b.flows}
-        if self.tenant_in_flight.get(tenant, 0) < slots // len(active | {tenant}):
+        if self.slots_held(tenant) < slots // len(active | {tenant}):
             return True
         return self.recent.well_below_share(tenant, active, time.monotonic())
 
     def _is_waiting(self, tenant: str) -> bool:
         return any(tenant in b.flows for b in self.bands.values())
 
+    def slots_held(self, tenant: str) -> int:
+        return sum(n for (t, _), n in self.held.items() if t == tenant)
+
     def forget(self, tenant: str, priority: int) -> None:
         """One slot of `tenant`'s, taken at `priority`, given back."""
-        left = self.tenant_in_flight[tenant] - 1
-        if left:
-            self.tenant_in_flight[tenant] = left
-        else:
-            del self.tenant_in_flight[tenant]
-        key = (tenant, priority)
-        self._held[key] -= 1
-        if not self._held[key]:
-            del self._held[key]
-            self.band_in_flight[priority].discard(tenant)
-            if not self.band_in_flight[priority]:
-                del self.band_in_flight[priority]
+        self.held[tenant, priority] -= 1
+        if not self.held[tenant, priority]:
+            del self.held[tenant, priority]
 
     def _grant(self, request: FlowRequest) -> FlowTicket:
         if self.limited:
-            self.in_flight += 1
-            self.tenant_in_flight[request.tenant] = self.tenant_in_flight.get(request.tenant, 0) + 1
-            key = (request.tenant, request.priority)
-            self._held[key] = self._held.get(key, 0) + 1
-            self.band_in_flight.setdefault(request.priority, set()).add(request.tenant)
+            self.held[request.tenant, request.priority] += 1
         self.vtc.charge(request.tenant, request.cost_tokens)
         self.recent.add(request.tenant, request.cost_tokens, time.monotonic())
         waited = time.monotonic() - request.arrived

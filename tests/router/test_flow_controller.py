@@ -167,7 +167,7 @@ async def test_a_tenant_below_its_share_never_waits_for_a_heavier_one() -> None:
     heavy[1].release()
     assert (await waiting_heavy).tenant == "heavy"
     second_light = await flow.admit("light", 0, 10)
-    assert flow.tenant_in_flight == {"heavy": 3, "light": 2}
+    assert (flow.slots_held("heavy"), flow.slots_held("light")) == (3, 2)
     third_light = await queued(flow, "light", 0)  # at its share now: it waits like anyone
     assert not third_light.done()
     second_light.release()
@@ -182,7 +182,10 @@ async def test_a_tenant_waiting_at_its_share_goes_when_its_own_request_ends() ->
     waiting = await queued(flow, "light")
     assert flow.in_flight == 6 and not waiting.done()
     light[0].release()  # below its share again: no wait for the heavy tenant's slots
-    assert (await waiting).tenant == "light" and flow.tenant_in_flight == {"heavy": 4, "light": 2}
+    assert (await waiting).tenant == "light" and (
+        flow.slots_held("heavy"),
+        flow.slots_held("light"),
+    ) == (4, 2)
 
 
 async def test_a_less_urgent_band_takes_no_share_from_a_more_urgent_one() -> None:
@@ -213,7 +216,7 @@ async def test_a_tenant_served_well_under_its_share_of_tokens_goes_beyond_its_sl
     [await flow.admit("heavy", 0, 100) for _ in range(2)]
     [await flow.admit("light", 0, 10) for _ in range(2)]  # its slot share: 4 // 2
     third = await flow.admit("light", 0, 10)  # 20 of 220 tokens: under a quarter of them
-    assert third.holds_slot and flow.tenant_in_flight == {"heavy": 2, "light": 3}
+    assert third.holds_slot and (flow.slots_held("heavy"), flow.slots_held("light")) == (2, 3)
     fourth = await queued(flow, "light", 0)  # 30 of 230 tokens: it goes too
     assert fourth.done()
     flow.recent.add("light", 200, time.monotonic())  # now served more than the heavy one
