@@ -297,3 +297,18 @@ async def set_peers(
         for peer, p in priorities.items()
     }
     await send(api, "PATCH", f"{PEERING_PATH}/pagedock", {"status": status})
+
+
+async def test_a_deleted_llmdeployment_leaves_nothing_in_the_autoscalers_memory(
+    cluster: Emulator, api: aiohttp.ClientSession, autoscalers: Factory
+) -> None:
+    """Deleted between two ticks (no tick saw its deletionTimestamp): the next tick, which does
+    not list it, forgets its windows and when its status was last written."""
+    await deployed(api)
+    scaler = autoscalers()
+    scaler.inflight = 8
+    await scaler.tick()
+    assert list(scaler.states) == list(scaler._status_at) == [(NAMESPACE, "chat")]
+    await send(api, "DELETE", f"{LLMD_COLLECTION}/chat")
+    await scaler.tick()
+    assert scaler.states == {} and scaler._status_at == {}

@@ -108,3 +108,18 @@ async def test_an_autoscaler_tick_ending_after_the_deletions_handler_leaves_no_s
     decision = await ticking
     assert decision is not None and decision.replicas == 1  # it decided
     assert series_of(metrics, CHAT) == []
+
+
+async def test_a_pass_ending_after_the_deletions_handler_leaves_no_conditions_behind(
+    cluster: Emulator, api: aiohttp.ClientSession, kube: HeldStatusWrites
+) -> None:
+    """The pass's status write goes through after the handler forgot `chat` (the object is
+    still in the emulator): the conditions it wrote are not kept for a name that is gone."""
+    await send(api, "POST", LLMD_COLLECTION, make_llmd(replicas=1))
+    reconciler = Reconciler(kube, SETTINGS, metrics=OperatorMetrics())
+    reconciling = asyncio.create_task(reconciler.reconcile(llmd_body(cluster)))
+    await kube.held.wait()
+    reconciler.forget(*CHAT)
+    kube.go_on.set()
+    await reconciling
+    assert CHAT not in reconciler._written

@@ -82,9 +82,10 @@ class Autoscaler:
                 body.setdefault("apiVersion", API_VERSION)  # a list's items may omit them
                 body.setdefault("kind", KIND)
                 await self.scale_one(body)
-            # The series of LLMDeployments gone since end here, even those deleted mid-tick.
-            listed = [(b["metadata"]["namespace"], b["metadata"]["name"]) for b in items]
-            self.metrics.retain_autoscaled(namespace, listed)
+            # What is kept of LLMDeployments gone since ends here, even those deleted mid-tick.
+            self._retain(
+                namespace, {(b["metadata"]["namespace"], b["metadata"]["name"]) for b in items}
+            )
 
     async def scale_one(self, body: Mapping[str, Any]) -> Decision | None:
         meta = body["metadata"]
@@ -97,6 +98,7 @@ class Autoscaler:
         if not spec.autoscaling.builtin or meta.get("deletionTimestamp"):
             if self.states.pop(key, None) is not None and not meta.get("deletionTimestamp"):
                 await self.store.discard(key)  # turned off (a deletion takes it with the owner)
+            self._status_at.pop(key, None)
             self.store.forget(key)
             self.metrics.forget_autoscaler(key)
             return None
@@ -126,10 +128,19 @@ class Autoscaler:
             await self.store.save(key, state, clock, force=True)
 
     def _forget(self, namespace: str | None) -> None:
-        for key in [k for k in self.states if namespace is None or k[0] == namespace]:
-            del self.states[key]
-            self.store.forget(key)
-        self.metrics.retain_autoscaled(namespace, ())
+        self._retain(namespace, set())
+
+    def _retain(self, namespace: str | None, keys: set[tuple[str, str]]) -> None:
+        """Forget every LLMDeployment in `namespace` (None: all) but `keys`: its windows, when
+        its status was written, its record's bookkeeping and its series (gone, or decided by
+        another peer)."""
+        known = {*self.states, *self._status_at}
+        for key in [k for k in known if (namespace is None or k[0] == namespace)]:
+            if key not in keys:
+                self.states.pop(key, None)
+                self._status_at.pop(key, None)
+                self.store.forget(key)
+        self.metrics.retain_autoscaled(namespace, keys)
 
     async def _demand(self, namespace: str, name: str) -> RouterDemand | None:
         selector = selector_string(selector_labels(name, "router"))

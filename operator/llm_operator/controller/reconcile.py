@@ -110,6 +110,9 @@ class Reconciler:
                 seconds = time.monotonic() - started
                 self.metrics.count_reconcile(key, seconds, error_reason(error), epoch)
                 raise
+            finally:
+                if self.metrics.epoch(key) != epoch:  # forgotten while the pass ran
+                    self._written.pop(key, None)
             if failure != GONE:
                 self.metrics.count_reconcile(key, time.monotonic() - started, failure, epoch)
 
